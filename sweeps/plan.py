@@ -1,0 +1,366 @@
+"""Sweep plans: a sweep config becomes a list of points (Hydra overrides + metadata), and each
+point is resolved into a planned run (exact N, D, C, run key, estimated time) before anything
+trains. Everything here is a pure function of the sweep config and a `Resolver`, so plans can be
+tested, printed (`sweep.dry_run=true`) and diffed without starting a process.
+
+One sweep config describes every kind of grid by combining four optional parts:
+  axes       override key -> list of values, crossed (grid; IsoFLOP sizes; seeds)
+  variants   name -> overrides, one factor at a time against `base` (ablation)
+  budgets    compute budgets C; each point gets D = C / (6 N) from the factory's N (IsoFLOP)
+  wsd        token budgets reached by decay branches off one stable WSD run per point
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+# Keys the size ladder chooses itself: sweeping them next to `model.size` is ambiguous.
+LADDER_KEYS = ("model.n_layers", "model.d_model")
+TOKENS_KEY = "train.tokens"
+SIZE_KEY = "model.size"
+SPEC_FIELDS = {"axes", "variants", "budgets", "wsd", "fixed"}
+
+
+class PlanError(ValueError):
+    """A sweep config that cannot be planned (conflicting axes, bad field); raised before any work."""
+
+
+def format_value(value: Any) -> str:
+    """Hydra override text for a value: 3e6 -> 3000000, lists -> [a,b], None -> null."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer() and abs(value) >= 1:
+        return str(int(value))
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(format_value(v) for v in value) + "]"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What to cross. `fixed` holds overrides shared by every point (e.g. data.vocab_size)."""
+
+    name: str
+    axes: dict[str, list[Any]] = field(default_factory=dict)
+    variants: dict[str, dict[str, Any]] = field(default_factory=lambda: {"base": {}})
+    budgets: list[float] = field(default_factory=list)
+    wsd_tokens: list[float] = field(default_factory=list)
+    wsd_decay: float = 0.2
+    fixed: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        parts = ["isoflop" if self.budgets else "wsd" if self.wsd_tokens else "grid"]
+        if set(self.variants) != {"base"}:
+            parts.append("ablation")
+        return "+".join(parts)
+
+    @classmethod
+    def from_dict(cls, name: str, d: Mapping[str, Any]) -> SweepSpec:
+        """Build from the plan fields of `cfg.sweep` (a plain dict); unknown fields are ignored
+        here because execution settings (jobs, dry_run...) live next to them."""
+        axes = dict(d.get("axes") or {})
+        for key, values in axes.items():
+            if not isinstance(values, (list, tuple)) or not values:
+                raise PlanError(
+                    f"sweep.axes.{key}: expected a non-empty list of values, got {values!r}"
+                )
+        variants = {str(k): dict(v or {}) for k, v in (d.get("variants") or {"base": {}}).items()}
+        budgets = [float(c) for c in (d.get("budgets") or [])]
+        if any(c <= 0 for c in budgets):
+            raise PlanError(f"sweep.budgets: compute budgets must be positive FLOPs, got {budgets}")
+        wsd = dict(d.get("wsd") or {})
+        unknown = set(wsd) - {"tokens", "decay"}
+        if unknown:
+            raise PlanError(
+                f"sweep.wsd: unknown field(s) {sorted(unknown)}; allowed: tokens, decay"
+            )
+        wsd_tokens = sorted(float(t) for t in (wsd.get("tokens") or []))
+        decay = float(wsd.get("decay", 0.2))
+        if not 0.0 < decay < 1.0:
+            raise PlanError(f"sweep.wsd.decay: expected a fraction in (0, 1), got {decay}")
+        spec = cls(
+            name=name,
+            axes={k: list(v) for k, v in axes.items()},
+            variants=variants,
+            budgets=budgets,
+            wsd_tokens=wsd_tokens,
+            wsd_decay=decay,
+            fixed=dict(d.get("fixed") or {}),
+        )
+        return spec
+
+    def check_conflicts(self, cli_keys: Sequence[str] = ()) -> None:
+        """Fail before anything starts when two sources set the same knob ambiguously."""
+        swept = list(self.axes)
+        sources: dict[str, str] = {}
+        for key in swept:
+            sources[key] = "sweep.axes"
+        for key in self.fixed:
+            if key in sources:
+                raise PlanError(f"{key} is both swept (sweep.axes) and fixed (sweep.fixed)")
+            sources[key] = "sweep.fixed"
+        for key in cli_keys:
+            if key in sources:
+                raise PlanError(
+                    f"{key} is set on the command line but {sources[key]} of sweep '{self.name}' "
+                    "already sets it; drop one of them"
+                )
+            sources[key] = "the command line"
+        for vname, over in self.variants.items():
+            for key in over:
+                if key in sources:
+                    raise PlanError(
+                        f"ablation variant '{vname}' overrides {key}, which {sources[key]} "
+                        "already sets; a variant must change an axis nobody else sweeps"
+                    )
+        all_keys = set(sources) | {k for over in self.variants.values() for k in over}
+        if SIZE_KEY in all_keys:
+            clash = sorted(k for k in LADDER_KEYS if k in all_keys)
+            if clash:
+                raise PlanError(
+                    f"{SIZE_KEY} and {', '.join(clash)} are both set: the size ladder chooses "
+                    "the shape from model.size; sweep either sizes or explicit shapes"
+                )
+        if self.budgets and self.wsd_tokens:
+            raise PlanError("sweep.budgets (IsoFLOP) and sweep.wsd (branches) cannot be combined")
+        if (self.budgets or self.wsd_tokens) and TOKENS_KEY in all_keys:
+            what = "sweep.budgets" if self.budgets else "sweep.wsd.tokens"
+            raise PlanError(
+                f"{TOKENS_KEY} is set by {sources.get(TOKENS_KEY, 'a variant')} but {what} "
+                "already determines every point's token budget"
+            )
+        if self.wsd_tokens and any("train.schedule" in o for o in [self.fixed, self.axes]):
+            raise PlanError("sweep.wsd sets train.schedule=wsd itself; remove train.schedule")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One training run before resolution: overrides plus what the plan needs to know."""
+
+    overrides: tuple[str, ...]
+    variant: str = "base"
+    budget: float | None = None  # IsoFLOP compute budget C (FLOPs)
+    phase: str = "run"  # run | stable | branch
+    # stable: the budgets branching off it; branch: its own budget
+    branch_tokens: tuple[float, ...] = ()
+    stable_index: int | None = None  # for branches: index of the stable point they start from
+
+
+def expand(spec: SweepSpec) -> list[Point]:
+    """Cross variants x axes (x budgets) into points; WSD turns each into stable + branches.
+    Token budgets for IsoFLOP points are filled in by `resolve`, which knows N."""
+    fixed = [f"{k}={format_value(v)}" for k, v in spec.fixed.items()]
+    keys = list(spec.axes)
+    combos = list(itertools.product(*(spec.axes[k] for k in keys))) if keys else [()]
+    points: list[Point] = []
+    for vname, vover in spec.variants.items():
+        variant = [f"{k}={format_value(v)}" for k, v in vover.items()]
+        for combo in combos:
+            base = tuple(fixed + variant + [f"{k}={format_value(v)}" for k, v in zip(keys, combo)])
+            if spec.budgets:
+                points += [Point(base, vname, budget=c) for c in spec.budgets]
+            elif spec.wsd_tokens:
+                points += _wsd_points(spec, base, vname, first_index=len(points))
+            else:
+                points.append(Point(base, vname))
+    return points
+
+
+def branch_start(tokens: float, decay: float, batch_tokens: int) -> int:
+    """Token count where the decay branch for budget D leaves the stable run: (1 - decay) * D,
+    rounded down to whole batches so the stable run saves exactly there (Hägele et al. 2024)."""
+    return int((1.0 - decay) * tokens // batch_tokens) * batch_tokens
+
+
+def _wsd_points(
+    spec: SweepSpec, base: tuple[str, ...], vname: str, first_index: int
+) -> list[Point]:
+    """The stable run trains the largest budget (decaying at its end, so it *is* that budget's
+    run) and saves checkpoints where the smaller budgets branch off (added by `resolve`, which
+    knows the batch size). Each branch starts from one of them and decays to its own budget."""
+    *smaller, largest = spec.wsd_tokens
+    wsd = ("train.schedule=wsd", f"train.decay_fraction={format_value(spec.wsd_decay)}")
+    stable = Point(
+        base + wsd + (f"{TOKENS_KEY}={format_value(largest)}",),
+        vname,
+        phase="stable",
+        branch_tokens=tuple(smaller),
+    )
+    branches = [
+        Point(
+            base + wsd + (f"{TOKENS_KEY}={format_value(d)}",),
+            vname,
+            phase="branch",
+            branch_tokens=(d,),
+            stable_index=first_index,
+        )
+        for d in smaller
+    ]
+    return [stable, *branches]
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What composing one point's config tells the plan (see `sweeps.sweep_config.facts`)."""
+
+    run_key: str
+    arch: str
+    n_layers: int
+    d_model: int
+    n_params: int
+    n_params_nonembed: int
+    flops_per_token: float  # exact fwd+bwd FLOPs per training token
+    tokens: float  # the composed train.tokens
+    batch_tokens: int
+
+
+# overrides -> facts; raises ValueError when the factory cannot build the config (e.g. a size
+# the ladder cannot reach), which becomes the point's skip reason.
+Resolver = Callable[[Sequence[str]], RunFacts]
+# (stable run key, token count) -> checkpoint path a WSD branch starts from
+CheckpointPath = Callable[[str, int], str]
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    index: int
+    overrides: tuple[str, ...]
+    variant: str
+    phase: str
+    facts: RunFacts | None
+    budget: float | None = None
+    tokens_trained: float = 0.0  # tokens this process trains (a branch trains only its decay)
+    stable_index: int | None = None
+    est_s: float = 0.0
+    skip: str | None = None  # why this point will not run
+
+    @property
+    def run_key(self) -> str:
+        return self.facts.run_key if self.facts else ""
+
+    @property
+    def n(self) -> int:
+        return self.facts.n_params_nonembed if self.facts else 0
+
+    @property
+    def d(self) -> float:
+        return self.facts.tokens if self.facts else 0.0
+
+    @property
+    def c(self) -> float:
+        """6 N D of the run as logged (a branch counts its shared stable prefix too)."""
+        return 6.0 * self.n * self.d
+
+    @property
+    def c_spent(self) -> float:
+        """6 N x tokens this process actually trains: what the sweep pays for this point."""
+        return 6.0 * self.n * self.tokens_trained
+
+
+def resolve(
+    spec: SweepSpec,
+    points: Sequence[Point],
+    facts_of: Resolver,
+    checkpoint_path: CheckpointPath,
+    flops_per_sec: float,
+    overhead_s: float = 0.0,
+) -> list[PlannedRun]:
+    """Compose every point: exact N, the IsoFLOP token budget, run key, estimated time."""
+    runs: list[PlannedRun] = []
+    seen: dict[str, int] = {}
+    for i, p in enumerate(points):
+        run = _resolve_one(spec, i, p, runs, facts_of, checkpoint_path)
+        if run.facts and not run.skip:
+            if run.run_key in seen:
+                run = replace(run, skip=f"same config as point #{seen[run.run_key]}")
+            else:
+                seen[run.run_key] = i
+                est = run.facts.flops_per_token * run.tokens_trained / flops_per_sec + overhead_s
+                run = replace(run, est_s=est)
+        runs.append(run)
+    return runs
+
+
+def _resolve_one(
+    spec: SweepSpec,
+    i: int,
+    p: Point,
+    done: Sequence[PlannedRun],
+    facts_of: Resolver,
+    checkpoint_path: CheckpointPath,
+) -> PlannedRun:
+    run = PlannedRun(
+        i, p.overrides, p.variant, p.phase, None, p.budget, stable_index=p.stable_index
+    )
+    overrides = p.overrides
+    try:
+        if p.budget is not None:
+            shape = facts_of(overrides)  # N does not depend on D
+            exact_d = p.budget / (6.0 * shape.n_params_nonembed)
+            if exact_d < shape.batch_tokens:
+                return replace(
+                    run,
+                    facts=shape,
+                    skip=f"D = C/(6N) = {exact_d:.3g} tokens is below one batch "
+                    f"({shape.batch_tokens} tokens)",
+                )
+            # whole batches, so the run trains exactly the planned D
+            d = round(exact_d / shape.batch_tokens) * shape.batch_tokens
+            overrides = overrides + (f"{TOKENS_KEY}={d}",)
+        start = 0
+        if p.phase == "branch":
+            stable = done[p.stable_index]
+            if stable.skip:
+                return replace(run, skip=f"its stable run #{stable.index} is skipped")
+            start = branch_start(p.branch_tokens[0], spec.wsd_decay, stable.facts.batch_tokens)
+            if start <= 0:
+                return replace(run, skip="its branch point (1 - decay) * D is below one batch")
+            overrides = overrides + (f"train.init_from={checkpoint_path(stable.run_key, start)}",)
+        facts = facts_of(overrides)
+    except ValueError as e:
+        return replace(run, skip=str(e).splitlines()[0])
+    if p.phase == "stable" and p.branch_tokens:
+        saves = [branch_start(d, spec.wsd_decay, facts.batch_tokens) for d in p.branch_tokens]
+        saves = [t for t in saves if t > 0]  # a branch below one batch is skipped instead
+        # not part of the run key: the stable run is the largest budget's ordinary WSD run
+        overrides = overrides + (f"train.save_at_tokens={format_value(saves)}",)
+    return replace(run, overrides=overrides, facts=facts, tokens_trained=facts.tokens - start)
+
+
+def wsd_compute(runs: Sequence[PlannedRun]) -> tuple[float, float]:
+    """(6ND FLOPs the WSD plan spends, FLOPs independent cosine runs of the same budgets would)."""
+    spent = sum(r.c_spent for r in runs if r.phase in ("stable", "branch") and not r.skip)
+    cosine = sum(r.c for r in runs if r.phase in ("stable", "branch") and not r.skip)
+    return spent, cosine
+
+
+def total_estimate(runs: Sequence[PlannedRun], jobs: int) -> float:
+    """Wall seconds for the runnable points on `jobs` parallel slots (longest-first packing)."""
+    slots = [0.0] * max(1, jobs)
+    for est in sorted((r.est_s for r in runs if not r.skip), reverse=True):
+        slots[slots.index(min(slots))] += est
+    return max(slots)
+
+
+def waves(runs: Sequence[PlannedRun]) -> list[list[PlannedRun]]:
+    """Launch order: everything without a dependency first, then WSD branches."""
+    first = [r for r in runs if r.phase != "branch"]
+    second = [r for r in runs if r.phase == "branch"]
+    return [w for w in (first, second) if w]
+
+
+def human_count(x: float) -> str:
+    """3.1M, 2.0e+13 style numbers for tables."""
+    if x == 0 or not math.isfinite(x):
+        return str(x)
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x:.3g}"
