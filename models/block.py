@@ -1,0 +1,38 @@
+"""Transformer blocks. Pre-LN and Post-LN differ only in where the norms sit, so they are two
+tiny subclasses of one module holding the same four sublayers."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from models.attention import CausalSelfAttention, KVCache
+from models.config import ModelConfig
+from models.positions import AttnInputs
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_idx: int):
+        from models.registry import MLPS, NORMS  # registry imports this module
+
+        super().__init__()
+        self.attn_norm = NORMS[cfg.norm](cfg)
+        self.attn = CausalSelfAttention(cfg, layer_idx)
+        self.mlp_norm = NORMS[cfg.norm](cfg)
+        self.mlp = MLPS[cfg.mlp](cfg)
+
+
+class PreNormBlock(Block):
+    """``x = x + F(LN(x))`` for F = attention, then MLP (GPT-2, Llama). Needs a final norm."""
+
+    def forward(self, x: torch.Tensor, pos: AttnInputs, cache: KVCache | None = None):
+        x = x + self.attn(self.attn_norm(x), pos, cache)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class PostNormBlock(Block):
+    """``x = LN(x + F(x))``: the classic Post-LN of Vaswani et al. 2017, exactly that."""
+
+    def forward(self, x: torch.Tensor, pos: AttnInputs, cache: KVCache | None = None):
+        x = self.attn_norm(x + self.attn(x, pos, cache))
+        return self.mlp_norm(x + self.mlp(x))

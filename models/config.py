@@ -1,0 +1,186 @@
+"""Typed model configuration: every architecture axis of scaling-lab in one dataclass.
+
+A config is plain data (YAML/JSON friendly). String knobs are ``Literal``-typed and checked in
+``__post_init__``, so a bad value fails at construction with one line naming the field and the
+allowed values. ``ModelConfig.from_dict`` additionally rejects unknown keys and accepts ``size``
+(a target non-embedding parameter count) which the size ladder turns into a shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+NormPosition = Literal["pre", "post"]
+Norm = Literal["layernorm", "rmsnorm"]
+PosEncoding = Literal["sinusoidal", "learned", "rope", "alibi", "none"]
+Mlp = Literal["gelu", "swiglu"]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A decoder-only causal Transformer LM.
+
+    Shape fields may be chosen by the size ladder instead: pass ``size`` to ``from_dict``.
+    """
+
+    vocab_size: int = 4096  # training overrides this from the tokenizer
+    max_seq_len: int = 256  # longest sequence; a hard limit for learned/sinusoidal positions
+    n_layers: int = 4
+    d_model: int = 128
+    n_heads: int = 4  # query heads; head_dim = d_model // n_heads
+    n_kv_heads: int | None = None  # None = n_heads (MHA); 1 = MQA; a divisor in between = GQA
+    d_ff: int | None = None  # MLP hidden width; None = default for `mlp` (see `ffn_dim`)
+    norm_position: NormPosition = "pre"  # pre: x + F(LN(x)), final norm; post: LN(x + F(x))
+    norm: Norm = "layernorm"
+    pos_encoding: PosEncoding = "learned"
+    rope_base: float = 10000.0  # RoPE theta; only used with pos_encoding=rope
+    mlp: Mlp = "gelu"
+    tie_embeddings: bool = True  # output head shares the token embedding matrix
+    bias: bool = True  # biases in every Linear and LayerNorm (never in the output head)
+    dropout: float = 0.0  # embedding, attention-probability and residual dropout (train only)
+    norm_eps: float = 1e-5
+    init_std: float = 0.02  # std of normal init; residual output projections / sqrt(2 n_layers)
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    # ----- derived quantities ---------------------------------------------------------------
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """Resolved number of key/value heads (``n_kv_heads`` with None meaning ``n_heads``)."""
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def ffn_dim(self) -> int:
+        """Resolved MLP hidden width (``d_ff`` or the default for the MLP type)."""
+        if self.d_ff is not None:
+            return self.d_ff
+        return default_d_ff(self.d_model, self.mlp, self.bias)
+
+    @property
+    def attention_kind(self) -> str:
+        """``mha``, ``mqa`` or ``gqa{q}`` where q = query heads per KV head."""
+        if self.kv_heads == self.n_heads:
+            return "mha"
+        if self.kv_heads == 1:
+            return "mqa"
+        return f"gqa{self.n_heads // self.kv_heads}"
+
+    @property
+    def arch(self) -> str:
+        """Size-independent architecture signature, e.g. ``pre-rmsnorm-rope-gqa2-swiglu``."""
+        parts = [self.norm_position, self.norm, self.pos_encoding, self.attention_kind, self.mlp]
+        return "-".join(parts)
+
+    # ----- (de)serialisation ------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ModelConfig:
+        """Build from a plain mapping (e.g. a resolved Hydra ``model`` group).
+
+        Unknown keys raise ``ValueError`` naming the key. ``size`` (a number, or None) asks the
+        size ladder for ``n_layers``, ``d_model``, ``n_heads`` and ``n_kv_heads``; the given shape
+        fields then only supply the attention grouping (MHA / GQA ratio / MQA) to keep.
+        """
+        d = dict(d)
+        size = d.pop("size", None)
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(d) - set(names))
+        if unknown:
+            raise ValueError(
+                f"unknown model config key {unknown[0]!r}; allowed keys: {', '.join(names + ['size'])}"
+            )
+        for name in _INT_FIELDS:  # `1e3` from YAML/CLI is a float: accept integral floats
+            v = d.get(name)
+            if isinstance(v, float) and v.is_integer():
+                d[name] = int(v)
+        cfg = cls(**d)
+        if size is None:
+            return cfg
+        if isinstance(size, bool) or not isinstance(size, (int, float)) or not size > 0:
+            raise ValueError(
+                f"size must be a positive number of non-embedding params, got {size!r}"
+            )
+        from models.ladder import config_for_size
+
+        return config_for_size(float(size), cfg)
+
+
+def default_d_ff(d_model: int, mlp: str, bias: bool) -> int:
+    """Default MLP width: 4*d for GELU; for SwiGLU the width giving the GELU twin's param count.
+
+    GELU MLP params: 2*d*4d (+ 4d + d biases). SwiGLU has three matrices, 3*d*f (+ 2f + d), so
+    f = (8d^2 + 4d*b) / (3d + 2b) with b = 1 if bias else 0, i.e. about 2/3 * 4d. We round to
+    a multiple of 8 (friendlier matmul shapes) when d_model >= 192, where that rounding moves the
+    MLP param count by at most 1.5/d < 0.8%; below that we round to the nearest integer.
+    """
+    if mlp == "gelu":
+        return 4 * d_model
+    b = 1 if bias else 0
+    exact = (8 * d_model * d_model + 4 * d_model * b) / (3 * d_model + 2 * b)
+    multiple = 8 if d_model >= 192 else 1
+    return max(multiple, multiple * round(exact / multiple))
+
+
+# ----- validation ---------------------------------------------------------------------------
+_INT_FIELDS = ("vocab_size", "max_seq_len", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff")
+_OPTIONAL_INT_FIELDS = ("n_kv_heads", "d_ff")
+
+
+def _choices(name: str) -> tuple[str, ...] | None:
+    hint = typing.get_type_hints(ModelConfig)[name]
+    return typing.get_args(hint) if typing.get_origin(hint) is Literal else None
+
+
+def _validate(c: ModelConfig) -> None:
+    for name in _INT_FIELDS:
+        v = getattr(c, name)
+        if v is None and name in _OPTIONAL_INT_FIELDS:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            allowed = "a positive integer" + (" or null" if name in _OPTIONAL_INT_FIELDS else "")
+            raise ValueError(f"{name} must be {allowed}, got {v!r}")
+    for f in dataclasses.fields(c):
+        choices = _choices(f.name)
+        v = getattr(c, f.name)
+        if choices is not None and v not in choices:
+            allowed = ", ".join(repr(x) for x in choices)
+            raise ValueError(f"{f.name} must be one of {allowed}; got {v!r}")
+    for name in ("tie_embeddings", "bias"):
+        if not isinstance(getattr(c, name), bool):
+            raise ValueError(f"{name} must be true or false, got {getattr(c, name)!r}")
+    for name in ("rope_base", "norm_eps", "init_std"):
+        v = getattr(c, name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise ValueError(f"{name} must be a positive number, got {v!r}")
+    if isinstance(c.dropout, bool) or not isinstance(c.dropout, (int, float)):
+        raise ValueError(f"dropout must be a number in [0, 1), got {c.dropout!r}")
+    if not 0.0 <= c.dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {c.dropout!r}")
+    if c.d_model % c.n_heads != 0:
+        divisors = [h for h in range(1, c.d_model + 1) if c.d_model % h == 0]
+        raise ValueError(
+            f"n_heads ({c.n_heads}) must divide d_model ({c.d_model}); allowed n_heads: "
+            f"{', '.join(map(str, divisors[:12]))}{' ...' if len(divisors) > 12 else ''}"
+        )
+    if c.n_heads % c.kv_heads != 0:
+        divisors = [k for k in range(1, c.n_heads + 1) if c.n_heads % k == 0]
+        raise ValueError(
+            f"n_kv_heads ({c.kv_heads}) must divide n_heads ({c.n_heads}); allowed n_kv_heads: "
+            f"{', '.join(map(str, divisors))}"
+        )
+    if c.pos_encoding == "rope" and c.head_dim % 2 != 0:
+        raise ValueError(
+            f"head_dim = d_model / n_heads = {c.head_dim} must be even with pos_encoding='rope' "
+            "(rotary pairs dimensions); change d_model or n_heads"
+        )

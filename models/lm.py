@@ -1,0 +1,121 @@
+"""The decoder-only causal language model.
+
+Parameter names (the layout an exporter maps from):
+
+- ``tok_emb.weight`` (vocab_size, d_model); ``lm_head.weight`` is the same tensor when
+  ``tie_embeddings`` (the state dict then holds both names, sharing storage).
+- ``pos.table.weight`` (max_seq_len, d_model) for learned positions only; sinusoidal, RoPE and
+  ALiBi tables are non-persistent buffers.
+- ``blocks.{i}.attn_norm``, ``blocks.{i}.attn.qkv`` (fused, see ``CausalSelfAttention``),
+  ``blocks.{i}.attn.proj``, ``blocks.{i}.mlp_norm``, ``blocks.{i}.mlp.fc`` / ``.proj`` (GELU) or
+  ``blocks.{i}.mlp.gate_up`` (fused, see ``SwiGLUMLP``) / ``.proj``.
+- ``final_norm`` (Pre-LN only; Post-LN blocks already end in a norm), ``lm_head`` (no bias).
+
+Initialisation: every Linear and Embedding weight ~ N(0, init_std); the residual output
+projections (``attn.proj``, ``mlp.proj``) ~ N(0, init_std / sqrt(2 * n_layers)) (GPT-2) so the
+residual stream's variance does not grow with depth; biases 0; norm gains 1.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from models.attention import KVCache
+from models.config import ModelConfig
+from models.registry import BLOCKS, NORMS, POSITIONS
+
+
+class TransformerLM(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos = POSITIONS[cfg.pos_encoding](cfg)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(BLOCKS[cfg.norm_position](cfg, i) for i in range(cfg.n_layers))
+        self.final_norm = NORMS[cfg.norm](cfg) if cfg.norm_position == "pre" else nn.Identity()
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.tok_emb.weight
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        std = self.cfg.init_std
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+        for block in self.blocks:
+            for proj in (block.attn.proj, block.mlp.proj):
+                nn.init.normal_(proj.weight, mean=0.0, std=std / math.sqrt(2 * self.cfg.n_layers))
+
+    def _trunk(self, idx: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
+        T = idx.shape[1]
+        start = 0 if cache is None else cache.length
+        h = self.pos.add_to_embeddings(self.tok_emb(idx), start)  # (B, T, d)
+        h = self.drop(h)
+        pos = self.pos.attention_inputs(T, start, idx.device)  # shared by every layer
+        for block in self.blocks:
+            h = block(h, pos, cache)
+        return self.final_norm(h)
+
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """idx (B, T) token ids -> logits (B, T, vocab_size) and, given targets (B, T), the mean
+        next-token cross-entropy (targets == -100 are ignored); loss is None without targets."""
+        logits = self.lm_head(self._trunk(idx, None))
+        if targets is None:
+            return logits, None
+        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+        return logits, loss
+
+    def forward_cached(self, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Logits (B, T, vocab) for tokens that follow the ``cache.length`` cached positions;
+        appends their keys and values to ``cache``. Equals the full forward's last T rows."""
+        return self.lm_head(self._trunk(idx, cache))
+
+    def new_cache(self) -> KVCache:
+        return KVCache(self.cfg.n_layers)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        idx: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """Extend idx (B, T) by max_new_tokens sampled tokens using a KV cache.
+
+        temperature 0 means greedy decoding. Call ``model.eval()`` first to disable dropout.
+        With learned or sinusoidal positions, T + max_new_tokens must not exceed max_seq_len.
+        """
+        cache = self.new_cache()
+        logits = self.forward_cached(idx, cache)[:, -1]  # (B, vocab)
+        for step in range(max_new_tokens):
+            if temperature == 0:
+                next_id = logits.argmax(dim=-1, keepdim=True)
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                probs = F.softmax(logits, dim=-1)
+                next_id = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+            idx = torch.cat([idx, next_id], dim=1)
+            if step < max_new_tokens - 1:  # the last token needs no logits
+                logits = self.forward_cached(next_id, cache)[:, -1]
+        return idx
+
+
+def build_model(cfg: ModelConfig) -> TransformerLM:
+    """Instantiate (on CPU, float32) the model a config describes."""
+    return TransformerLM(cfg)

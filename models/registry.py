@@ -1,0 +1,26 @@
+"""Config strings -> classes. Keys equal the ``Literal`` choices in ``models.config`` (tested),
+so the model code never branches on strings."""
+
+from __future__ import annotations
+
+from models.block import PostNormBlock, PreNormBlock
+from models.mlp import GeluMLP, SwiGLUMLP
+from models.norms import LayerNorm, RMSNorm
+from models.positions import (
+    AlibiPositions,
+    LearnedPositions,
+    NoPositions,
+    RotaryPositions,
+    SinusoidalPositions,
+)
+
+NORMS = {"layernorm": LayerNorm, "rmsnorm": RMSNorm}
+MLPS = {"gelu": GeluMLP, "swiglu": SwiGLUMLP}
+POSITIONS = {
+    "sinusoidal": SinusoidalPositions,
+    "learned": LearnedPositions,
+    "rope": RotaryPositions,
+    "alibi": AlibiPositions,
+    "none": NoPositions,
+}
+BLOCKS = {"pre": PreNormBlock, "post": PostNormBlock}
