@@ -1,0 +1,302 @@
+"""Typed configs for one training run: `data`, `train`, `tracking`, `paths`.
+
+The Hydra YAML files in `conf/` are plain data; these dataclasses declare every field with its
+type and allowed values, so a wrong override fails at load time with one line naming the field
+(gpt-neox style), before any data or model work. `from_dict` rejects unknown keys, converts token
+counts written as floats (`2e6`) to ints and refuses non-integral ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+
+class ConfigError(ValueError):
+    """A user-facing configuration error; the message names the field and the allowed values."""
+
+
+def as_int(value: Any, name: str) -> int:
+    """An integer, accepting integral floats such as `2e6` (YAML/CLI read them as float)."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{name}: expected an integer, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise ConfigError(f"{name}: expected an integer, got {value!r}") from None
+    if isinstance(value, float) and math.isfinite(value) and value == int(value):
+        return int(value)
+    raise ConfigError(f"{name}: expected an integer (e.g. 2e6), got {value!r}")
+
+
+def _coerce(value: Any, tp: Any, name: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(value, arg, name)
+            except ConfigError as e:
+                errors.append(str(e))
+        if len(errors) == 1:
+            raise ConfigError(errors[0])
+        reasons = "; or ".join(e.split(": ", 1)[1] for e in errors)
+        raise ConfigError(f"{name}: {value!r} is not valid: {reasons}")
+    if origin is Literal:
+        if value in args:
+            return value
+        allowed = ", ".join(repr(a) for a in args)
+        raise ConfigError(f"{name}: {value!r} is not allowed; choose one of {allowed}")
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{name}: expected a list, got {value!r}")
+        return [_coerce(v, args[0], f"{name}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{name}: expected a mapping, got {value!r}")
+        return {str(k): _coerce(v, args[1], f"{name}.{k}") for k, v in value.items()}
+    if tp is int:
+        return as_int(value, name)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ConfigError(f"{name}: expected a number, got {value!r}")
+        try:
+            return float(value)
+        except ValueError:
+            raise ConfigError(f"{name}: expected a number, got {value!r}") from None
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{name}: expected true or false, got {value!r}")
+        return value
+    if tp is str:
+        if isinstance(value, (dict, list)) or value is None:
+            raise ConfigError(f"{name}: expected a string, got {value!r}")
+        return str(value)
+    raise TypeError(f"unsupported field type {tp} for {name}")
+
+
+class _Section:
+    """Mixin: `from_dict` with unknown-key and type checks; `to_dict` for logging."""
+
+    _section: str = ""
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> _Section:
+        d = dict(d or {})
+        hints = typing.get_type_hints(cls)
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(d) - set(names))
+        if unknown:
+            raise ConfigError(
+                f"{cls._section}.{unknown[0]}: unknown key; known keys: {', '.join(names)}"
+            )
+        kwargs = {k: _coerce(v, hints[k], f"{cls._section}.{k}") for k, v in d.items()}
+        obj = cls(**kwargs)
+        obj.validate()
+        return obj
+
+    def validate(self) -> None:
+        pass
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _positive(section: str, obj: Any, *names: str) -> None:
+    for n in names:
+        if getattr(obj, n) is not None and getattr(obj, n) <= 0:
+            raise ConfigError(f"{section}.{n}: must be > 0, got {getattr(obj, n)!r}")
+
+
+@dataclass
+class DataConfig(_Section):
+    _section = "data"
+    source: Literal["stdlib", "text", "hf"] = "stdlib"
+    path: str | None = None  # text: a .txt/.jsonl file or a directory of them
+    text_field: str = "text"  # jsonl / hf: the field holding the document text
+    doc_separator: str = "<|endoftext|>"  # text: splits a .txt file into documents
+    name: str | None = None  # hf: dataset name or builder ("json", "roneneldan/TinyStories")
+    config: str | None = None  # hf: dataset config name
+    split: str = "train"  # hf: split, slicing allowed ("train[:10000]")
+    data_files: str | None = None  # hf: local data files for builders such as "json"
+    from_disk: str | None = None  # hf: a dataset saved with save_to_disk (overrides name)
+    val_fraction: float = 0.05  # share of documents in the validation split
+    tokenizer: Literal["bpe", "byte"] = "bpe"
+    vocab_size: int = 4096  # bpe only; byte is always 256
+    tokenizer_train_chars: int = 50_000_000  # BPE is trained on at most this many characters
+    eval_tokens: int = 65536  # validation tokens, fixed windows from the start of val
+
+    def validate(self) -> None:
+        if self.source == "text" and not self.path:
+            raise ConfigError("data.path: required when data.source=text (a file or directory)")
+        if self.source == "hf" and not (self.name or self.from_disk):
+            raise ConfigError("data.name: required when data.source=hf (or set data.from_disk)")
+        if not 0.0 < self.val_fraction < 1.0:
+            raise ConfigError(f"data.val_fraction: must be in (0, 1), got {self.val_fraction}")
+        if self.tokenizer == "bpe" and not 257 <= self.vocab_size <= 2**32 - 1:
+            raise ConfigError(f"data.vocab_size: must be >= 257 for bpe, got {self.vocab_size}")
+        _positive("data", self, "eval_tokens", "tokenizer_train_chars")
+
+
+@dataclass
+class TrainConfig(_Section):
+    _section = "train"
+    tokens: int = 2_000_000  # training budget D (tokens)
+    batch_tokens: int = 16384  # tokens per optimizer step, all processes together
+    seq_len: int = 256
+    micro_batch: int | None = None  # sequences per forward per process; None = no accumulation
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1
+    warmup: float = 0.02  # < 1: fraction of the run's steps; >= 1: steps
+    schedule: Literal["cosine", "wsd", "constant"] = "cosine"
+    decay_fraction: float = 0.2  # wsd: decay over the last fraction of the run
+    decay_start_tokens: int | None = None  # wsd: explicit decay start (tokens); see docs
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    grad_clip: float = 1.0  # 0 disables clipping
+    label_smoothing: float = 0.0
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # auto: fp32 CPU, bf16 GPU
+    compile: bool = False
+    seed: int = 0
+    eval_every: int = 100  # steps
+    log_every: int = 10  # steps between metric flushes / progress lines
+    checkpoint_every: int = 200  # steps; 0 disables periodic checkpoints
+    save_at_tokens: list[int] = field(default_factory=list)  # named branch checkpoints
+    init_from: str | None = None  # start a NEW run from a save_at_tokens checkpoint
+    resume: Union[bool, Literal["auto"]] = "auto"  # noqa: UP007
+    progress: Literal["auto", "bar", "plain", "none"] = "auto"
+    peak_flops: float | None = None  # per device, for MFU; None: measured matmul peak
+    save_final_checkpoint: bool = False  # log the final weights as an MLflow artifact
+
+    def validate(self) -> None:
+        _positive("train", self, "tokens", "batch_tokens", "seq_len", "micro_batch", "lr")
+        _positive("train", self, "eval_every", "log_every", "peak_flops")
+        if self.batch_tokens % self.seq_len:
+            raise ConfigError(
+                f"train.batch_tokens: {self.batch_tokens} is not a multiple of "
+                f"train.seq_len={self.seq_len}"
+            )
+        if self.warmup < 0:
+            raise ConfigError(f"train.warmup: must be >= 0, got {self.warmup}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ConfigError(f"train.min_lr_ratio: must be in [0, 1], got {self.min_lr_ratio}")
+        if not 0.0 <= self.decay_fraction <= 1.0:
+            raise ConfigError(f"train.decay_fraction: must be in [0, 1], got {self.decay_fraction}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(
+                f"train.label_smoothing: must be in [0, 1), got {self.label_smoothing}"
+            )
+        if self.checkpoint_every < 0:
+            raise ConfigError(f"train.checkpoint_every: must be >= 0, got {self.checkpoint_every}")
+        for t in self.save_at_tokens:
+            if not 0 < t <= self.tokens:
+                raise ConfigError(f"train.save_at_tokens: {t} is outside (0, train.tokens]")
+
+
+@dataclass
+class TrackingConfig(_Section):
+    _section = "tracking"
+    uri: str | None = None  # None: $MLFLOW_TRACKING_URI or sqlite:///<project root>/mlruns.db
+    experiment: str = "scaling-lab"
+    parent_run_id: str | None = None
+    run_name: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)  # extra tags (sweep, variant, ...)
+
+
+@dataclass
+class PathsConfig(_Section):
+    _section = "paths"
+    runs_dir: str | None = None  # None: $SCALING_LAB_RUNS_DIR or <project root>/runs
+    cache_dir: str | None = None  # None: $SCALING_LAB_CACHE_DIR or <project root>/.cache/data
+
+
+SECTIONS = {
+    "data": DataConfig,
+    "train": TrainConfig,
+    "tracking": TrackingConfig,
+    "paths": PathsConfig,
+}
+
+
+@dataclass
+class RunSpec:
+    """A fully resolved and validated training run (no data or model built yet)."""
+
+    model: Any  # models.ModelConfig with the ladder applied, vocab/seq_len filled in
+    model_size: float | None  # the `model.size` asked for, if any
+    data: DataConfig
+    train: TrainConfig
+    tracking: TrackingConfig
+    paths: PathsConfig
+    run_key: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved config (what is logged as params and as config.yaml)."""
+        model = {**self.model.to_dict(), "size": self.model_size}
+        return {
+            "model": model,
+            "data": self.data.to_dict(),
+            "train": self.train.to_dict(),
+            "tracking": self.tracking.to_dict(),
+            "paths": self.paths.to_dict(),
+        }
+
+
+def planned_vocab_size(data: DataConfig) -> int:
+    """The model's vocab size before the tokenizer exists: 256 for bytes, else data.vocab_size."""
+    return 256 if data.tokenizer == "byte" else data.vocab_size
+
+
+def build_model_config(model_section: dict, vocab_size: int, seq_len: int):
+    """ModelConfig from the `model` group, with vocab_size from the tokenizer and
+    max_seq_len = train.seq_len. Raises ConfigError naming the model field."""
+    from models.config import ModelConfig
+
+    d = {**model_section, "vocab_size": vocab_size, "max_seq_len": seq_len}
+    try:
+        return ModelConfig.from_dict(d)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"model: {e}") from None
+
+
+def resolve_config(cfg: Any) -> RunSpec:
+    """Validate a composed config (DictConfig or dict with model/data/train/tracking/paths) and
+    compute its run key. Fails with ConfigError before any data or model work."""
+    from sweeps.keys import run_key
+
+    if not isinstance(cfg, dict):
+        from omegaconf import OmegaConf
+
+        cfg = OmegaConf.to_container(cfg, resolve=True)
+    cfg = {k: v for k, v in cfg.items() if k != "hydra"}
+    unknown = sorted(set(cfg) - set(SECTIONS) - {"model"})
+    if unknown:
+        raise ConfigError(
+            f"{unknown[0]}: unknown config section; known: model, {', '.join(SECTIONS)}"
+        )
+    sections = {name: cls.from_dict(cfg.get(name)) for name, cls in SECTIONS.items()}
+    data, train = sections["data"], sections["train"]
+    model_section = dict(cfg.get("model") or {})
+    model = build_model_config(model_section, planned_vocab_size(data), train.seq_len)
+    size = model_section.get("size")
+    payload = {"model": model.to_dict(), "data": data.to_dict(), "train": train.to_dict()}
+    return RunSpec(
+        model=model,
+        model_size=None if size is None else float(size),
+        run_key=run_key(payload),
+        **sections,
+    )

@@ -1,0 +1,411 @@
+"""Offline corpora, tokenizers, cached token memmaps and batch sampling.
+
+Pipeline: documents (stdlib / text / hf) -> train/val split by a deterministic hash of each
+document's key -> tokenizer (byte-level BPE trained on the train split, or raw bytes) -> two
+flat token streams (documents joined by an end-of-text id) saved as uint16/uint32 files.
+
+The cache folder is keyed by the corpus fingerprint and every setting that changes the token
+streams, and is built in a temporary folder that is renamed into place: two processes racing
+to build it both succeed, one rename wins, nobody reads a half-written cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import shutil
+import sysconfig
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sweeps.config import ConfigError, DataConfig
+
+log = logging.getLogger(__name__)
+
+CACHE_FORMAT = 1  # bump when the cache layout or the tokenization changes
+EOT = "<|endoftext|>"
+BYTE_EOT_ID = 0  # byte tokenizer: NUL separates documents (absent from text corpora)
+STDLIB_EXCLUDED_DIRS = {
+    "test",
+    "tests",
+    "idle_test",
+    "site-packages",
+    "dist-packages",
+    "__pycache__",
+}
+MIN_DOCS_FOR_FILE_SPLIT = 50  # fewer documents than this: split by ~CHUNK_CHARS chunks instead
+CHUNK_CHARS = 4096
+
+
+# ---------------------------------------------------------------- documents and fingerprints
+@dataclass
+class Corpus:
+    """Documents as (key, text) pairs in a fixed order, and a fingerprint of their content."""
+
+    fingerprint: str
+    description: str
+    documents: list[tuple[str, str]]
+
+
+def _sha(parts: Iterable[str]) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode("utf-8", "surrogatepass"))
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def stdlib_files() -> list[tuple[str, Path]]:
+    """The running Python's stdlib .py files (no test suites, no site-packages), sorted."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = []
+    for p in root.rglob("*.py"):
+        rel = p.relative_to(root)
+        if not STDLIB_EXCLUDED_DIRS.intersection(rel.parts[:-1]):
+            files.append((rel.as_posix(), p))
+    return sorted(files)
+
+
+def load_stdlib() -> Corpus:
+    docs = [(rel, p.read_text(encoding="utf-8", errors="replace")) for rel, p in stdlib_files()]
+    digest = _sha(s for doc in docs for s in doc)[:12]
+    return Corpus(
+        f"stdlib-py{platform.python_version()}-{digest}",
+        f"Python {platform.python_version()} stdlib, {len(docs)} files",
+        docs,
+    )
+
+
+def _jsonl_docs(path: Path, rel: str, text_field: str) -> Iterator[tuple[str, str]]:
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            if text_field not in record:
+                raise ConfigError(
+                    f"data.text_field: {text_field!r} not in {path}:{lineno}; "
+                    f"fields: {', '.join(sorted(record))}"
+                )
+            yield f"{rel}:{lineno}", str(record[text_field])
+
+
+def load_text(cfg: DataConfig) -> Corpus:
+    root = Path(cfg.path).expanduser().resolve()
+    if root.is_file():
+        files = [root]
+    elif root.is_dir():
+        files = sorted(p for p in root.rglob("*") if p.suffix in (".txt", ".jsonl"))
+    else:
+        raise ConfigError(f"data.path: {cfg.path} does not exist (a .txt/.jsonl file or a folder)")
+    if not files or any(p.suffix not in (".txt", ".jsonl") for p in files):
+        raise ConfigError(f"data.path: {cfg.path} holds no .txt or .jsonl files")
+    docs: list[tuple[str, str]] = []
+    for p in files:
+        rel = p.name if root.is_file() else p.relative_to(root).as_posix()
+        if p.suffix == ".jsonl":
+            docs.extend(_jsonl_docs(p, rel, cfg.text_field))
+        else:
+            parts = p.read_text(encoding="utf-8", errors="replace").split(cfg.doc_separator)
+            docs.extend((f"{rel}:{i}", t) for i, t in enumerate(parts) if t.strip())
+    digest = _sha(s for doc in docs for s in doc)[:12]
+    return Corpus(f"text-{digest}", f"{root} ({len(files)} files, {len(docs)} docs)", docs)
+
+
+def load_hf(cfg: DataConfig) -> Corpus:
+    """A Hugging Face dataset: hub name (online), a builder with local data_files, or a folder
+    written by `save_to_disk` (`data.from_disk`)."""
+    import datasets
+
+    if cfg.from_disk:
+        ds = datasets.load_from_disk(cfg.from_disk)
+        if isinstance(ds, datasets.DatasetDict):
+            if cfg.split not in ds:
+                raise ConfigError(
+                    f"data.split: {cfg.split!r} not in {cfg.from_disk}; have {list(ds)}"
+                )
+            ds = ds[cfg.split]
+        origin = f"disk:{Path(cfg.from_disk).resolve()}"
+    else:
+        ds = datasets.load_dataset(cfg.name, cfg.config, split=cfg.split, data_files=cfg.data_files)
+        origin = f"{cfg.name}/{cfg.config}"
+    if cfg.text_field not in ds.column_names:
+        raise ConfigError(
+            f"data.text_field: {cfg.text_field!r} not in the dataset; columns: {ds.column_names}"
+        )
+    # datasets' own fingerprint identifies content + processing without reading every row.
+    digest = _sha([origin, cfg.split, cfg.text_field, ds._fingerprint])[:12]
+    docs = [(str(i), t) for i, t in enumerate(ds[cfg.text_field])]
+    return Corpus(f"hf-{digest}", f"{origin} [{cfg.split}] ({len(docs)} docs)", docs)
+
+
+def load_corpus(cfg: DataConfig) -> Corpus:
+    loader = {"stdlib": lambda c: load_stdlib(), "text": load_text, "hf": load_hf}[cfg.source]
+    corpus = loader(cfg)
+    if not corpus.documents:
+        raise ConfigError(f"data.source={cfg.source}: the corpus is empty")
+    return corpus
+
+
+def _is_val(key: str, val_fraction: float) -> bool:
+    h = int.from_bytes(hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()[:8], "big")
+    return h / 2**64 < val_fraction
+
+
+def split_documents(
+    docs: list[tuple[str, str]], val_fraction: float
+) -> tuple[list[str], list[str]]:
+    """Deterministic train/val split by hash of each document's key (file path, record index).
+
+    A corpus of few documents (e.g. one .txt file) is first cut into ~4 KB chunks at line
+    boundaries so that both splits get text.
+    """
+    if len(docs) < MIN_DOCS_FOR_FILE_SPLIT:
+        docs = [piece for doc in docs for piece in _chunks(*doc)]
+    train, val = [], []
+    for key, text in docs:
+        (val if _is_val(key, val_fraction) else train).append(text)
+    if not train or not val:
+        raise ConfigError(
+            f"data.val_fraction={val_fraction}: the split left "
+            f"{'no training' if not train else 'no validation'} documents; use a larger corpus"
+        )
+    return train, val
+
+
+def _chunks(key: str, text: str) -> Iterator[tuple[str, str]]:
+    lines, size, j = [], 0, 0
+    for line in text.splitlines(keepends=True):
+        lines.append(line)
+        size += len(line)
+        if size >= CHUNK_CHARS:
+            yield f"{key}#{j}", "".join(lines)
+            lines, size, j = [], 0, j + 1
+    if lines:
+        yield f"{key}#{j}", "".join(lines)
+
+
+# ---------------------------------------------------------------- tokenizers
+class ByteTokenizer:
+    """UTF-8 bytes as ids 0..255; NUL (0) doubles as the end-of-text separator."""
+
+    vocab_size = 256
+    eot_id = BYTE_EOT_ID
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [list(t.encode("utf-8", "replace")) for t in texts]
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(ids).decode("utf-8", "replace")
+
+
+class BPETokenizer:
+    """A byte-level BPE `tokenizers.Tokenizer` with `<|endoftext|>` as a special token."""
+
+    def __init__(self, tok):
+        self.tok = tok
+        self.vocab_size = tok.get_vocab_size()
+        self.eot_id = tok.token_to_id(EOT)
+
+    @classmethod
+    def train(cls, texts: list[str], vocab_size: int, max_chars: int) -> BPETokenizer:
+        from tokenizers import ByteLevelBPETokenizer
+
+        def sample() -> Iterator[str]:
+            budget = max_chars
+            for t in texts:
+                if budget <= 0:
+                    return
+                yield t[:budget]
+                budget -= len(t)
+
+        total = sum(len(t) for t in texts)
+        if total > max_chars:
+            log.info("BPE trained on the first %d of %d training characters", max_chars, total)
+        tok = ByteLevelBPETokenizer()
+        tok.train_from_iterator(
+            sample(),
+            vocab_size=vocab_size,
+            min_frequency=2,
+            special_tokens=[EOT],
+            show_progress=False,
+        )
+        return cls(tok._tokenizer)
+
+    @classmethod
+    def load(cls, path: Path) -> BPETokenizer:
+        from tokenizers import Tokenizer
+
+        return cls(Tokenizer.from_file(str(path)))
+
+    def save(self, path: Path) -> None:
+        self.tok.save(str(path))
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self.tok.encode_batch(texts)]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tok.decode(ids)
+
+
+def load_tokenizer(cache: Path):
+    meta = json.loads((cache / "meta.json").read_text())
+    return (
+        ByteTokenizer()
+        if meta["tokenizer"] == "byte"
+        else BPETokenizer.load(cache / "tokenizer.json")
+    )
+
+
+# ---------------------------------------------------------------- token cache
+@dataclass
+class TokenData:
+    """The two token streams (read-only memmaps) and what produced them."""
+
+    train: np.ndarray  # (n_train,) uint16 or uint32
+    val: np.ndarray  # (n_val,)
+    vocab_size: int
+    eot_id: int
+    fingerprint: str  # corpus fingerprint (the `data_fingerprint` tag)
+    cache_dir: Path
+    meta: dict
+
+
+def cache_key(cfg: DataConfig, fingerprint: str) -> str:
+    settings = [fingerprint, str(CACHE_FORMAT), cfg.tokenizer, str(cfg.val_fraction)]
+    if cfg.tokenizer == "bpe":
+        settings += [str(cfg.vocab_size), str(cfg.tokenizer_train_chars)]
+    return _sha(settings)[:16]
+
+
+def _write_stream(path: Path, texts: list[str], tokenizer, dtype) -> int:
+    """Encode texts in chunks, append each document's ids + EOT to `path`; return the count."""
+    n = 0
+    with open(path, "wb") as f:
+        for i in range(0, len(texts), 4096):
+            for ids in tokenizer.encode_batch(texts[i : i + 4096]):
+                arr = np.asarray(ids + [tokenizer.eot_id], dtype=dtype)
+                arr.tofile(f)
+                n += arr.size
+        f.flush()
+        os.fsync(f.fileno())
+    return n
+
+
+def _build_cache(cfg: DataConfig, corpus: Corpus, final: Path) -> None:
+    t0 = time.perf_counter()
+    train_docs, val_docs = split_documents(corpus.documents, cfg.val_fraction)
+    if cfg.tokenizer == "byte":
+        tokenizer = ByteTokenizer()
+    else:
+        tokenizer = BPETokenizer.train(train_docs, cfg.vocab_size, cfg.tokenizer_train_chars)
+    t_tok = time.perf_counter() - t0
+    dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.uint32
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=final.name + ".tmp-"))
+    try:
+        if isinstance(tokenizer, BPETokenizer):
+            tokenizer.save(tmp / "tokenizer.json")
+        n_train = _write_stream(tmp / "train.bin", train_docs, tokenizer, dtype)
+        n_val = _write_stream(tmp / "val.bin", val_docs, tokenizer, dtype)
+        meta = {
+            "fingerprint": corpus.fingerprint,
+            "description": corpus.description,
+            "tokenizer": cfg.tokenizer,
+            "vocab_size": tokenizer.vocab_size,
+            "eot_id": tokenizer.eot_id,
+            "dtype": np.dtype(dtype).name,
+            "n_train_tokens": n_train,
+            "n_val_tokens": n_val,
+            "n_train_docs": len(train_docs),
+            "n_val_docs": len(val_docs),
+            "train_chars": sum(map(len, train_docs)),
+            "tokenizer_seconds": round(t_tok, 2),
+            "build_seconds": round(time.perf_counter() - t0, 2),
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        try:
+            os.rename(tmp, final)  # atomic; fails if another process got there first
+        except OSError:
+            if not (final / "meta.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def prepare_data(cfg: DataConfig, cache_root: Path) -> TokenData:
+    """Load (or build once and cache) the token streams for `cfg`."""
+    corpus = load_corpus(cfg)
+    final = Path(cache_root) / cache_key(cfg, corpus.fingerprint)
+    if not (final / "meta.json").exists():
+        log.info("building token cache %s for %s", final, corpus.description)
+        _build_cache(cfg, corpus, final)
+    meta = json.loads((final / "meta.json").read_text())
+    train = np.memmap(final / "train.bin", dtype=meta["dtype"], mode="r")
+    val = np.memmap(final / "val.bin", dtype=meta["dtype"], mode="r")
+    return TokenData(
+        train, val, meta["vocab_size"], meta["eot_id"], corpus.fingerprint, final, meta
+    )
+
+
+# ---------------------------------------------------------------- batches
+def val_windows(val: np.ndarray, seq_len: int, eval_tokens: int) -> np.ndarray:
+    """Fixed validation windows: the first `eval_tokens` of the val stream cut into
+    non-overlapping (seq_len + 1) windows; identical for every run on the same cache."""
+    n = eval_tokens // seq_len
+    if n < 1:
+        raise ConfigError(f"data.eval_tokens={eval_tokens}: must be >= train.seq_len={seq_len}")
+    if n * seq_len + 1 > len(val):
+        raise ConfigError(
+            f"data.eval_tokens={eval_tokens}: the validation split has only {len(val)} tokens; "
+            "lower data.eval_tokens or raise data.val_fraction"
+        )
+    idx = np.arange(n)[:, None] * seq_len + np.arange(seq_len + 1)[None, :]
+    return np.asarray(val[idx], dtype=np.int64)  # (n, seq_len + 1)
+
+
+class BatchSampler:
+    """Random training windows from a seeded `torch.Generator`.
+
+    Every micro-step draws the start offsets of the GLOBAL micro-batch (all ranks) and each rank
+    takes its slice, so ranks never overlap and the stream depends only on the seed. The
+    generator state is the data position saved in checkpoints.
+    """
+
+    def __init__(self, tokens: np.ndarray, seq_len: int, micro_batch: int, seed: int,
+                 rank: int = 0, world_size: int = 1):  # fmt: skip
+        import torch
+
+        if len(tokens) < seq_len + 2:
+            raise ConfigError(
+                f"train.seq_len={seq_len}: the training split has only {len(tokens)} tokens"
+            )
+        self.tokens, self.seq_len, self.micro_batch = tokens, seq_len, micro_batch
+        self.rank, self.world_size = rank, world_size
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def next(self):
+        """(x, y): int64 tensors of shape (micro_batch, seq_len); y is x shifted by one."""
+        import torch
+
+        high = len(self.tokens) - self.seq_len - 1
+        starts = torch.randint(0, high + 1, (self.world_size * self.micro_batch,),
+                               generator=self.generator)  # fmt: skip
+        mine = starts[self.rank * self.micro_batch : (self.rank + 1) * self.micro_batch].tolist()
+        windows = np.stack([self.tokens[s : s + self.seq_len + 1] for s in mine]).astype(np.int64)
+        batch = torch.from_numpy(windows)  # (B, T + 1)
+        return batch[:, :-1], batch[:, 1:]
+
+    def state_dict(self) -> dict:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])

@@ -1,0 +1,54 @@
+"""Run keys: a short hash of the semantically relevant, resolved config.
+
+The same config always gives the same key, so a rerun finds its MLflow run and checkpoint and
+resumes instead of duplicating work. Knobs that change where results go or how progress is
+shown (tracking, paths, logging/eval/checkpoint cadence, progress bars, compile) are excluded:
+changing them must not start a different run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+# Top-level sections that never affect what is trained.
+EXCLUDED_SECTIONS = {"tracking", "paths", "hydra"}
+# train.* fields that change cadence/presentation/resume behaviour, not the trained model.
+EXCLUDED_TRAIN_KEYS = {
+    "eval_every",
+    "log_every",
+    "checkpoint_every",
+    "save_at_tokens",
+    "resume",
+    "progress",
+    "peak_flops",
+    "save_final_checkpoint",
+    "compile",
+}
+KEY_LENGTH = 16
+
+
+def key_payload(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The part of a resolved config that defines a run (what the key hashes)."""
+    out = {k: v for k, v in cfg.items() if k not in EXCLUDED_SECTIONS}
+    if isinstance(out.get("train"), dict):
+        out["train"] = {k: v for k, v in out["train"].items() if k not in EXCLUDED_TRAIN_KEYS}
+    return out
+
+
+def _canonical(value: Any) -> Any:
+    # Integral floats hash like ints, so `tokens: 2e6` and `tokens: 2000000` give one key.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    return value
+
+
+def run_key(cfg: dict[str, Any]) -> str:
+    """16 hex characters of sha256 over the canonical JSON of `key_payload(cfg)`."""
+    payload = json.dumps(_canonical(key_payload(cfg)), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(payload.encode()).hexdigest()[:KEY_LENGTH]

@@ -1,0 +1,117 @@
+"""Progress display and throughput accounting for a training run (main process only).
+
+- `Progress`: a rich progress bar (loss, tokens/s, ETA) on a terminal, plain one-line reports
+  every `train.log_every` steps otherwise (CI logs, Slurm files), or nothing.
+- `peak_flops`: the configured per-device peak, else a matmul peak measured once per process
+  (so MFU on a laptop CPU means something; it is a practical peak, not a datasheet number).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Literal
+
+_MEASURED_PEAK: dict[str, float] = {}
+
+
+def measured_peak_flops(device, dtype=None) -> float:
+    """Best FLOP/s of a few square matmuls on `device` (cached per device and dtype)."""
+    import torch
+
+    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    key = f"{device}-{dtype}"
+    if key not in _MEASURED_PEAK:
+        n = 4096 if device.type == "cuda" else 1024
+        a = torch.randn(n, n, device=device, dtype=dtype)
+        b = torch.randn(n, n, device=device, dtype=dtype)
+        best = float("inf")
+        for _ in range(5):
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            (a @ b).sum().item()
+            best = min(best, time.perf_counter() - t0)
+        _MEASURED_PEAK[key] = 2 * n**3 / best
+    return _MEASURED_PEAK[key]
+
+
+def human(x: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.1f}{unit}"
+    return f"{x:.0f}"
+
+
+def duration(seconds: float) -> str:
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+class Progress:
+    def __init__(
+        self,
+        mode: Literal["auto", "bar", "plain", "none"],
+        total_steps: int,
+        start_step: int,
+        title: str,
+    ):
+        if mode == "auto":
+            mode = "bar" if sys.stdout.isatty() else "plain"
+        self.mode, self.total, self.start = mode, total_steps, start_step
+        self.t0 = time.perf_counter()
+        self._bar = None
+        if mode == "bar":
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+            from rich.progress import Progress as RichProgress
+
+            self._bar = RichProgress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[stats]}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+            )
+            self._task = self._bar.add_task(
+                title, total=total_steps, completed=start_step, stats=""
+            )
+            self._bar.start()
+        elif mode == "plain":
+            print(title, flush=True)
+
+    def update(self, step: int, tokens: int, stats: dict[str, float]) -> None:
+        """`step` optimizer steps done, `tokens` seen; stats: train_loss, lr, tokens_per_sec, ..."""
+        text = " | ".join(
+            f"{k} {v:.4f}" if k.endswith("loss") else f"{k} {human(v) if v >= 1 else f'{v:.3g}'}"
+            for k, v in stats.items()
+        )
+        if self._bar is not None:
+            self._bar.update(self._task, completed=step, stats=text)
+        elif self.mode == "plain":
+            done = step - self.start
+            elapsed = time.perf_counter() - self.t0
+            eta = elapsed / done * (self.total - step) if done else 0.0
+            print(
+                f"step {step}/{self.total} | tokens {human(tokens)} | {text} | eta {duration(eta)}",
+                flush=True,
+            )
+
+    def message(self, text: str) -> None:
+        if self._bar is not None:
+            self._bar.console.print(text)
+        elif self.mode == "plain":
+            print(text, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None

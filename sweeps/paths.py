@@ -1,0 +1,37 @@
+"""Where scaling-lab keeps its files: absolute defaults under the project root.
+
+Every default is absolute so that no file ends up relative to whatever directory a job happens
+to run in (MLflow's own default is `sqlite:///mlflow.db` relative to the cwd). Environment
+variables override the defaults; tests point them at temporary directories.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
+ENV_RUNS_DIR = "SCALING_LAB_RUNS_DIR"
+ENV_CACHE_DIR = "SCALING_LAB_CACHE_DIR"
+
+
+def default_tracking_uri() -> str:
+    """`MLFLOW_TRACKING_URI` if set, else `sqlite:///<project root>/mlruns.db` (absolute)."""
+    return os.environ.get(ENV_TRACKING_URI) or f"sqlite:///{PROJECT_ROOT / 'mlruns.db'}"
+
+
+def default_runs_dir() -> Path:
+    """Checkpoints and per-run files, one folder per run key."""
+    return Path(os.environ.get(ENV_RUNS_DIR) or PROJECT_ROOT / "runs").resolve()
+
+
+def default_cache_dir() -> Path:
+    """Tokenizers and token memmaps, one folder per corpus fingerprint + tokenizer settings."""
+    return Path(os.environ.get(ENV_CACHE_DIR) or PROJECT_ROOT / ".cache" / "data").resolve()
+
+
+def resolve_dir(value: str | os.PathLike | None, default: Path) -> Path:
+    """A configured directory (None -> default), made absolute against the cwd at call time."""
+    return default if value in (None, "") else Path(value).expanduser().resolve()

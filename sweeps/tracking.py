@@ -1,0 +1,191 @@
+"""MLflow plumbing for training runs: URI, store/experiment creation, run lookup, batched logs.
+
+Everything goes through `MlflowClient` with an explicit tracking URI (no fluent global state),
+so many runs in one process (a Hydra sweep) never leak an active run into each other.
+
+- `resolve_tracking_uri`: `tracking.uri`, else `$MLFLOW_TRACKING_URI`, else an absolute SQLite
+  file under the project root. Relative sqlite paths are made absolute at call time.
+- `check_reachable`: fails in seconds with a clear message when an http(s) server is down
+  (MLflow's own client would retry with backoff for minutes).
+- `ensure_experiment`: creates the store and experiment once, under a file lock for SQLite (two
+  processes migrating a fresh SQLite store at once is a known MLflow race). Sweeps call it
+  before launching jobs; `train()` calls it again, which is then a cheap lookup.
+- `MetricBuffer`: collects metrics and writes them with `log_batch` every N steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sweeps.paths import PROJECT_ROOT, default_tracking_uri
+
+MAX_PARAMS_PER_BATCH = 100  # MLflow log_batch limits
+MAX_METRICS_PER_BATCH = 1000
+MAX_PARAM_VALUE_CHARS = 6000
+
+
+class TrackingUnavailable(RuntimeError):
+    """The tracking server or store cannot be used; raised before any training starts."""
+
+
+def resolve_tracking_uri(uri: str | None = None) -> str:
+    uri = uri or default_tracking_uri()
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        uri = f"sqlite:///{Path(uri[len('sqlite:///') :]).resolve()}"
+    return uri
+
+
+def sqlite_path(uri: str) -> Path | None:
+    return Path(uri[len("sqlite:///") :]) if uri.startswith("sqlite:///") else None
+
+
+def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
+    """Raise TrackingUnavailable with one clear line if `uri` cannot be used."""
+    if uri.startswith(("http://", "https://")):
+        url = uri.rstrip("/") + "/health"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+                if resp.status != 200:
+                    raise TrackingUnavailable(f"tracking.uri={uri}: /health answered {resp.status}")
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            raise TrackingUnavailable(
+                f"tracking.uri={uri}: MLflow server not reachable ({reason}); start it or set "
+                "tracking.uri / MLFLOW_TRACKING_URI to a reachable server or a sqlite:/// path"
+            ) from None
+    elif (db := sqlite_path(uri)) is not None:
+        try:
+            db.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise TrackingUnavailable(
+                f"tracking.uri={uri}: cannot create {db.parent}: {e}"
+            ) from None
+
+
+@contextlib.contextmanager
+def _store_lock(uri: str) -> Iterator[None]:
+    """An exclusive file lock next to a SQLite store (no-op for servers)."""
+    db = sqlite_path(uri)
+    if db is None:
+        yield
+        return
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def client(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def ensure_experiment(uri: str, name: str) -> str:
+    """Create the store (SQLite) and the experiment if needed; return the experiment id."""
+    check_reachable(uri)
+    with _store_lock(uri):
+        c = client(uri)
+        exp = c.get_experiment_by_name(name)
+        if exp is not None:
+            return exp.experiment_id
+        db = sqlite_path(uri)
+        # Fix artifacts next to the database (absolute), not relative to some job's cwd.
+        location = (db.parent / "mlartifacts").as_uri() if db is not None else None
+        return c.create_experiment(name, artifact_location=location)
+
+
+def find_run_by_key(uri: str, experiment_id: str, run_key: str):
+    """The most recent run tagged `run_key` in the experiment, or None."""
+    runs = client(uri).search_runs(
+        [experiment_id],
+        filter_string=f"tags.run_key = '{run_key}'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
+    return runs[0] if runs else None
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'model': {'d_model': 64}} -> {'model.d_model': 64}; lists stay values."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def log_params(uri: str, run_id: str, params: dict[str, Any]) -> None:
+    """Log params in chunks; skips keys already logged (a resumed run keeps its params)."""
+    from mlflow.entities import Param
+
+    c = client(uri)
+    existing = c.get_run(run_id).data.params
+    items = [
+        Param(k, "None" if v is None else str(v)[:MAX_PARAM_VALUE_CHARS])
+        for k, v in sorted(params.items())
+        if k not in existing
+    ]
+    for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
+        c.log_batch(run_id, params=items[i : i + MAX_PARAMS_PER_BATCH])
+
+
+def set_tags(uri: str, run_id: str, tags: dict[str, Any]) -> None:
+    from mlflow.entities import RunTag
+
+    items = [RunTag(k, str(v)) for k, v in tags.items() if v is not None]
+    for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
+        client(uri).log_batch(run_id, tags=items[i : i + MAX_PARAMS_PER_BATCH])
+
+
+class MetricBuffer:
+    """Collect metrics in memory; `flush()` writes them with as few log_batch calls as possible."""
+
+    def __init__(self, uri: str, run_id: str):
+        self.uri, self.run_id = uri, run_id
+        self._client = client(uri)
+        self._pending: list = []
+
+    def add(self, step: int, **metrics: float) -> None:
+        from mlflow.entities import Metric
+
+        ts = int(time.time() * 1000)
+        self._pending += [Metric(k, float(v), ts, int(step)) for k, v in metrics.items()]
+
+    def flush(self) -> None:
+        while self._pending:
+            chunk = self._pending[:MAX_METRICS_PER_BATCH]
+            self._client.log_batch(self.run_id, metrics=chunk)
+            del self._pending[: len(chunk)]
+
+
+def git_commit() -> str:
+    """The project's HEAD commit, with `-dirty` when tracked files differ; 'unknown' outside git."""
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "diff", "--quiet", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, timeout=5
+        ).returncode
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (sha + ("-dirty" if dirty == 1 else "")) if sha else "unknown"

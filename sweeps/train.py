@@ -1,0 +1,553 @@
+"""One training run: `python -m sweeps.train [overrides]` or `train(cfg)` from Python.
+
+A run is a pure function of its resolved config (see sweeps/config.py): the config fixes the
+run key, the data, the model, the optimizer and the schedule. The run writes an MLflow run
+(schema in docs/contracts.md) and checkpoints under `<runs_dir>/<run_key>/`; rerunning the same
+config resumes from the last checkpoint into the same MLflow run, or returns at once if that run
+already FINISHED. Sweeps call `train()` many times in one process, so all state (the
+Accelerator, MLflow clients) is created inside it.
+
+Order of work: validate everything (config, model shape, batch geometry, tracking server) ->
+data -> model -> loop. A user error fails in the first phase with one line naming the field.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from sweeps import checkpoint as ckpt
+from sweeps import tracking as trk
+from sweeps.config import ConfigError, RunSpec, TrainConfig, build_model_config, resolve_config
+from sweeps.paths import default_cache_dir, default_runs_dir, resolve_dir
+
+log = logging.getLogger("sweeps.train")
+
+
+@dataclass
+class TrainResult:
+    run_key: str
+    run_id: str | None  # MLflow run id (None on non-main processes)
+    status: str  # FINISHED | FAILED
+    final_val_loss: float | None = None
+    final_train_loss: float | None = None
+    tokens_consumed: int = 0
+    steps: int = 0
+    wall_time_s: float = 0.0
+    failure_reason: str | None = None
+    run_dir: str = ""
+    reused: bool = False  # a FINISHED run with this key existed; nothing was trained
+
+
+@dataclass
+class Geometry:
+    world_size: int
+    micro_batch: int  # sequences per forward per process
+    grad_accum: int  # micro-steps per optimizer step
+    total_steps: int  # ceil(tokens / batch_tokens)
+
+
+def batch_geometry(train: TrainConfig, world_size: int) -> Geometry:
+    seqs = train.batch_tokens // train.seq_len  # sequences per optimizer step, all ranks
+    if seqs % world_size:
+        raise ConfigError(
+            f"train.batch_tokens: {train.batch_tokens} tokens = {seqs} sequences cannot be "
+            f"split over {world_size} processes"
+        )
+    per_rank = seqs // world_size
+    micro = train.micro_batch or per_rank
+    if per_rank % micro:
+        raise ConfigError(
+            f"train.micro_batch: {micro} must divide the {per_rank} sequences per process "
+            f"(batch_tokens / seq_len / processes)"
+        )
+    return Geometry(
+        world_size, micro, per_rank // micro, math.ceil(train.tokens / train.batch_tokens)
+    )
+
+
+def _reset_accelerate_state() -> None:
+    """Forget the previous run's Accelerator: its state is a process-wide singleton, and a
+    sweep calls train() repeatedly in one process (mixed precision may differ between runs).
+    The process group (PartialState) is kept: it belongs to the process, not the run."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=False)
+    GradientState._reset_state()
+
+
+def _mixed_precision(train: TrainConfig, cuda: bool) -> str:
+    precision = train.precision
+    if precision == "auto":
+        precision = "bf16" if cuda else "fp32"
+    if precision == "fp16" and not cuda:
+        raise ConfigError("train.precision: fp16 needs a GPU; use fp32 or bf16 on CPU")
+    return {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision]
+
+
+def _make_optimizer(model, train: TrainConfig):
+    """AdamW; weight decay on tensors with dim >= 2 (matrices, embeddings), not biases/gains."""
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": train.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    kwargs = dict(lr=train.lr, betas=(train.beta1, train.beta2), eps=train.eps)
+    try:
+        return torch.optim.AdamW(groups, fused=True, **kwargs)
+    except (RuntimeError, TypeError):  # fused unsupported for this device/dtype
+        return torch.optim.AdamW(groups, foreach=True, **kwargs)
+
+
+def _loss(model, x, y, label_smoothing: float):
+    import torch.nn.functional as F
+
+    if label_smoothing == 0.0:
+        return model(x, y)[1]
+    logits, _ = model(x)  # (B, T, V)
+    return F.cross_entropy(
+        logits.float().reshape(-1, logits.size(-1)), y.reshape(-1), label_smoothing=label_smoothing
+    )
+
+
+def evaluate(model, windows, micro_batch: int, accelerator) -> float:
+    """Mean next-token loss over the fixed validation windows (split across processes)."""
+    import torch
+
+    mine = windows[accelerator.process_index :: accelerator.num_processes]  # (n_rank, T + 1)
+    total = torch.zeros(2, device=accelerator.device, dtype=torch.float64)
+    model.eval()
+    with torch.no_grad():
+        for i in range(0, len(mine), micro_batch):
+            batch = torch.from_numpy(mine[i : i + micro_batch]).to(accelerator.device)
+            _, loss = model(batch[:, :-1], batch[:, 1:])
+            total[0] += loss.double() * len(batch)
+            total[1] += len(batch)
+    model.train()
+    total = accelerator.reduce(total, "sum")
+    return (total[0] / total[1]).item()
+
+
+# ---------------------------------------------------------------- run identity / resume
+def _decide(spec: RunSpec, uri: str, experiment_id: str, rdir: Path) -> dict[str, Any]:
+    """Main process: reuse a FINISHED run, resume a checkpoint, or start fresh (and in which
+    MLflow run). `train.resume`: auto = resume when a checkpoint exists; true = require one;
+    false = start over in a new MLflow run."""
+    existing = trk.find_run_by_key(uri, experiment_id, spec.run_key)
+    last = rdir / ckpt.LAST
+    resume = spec.train.resume
+    if existing is not None and existing.info.status == "FINISHED" and resume is not False:
+        return {"action": "reuse", "run_id": existing.info.run_id}
+    if resume is True and not last.exists():
+        raise ConfigError(f"train.resume=true: no checkpoint at {last}")
+    if resume is False:
+        last.unlink(missing_ok=True)
+        return {"action": "fresh", "run_id": None}
+    run_id = existing.info.run_id if existing is not None else None
+    return {"action": "resume" if last.exists() else "fresh", "run_id": run_id}
+
+
+def _reused_result(spec: RunSpec, uri: str, run_id: str, rdir: Path) -> TrainResult:
+    m = trk.client(uri).get_run(run_id).data.metrics
+    log.info("run key %s already FINISHED as MLflow run %s: nothing to do", spec.run_key, run_id)
+    return TrainResult(
+        run_key=spec.run_key,
+        run_id=run_id,
+        status="FINISHED",
+        final_val_loss=m.get("final_val_loss"),
+        final_train_loss=m.get("final_train_loss"),
+        tokens_consumed=int(m.get("tokens_consumed", 0)),
+        steps=int(m.get("tokens_consumed", 0)) // spec.train.batch_tokens,
+        wall_time_s=m.get("wall_time_s", 0.0),
+        run_dir=str(rdir),
+        reused=True,
+    )
+
+
+def _broadcast(obj: Any, accelerator) -> Any:
+    if accelerator.num_processes == 1:
+        return obj
+    from accelerate.utils import broadcast_object_list
+
+    return broadcast_object_list([obj])[0]
+
+
+def _derived_params(spec: RunSpec, model_cfg, geo: Geometry) -> dict[str, Any]:
+    from models import count_params, flops_per_token
+
+    pc = count_params(model_cfg)
+    fl = flops_per_token(model_cfg, spec.train.seq_len)
+    tokens = spec.train.tokens
+    return {
+        "n_params": pc.total,
+        "n_params_nonembed": pc.non_embedding,
+        "n_params_embed": pc.embedding,
+        "tokens": tokens,
+        "flops_6nd": 6 * pc.non_embedding * tokens,
+        "flops_exact": fl.exact * tokens,
+        "flops_per_token_exact": fl.exact,
+        "seq_len": spec.train.seq_len,
+        "batch_tokens": spec.train.batch_tokens,
+        "steps": geo.total_steps,
+        "micro_batch": geo.micro_batch,
+        "grad_accum": geo.grad_accum,
+        "world_size": geo.world_size,
+    }
+
+
+# ---------------------------------------------------------------- the run
+def train(cfg: Any) -> TrainResult:
+    """Train one model from a composed config (Hydra DictConfig or a plain nested dict).
+
+    Returns a TrainResult; a diverged run returns status FAILED (the CLI exits non-zero).
+    Raises ConfigError / TrackingUnavailable before any work for bad input.
+    """
+    import torch
+    from accelerate import Accelerator, PartialState
+
+    t_start = time.perf_counter()
+    spec = resolve_config(cfg)
+    tr = spec.train
+    world = PartialState().num_processes
+    geo = batch_geometry(tr, world)
+    mixed_precision = _mixed_precision(tr, torch.cuda.is_available())
+    if tr.init_from and not Path(tr.init_from).is_file():
+        raise ConfigError(f"train.init_from: {tr.init_from} is not a checkpoint file")
+    runs_dir = resolve_dir(spec.paths.runs_dir, default_runs_dir())
+    cache_dir = resolve_dir(spec.paths.cache_dir, default_cache_dir())
+    rdir = ckpt.run_dir(runs_dir, spec.run_key)
+
+    _reset_accelerate_state()
+    accelerator = Accelerator(
+        mixed_precision=mixed_precision, gradient_accumulation_steps=geo.grad_accum
+    )
+    main = accelerator.is_main_process
+
+    # Tracking first: an unreachable server fails here, in seconds, before any data work.
+    uri, decision = trk.resolve_tracking_uri(spec.tracking.uri), None
+    if main:
+        experiment_id = trk.ensure_experiment(uri, spec.tracking.experiment)
+        decision = _decide(spec, uri, experiment_id, rdir)
+    decision = _broadcast(decision, accelerator)
+    if decision["action"] == "reuse":
+        return (
+            _reused_result(spec, uri, decision["run_id"], rdir)
+            if main
+            else TrainResult(spec.run_key, None, "FINISHED", run_dir=str(rdir), reused=True)
+        )
+
+    from sweeps.data import BatchSampler, prepare_data, val_windows
+
+    with accelerator.main_process_first():
+        data = prepare_data(spec.data, cache_dir)
+    model_cfg = spec.model
+    if data.vocab_size != model_cfg.vocab_size:  # BPE may stop short of data.vocab_size
+        model_cfg = build_model_config(
+            {**model_cfg.to_dict(), "size": None}, data.vocab_size, tr.seq_len
+        )
+    windows = val_windows(data.val, tr.seq_len, spec.data.eval_tokens)  # (n, T + 1)
+
+    from models import build_model, flops_per_token
+
+    torch.manual_seed(tr.seed)
+    raw_model = build_model(model_cfg).to(accelerator.device)
+    optimizer = _make_optimizer(raw_model, tr)
+    sampler = BatchSampler(
+        data.train, tr.seq_len, geo.micro_batch, tr.seed, accelerator.process_index, world
+    )
+
+    # Where to start: a resume checkpoint of this run, a branch point of another, or step 0.
+    from sweeps.schedules import Schedule, warmup_steps, wsd_decay_start
+
+    state, start_step, branched_from, branch_step = None, 0, None, None
+    warmup = warmup_steps(tr.warmup, geo.total_steps)
+    elapsed_before = 0.0
+    if decision["action"] == "resume":
+        state = ckpt.load_checkpoint(rdir / ckpt.LAST)
+        branched_from, branch_step = state.get("branched_from"), state.get("branch_step")
+        elapsed_before = state["wall_time_s"]
+    elif tr.init_from:
+        state = ckpt.load_checkpoint(Path(tr.init_from))
+        branched_from, branch_step = state["run_key"], state["step"]
+    if state is not None:
+        if state["batch_tokens"] != tr.batch_tokens or state["seq_len"] != tr.seq_len:
+            raise ConfigError(
+                f"train.batch_tokens/seq_len must match the checkpoint "
+                f"({state['batch_tokens']}/{state['seq_len']}) to continue from it"
+            )
+        try:
+            raw_model.load_state_dict(state["model"])
+        except RuntimeError as e:
+            raise ConfigError(f"model: does not match the checkpoint's model ({e})") from None
+        optimizer.load_state_dict(state["optimizer"])
+        sampler.load_state_dict(state["sampler"])
+        torch.set_rng_state(state["torch_rng"])
+        if torch.cuda.is_available() and state.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        start_step, warmup = state["step"], state["warmup_steps"]  # branches keep the warmup
+        if start_step > geo.total_steps:
+            raise ConfigError(
+                f"train.tokens={tr.tokens}: the checkpoint is already at {state['tokens']} tokens"
+            )
+    decay_start = None
+    if tr.schedule == "wsd":
+        decay_start = wsd_decay_start(
+            geo.total_steps, tr.decay_fraction, tr.batch_tokens, tr.decay_start_tokens, branch_step
+        )
+    schedule = Schedule(tr.schedule, geo.total_steps, warmup, tr.min_lr_ratio, decay_start)
+
+    model = torch.compile(raw_model) if tr.compile else raw_model
+    model, optimizer = accelerator.prepare(model, optimizer)
+
+    # MLflow run: created or reopened by the main process only.
+    run_id, metrics = decision["run_id"], None
+    fl_token = flops_per_token(model_cfg, tr.seq_len).exact
+    if main:
+        run_id = _open_run(
+            spec, uri, experiment_id, run_id, model_cfg, geo, data, branched_from, rdir
+        )
+        metrics = trk.MetricBuffer(uri, run_id)
+        if decision["action"] == "resume":
+            log.info("resuming run %s from step %d", spec.run_key, start_step)
+    run_id = _broadcast(run_id, accelerator)
+
+    epochs_planned = geo.total_steps * tr.batch_tokens / len(data.train)
+    if epochs_planned > 1 and main:
+        warnings.warn(
+            f"train.tokens={tr.tokens} is {epochs_planned:.2f} epochs of the {len(data.train)}-token "
+            "training split: repeated data bends scaling curves",
+            stacklevel=2,
+        )
+
+    from sweeps.monitor import Progress, measured_peak_flops
+
+    peak = tr.peak_flops or measured_peak_flops(accelerator.device)
+    progress = Progress(
+        tr.progress if main else "none",
+        geo.total_steps,
+        start_step,
+        f"{model_cfg.arch} {spec.run_key} | N={raw_model_params(raw_model)} | {geo.total_steps} steps",
+    )
+    save_steps = {math.ceil(t / tr.batch_tokens): t for t in tr.save_at_tokens}
+
+    def save(path: Path, step: int, train_time: float) -> None:
+        if not main:
+            return
+        state = {
+            "model": raw_model.state_dict(),
+            "optimizer": optimizer.optimizer.state_dict(),
+            "sampler": sampler.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "step": step,
+            "tokens": step * tr.batch_tokens,
+            "batch_tokens": tr.batch_tokens,
+            "seq_len": tr.seq_len,
+            "warmup_steps": warmup,
+            "run_key": spec.run_key,
+            "branched_from": branched_from,
+            "branch_step": branch_step,
+            "mlflow_run_id": run_id,
+            "wall_time_s": elapsed_before + train_time,
+        }
+        ckpt.save_checkpoint(path, state)
+
+    pending, last_train_loss, val_loss = [], float("nan"), None
+    t_run = time.perf_counter()
+    t_log, step_log, overhead = t_run, start_step, 0.0
+    try:
+        for step in range(start_step, geo.total_steps):
+            lr = tr.lr * schedule.multiplier(step)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            step_loss = torch.zeros((), device=accelerator.device)
+            for _ in range(geo.grad_accum):
+                x, y = sampler.next()  # (B, T) each
+                x = x.to(accelerator.device, non_blocking=True)
+                y = y.to(accelerator.device, non_blocking=True)
+                with accelerator.accumulate(model):
+                    loss = _loss(model, x, y, tr.label_smoothing)
+                    accelerator.backward(loss)
+                    if accelerator.sync_gradients and tr.grad_clip > 0:
+                        accelerator.clip_grad_norm_(model.parameters(), tr.grad_clip)
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+                step_loss += loss.detach().float()
+            pending.append(step_loss / geo.grad_accum)
+
+            done, tokens = step + 1, (step + 1) * tr.batch_tokens
+            is_log = done % tr.log_every == 0 or done == geo.total_steps
+            is_eval = done % tr.eval_every == 0 and done != geo.total_steps
+            is_ckpt = tr.checkpoint_every and done % tr.checkpoint_every == 0
+            if not (is_log or is_eval or is_ckpt or done in save_steps):
+                continue
+            # One host sync per boundary: the losses since the last one, averaged over ranks.
+            losses = accelerator.reduce(torch.stack(pending), "mean").tolist()
+            pending = []
+            bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
+            if bad is not None:
+                k = done - len(losses) + bad + 1
+                reason = f"diverged at step {k}"
+                if main:
+                    metrics.add(tokens, train_loss=losses[bad], lr=lr)
+                return _fail(spec, uri, run_id, metrics, progress, rdir, reason, k, t_start)
+            last_train_loss = sum(losses) / len(losses)
+            if is_log:
+                now = time.perf_counter()
+                tps = (done - step_log) * tr.batch_tokens / max(now - t_log - overhead, 1e-9)
+                stats = {"train_loss": last_train_loss, "lr": lr, "tokens_per_sec": tps}
+                stats["mfu"] = fl_token * tps / (peak * world)
+                if main:
+                    metrics.add(tokens, **stats)
+                    metrics.flush()
+                progress.update(done, tokens, stats)
+                t_log, step_log, overhead = now, done, 0.0
+            t0 = time.perf_counter()
+            if is_eval:
+                val_loss = evaluate(model, windows, geo.micro_batch, accelerator)
+                if main:
+                    metrics.add(tokens, val_loss=val_loss)
+            if done in save_steps:
+                save(rdir / ckpt.branch_name(save_steps[done]), done, time.perf_counter() - t_run)
+            if is_ckpt and done != geo.total_steps:
+                save(rdir / ckpt.LAST, done, time.perf_counter() - t_run)
+            overhead += time.perf_counter() - t0
+
+        val_loss = evaluate(model, windows, geo.micro_batch, accelerator)
+        wall = elapsed_before + time.perf_counter() - t_run
+        save(rdir / ckpt.LAST, geo.total_steps, time.perf_counter() - t_run)
+        consumed = geo.total_steps * tr.batch_tokens
+        result = TrainResult(
+            run_key=spec.run_key,
+            run_id=run_id,
+            status="FINISHED",
+            final_val_loss=val_loss,
+            final_train_loss=last_train_loss,
+            tokens_consumed=consumed,
+            steps=geo.total_steps,
+            wall_time_s=wall,
+            run_dir=str(rdir),
+        )
+        if main:
+            final = {
+                "final_val_loss": val_loss,
+                "final_train_loss": last_train_loss,
+                "wall_time_s": wall,
+                "tokens_consumed": consumed,
+                "epochs": consumed / len(data.train),
+            }
+            metrics.add(consumed, val_loss=val_loss, **final)
+            metrics.flush()
+            if tr.save_final_checkpoint:
+                trk.client(uri).log_artifact(run_id, str(rdir / ckpt.LAST), "checkpoint")
+            trk.client(uri).set_terminated(run_id, "FINISHED")
+        progress.close()
+        progress.message(
+            f"done: final_val_loss {val_loss:.4f} | {consumed} tokens | {wall:.1f}s | run {run_id}"
+        )
+        return result
+    except BaseException as e:
+        progress.close()
+        if main:
+            metrics.flush()
+            status = "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED"
+            trk.set_tags(uri, run_id, {"failure_reason": f"{type(e).__name__}: {e}"[:1000]})
+            trk.client(uri).set_terminated(run_id, status)
+        raise
+
+
+def raw_model_params(model) -> str:
+    from sweeps.monitor import human
+
+    return human(sum(p.numel() for p in model.parameters()))
+
+
+def _open_run(spec, uri, experiment_id, run_id, model_cfg, geo, data, branched_from, rdir) -> str:
+    """Create the MLflow run (or reopen the one found by run key) and log params, tags and the
+    resolved config."""
+    c = trk.client(uri)
+    tags = {
+        "arch": model_cfg.arch,
+        "run_key": spec.run_key,
+        "data_fingerprint": data.fingerprint,
+        "git_commit": trk.git_commit(),
+        "branched_from": branched_from,
+        **spec.tracking.tags,
+    }
+    if spec.tracking.parent_run_id:
+        tags["mlflow.parentRunId"] = spec.tracking.parent_run_id
+    if run_id is None:
+        name = spec.tracking.run_name or f"{model_cfg.arch}-{spec.run_key[:8]}"
+        run_id = c.create_run(experiment_id, run_name=name).info.run_id
+    else:
+        c.update_run(run_id, status="RUNNING")
+    trk.set_tags(uri, run_id, tags)
+    resolved = spec.to_dict()
+    resolved["model"].update(model_cfg.to_dict())
+    params = trk.flatten(resolved)
+    params.update(_derived_params(spec, model_cfg, geo))
+    params["data.cache"] = str(data.cache_dir)
+    trk.log_params(uri, run_id, params)
+
+    import yaml
+
+    text = yaml.safe_dump(resolved, sort_keys=False)
+    ckpt.atomic_write(rdir / "config.yaml", lambda f: f.write(text.encode()))
+    c.log_artifact(run_id, str(rdir / "config.yaml"))
+    return run_id
+
+
+def _fail(spec, uri, run_id, metrics, progress, rdir, reason, step, t_start) -> TrainResult:
+    """A non-finite loss: keep everything logged so far, mark the MLflow run FAILED."""
+    progress.close()
+    log.error("run %s %s", spec.run_key, reason)
+    if metrics is not None:
+        metrics.flush()
+        trk.set_tags(uri, run_id, {"failure_reason": reason})
+        trk.client(uri).set_terminated(run_id, "FAILED")
+    return TrainResult(
+        run_key=spec.run_key,
+        run_id=run_id,
+        status="FAILED",
+        steps=step,
+        tokens_consumed=step * spec.train.batch_tokens,
+        wall_time_s=time.perf_counter() - t_start,
+        failure_reason=reason,
+        run_dir=str(rdir),
+    )
+
+
+# ---------------------------------------------------------------- CLI
+def _main(cfg) -> None:
+    from sweeps.tracking import TrackingUnavailable
+
+    try:
+        result = train(cfg)
+    except (ConfigError, TrackingUnavailable) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    if result.status != "FINISHED":
+        print(f"error: run {result.run_key} {result.failure_reason}", file=sys.stderr)
+        sys.exit(1)
+    print(
+        "result: " + " ".join(f"{k}={v}" for k, v in asdict(result).items() if v not in (None, "")),
+        flush=True,
+    )
+
+
+def main() -> None:
+    import hydra
+
+    hydra.main(config_path="../conf", config_name="config", version_base="1.3")(_main)()
+
+
+if __name__ == "__main__":
+    main()
