@@ -9,6 +9,7 @@ allowed values. ``ModelConfig.from_dict`` additionally rejects unknown keys and 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -137,6 +138,7 @@ _INT_FIELDS = ("vocab_size", "max_seq_len", "n_layers", "d_model", "n_heads", "n
 _OPTIONAL_INT_FIELDS = ("n_kv_heads", "d_ff")
 
 
+@functools.cache
 def _choices(name: str) -> tuple[str, ...] | None:
     hint = typing.get_type_hints(ModelConfig)[name]
     return typing.get_args(hint) if typing.get_origin(hint) is Literal else None
