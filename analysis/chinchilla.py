@@ -1,0 +1,369 @@
+"""Chinchilla approaches 1, 2 and 3 and the compute-optimal allocation under C = 6ND.
+
+Approach 3 follows Hoffmann et al. (2022, appendix D.2) as replicated by Besiroglu et al. (2024,
+"Chinchilla Scaling: A replication attempt"): parameters theta = (a, b, e, alpha, beta) with
+A = exp(a), B = exp(b), E = exp(e); prediction log L = logsumexp(a - alpha log N, b - beta log D, e);
+objective = SUM over runs of Huber_delta(log L_obs - prediction) with delta = 1e-3; L-BFGS from
+every point of Hoffmann's grid, best kept. Bootstrap replicates are warm-started from the point
+estimate. (Epoch's replication found the original fit's tiny intervals came from a too-early stop
+of the optimizer, hence the tight tolerances here.)
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import minimize
+
+from analysis.bootstrap import intervals, resample_counts
+from analysis.lbfgs import chunked, minimize_batched
+
+HUBER_DELTA = 1e-3
+# Hoffmann et al.'s starting grid: 6 * 6 * 5 * 5 * 5 = 4,500 points.
+HOFFMANN_GRID = {
+    "a": np.arange(0.0, 30.0, 5.0),
+    "b": np.arange(0.0, 30.0, 5.0),
+    "e": np.arange(-1.0, 1.5, 0.5),
+    "alpha": np.arange(0.0, 2.5, 0.5),
+    "beta": np.arange(0.0, 2.5, 0.5),
+}
+THETA = ("a", "b", "e", "alpha", "beta")  # order of the parameter vector
+
+
+def hoffmann_grid() -> np.ndarray:
+    """(4500, 5) starting points in THETA order."""
+    return np.array(list(itertools.product(*(HOFFMANN_GRID[k] for k in THETA))), dtype=float)
+
+
+# ---------------------------------------------------------------- allocation under C = 6ND
+
+
+@dataclass(frozen=True)
+class Parametric:
+    """L(N, D) = E + A / N^alpha + B / D^beta."""
+
+    E: float
+    A: float
+    B: float
+    alpha: float
+    beta: float
+    n_points: int = 0
+    objective: float = float("nan")
+
+    @classmethod
+    def from_theta(cls, theta, n_points=0, objective=float("nan")) -> Parametric:
+        a, b, e, alpha, beta = (float(v) for v in theta)
+        return cls(np.exp(e), np.exp(a), np.exp(b), alpha, beta, n_points, float(objective))
+
+    @property
+    def theta(self) -> np.ndarray:
+        return np.array([np.log(self.A), np.log(self.B), np.log(self.E), self.alpha, self.beta])
+
+    def predict(self, N, D):
+        N, D = np.asarray(N, dtype=float), np.asarray(D, dtype=float)
+        return self.E + self.A / N**self.alpha + self.B / D**self.beta
+
+    @property
+    def a(self) -> float:
+        """N_opt exponent: N_opt proportional to C^a."""
+        return self.beta / (self.alpha + self.beta)
+
+    @property
+    def b(self) -> float:
+        """D_opt exponent: D_opt proportional to C^b."""
+        return self.alpha / (self.alpha + self.beta)
+
+    def optimal(self, C):
+        """(N_opt, D_opt) minimising L under 6ND = C."""
+        q = allocation(self.theta[None, :], np.atleast_1d(np.asarray(C, dtype=float)))
+        return q["N_opt"][0], q["D_opt"][0]
+
+
+def allocation(theta: np.ndarray, budgets: np.ndarray) -> dict[str, np.ndarray]:
+    """Compute-optimal allocation for R parameter vectors (R, 5) at K budgets: arrays (R, K).
+
+    Minimising A N^-alpha + B D^-beta subject to 6ND = C gives
+    N_opt = G (C/6)^a, D_opt = G^-1 (C/6)^b, G = (alpha A / (beta B))^(1 / (alpha + beta)).
+    """
+    log_A, log_B, _, alpha, beta = (theta[:, i : i + 1] for i in range(5))  # (R, 1) each
+    total = alpha + beta
+    log_G = (np.log(alpha) + log_A - np.log(beta) - log_B) / total
+    log_half = np.log(np.asarray(budgets, dtype=float) / 6.0)[None, :]  # (1, K)
+    log_N = log_G + (beta / total) * log_half
+    log_D = -log_G + (alpha / total) * log_half
+    return {
+        "N_opt": np.exp(log_N),
+        "D_opt": np.exp(log_D),
+        "tokens_per_param": np.exp(log_D - log_N),
+    }
+
+
+def parametric_quantities(theta: np.ndarray, budgets) -> dict[str, np.ndarray]:
+    """Every reported quantity for R parameter vectors (R, 5): {name: (R,)}."""
+    with np.errstate(all="ignore"):
+        out = {
+            "E": np.exp(theta[:, 2]),
+            "A": np.exp(theta[:, 0]),
+            "B": np.exp(theta[:, 1]),
+            "alpha": theta[:, 3],
+            "beta": theta[:, 4],
+            "a": theta[:, 4] / (theta[:, 3] + theta[:, 4]),
+            "b": theta[:, 3] / (theta[:, 3] + theta[:, 4]),
+        }
+        alloc = allocation(theta, np.asarray(budgets, dtype=float))
+    for k, C in enumerate(budgets):
+        for name, values in alloc.items():
+            out[f"{name}@{C:.3g}"] = values[:, k]
+    return out
+
+
+# ---------------------------------------------------------------- approach 3: the fit
+
+
+def huber_objective(theta, rows, log_N, log_D, log_L, weights, delta=HUBER_DELTA):
+    """Weighted sum of Huber losses of log residuals and its gradient, for k parameter rows.
+
+    theta (k, 5); rows (k,) index `weights` (R, n) (R = 1 broadcasts); log_* (n,).
+    Returns f (k,), grad (k, 5).
+    """
+    w = weights[rows] if weights.shape[0] > 1 else weights  # (k|1, n)
+    a, b, e, alpha, beta = (theta[:, i : i + 1] for i in range(5))  # (k, 1) each
+    t1 = a - alpha * log_N  # (k, n)
+    t2 = b - beta * log_D
+    top = np.maximum(np.maximum(t1, t2), e)
+    w1, w2, w3 = np.exp(t1 - top), np.exp(t2 - top), np.exp(e - top)
+    total = w1 + w2 + w3
+    resid = log_L - top - np.log(total)  # (k, n)
+    clipped = np.clip(resid, -delta, delta)
+    huber = clipped * (resid - 0.5 * clipped)  # r^2/2 inside [-delta, delta], linear outside
+    f = (w * huber).sum(axis=1)
+    # d huber / d pred = -clip(r); d pred / d t_j = softmax weight w_j / total.
+    dpred = -w * clipped / total  # (k, n)
+    g1, g2 = dpred * w1, dpred * w2
+    grad = np.stack(
+        [g1.sum(1), g2.sum(1), (dpred * w3).sum(1), -(g1 * log_N).sum(1), -(g2 * log_D).sum(1)],
+        axis=1,
+    )
+    return f, grad
+
+
+def fit_parametric(
+    N, D, loss, *, starts: np.ndarray | None = None, delta: float = HUBER_DELTA, polish: int = 8
+) -> Parametric:
+    """Approach 3 point estimate: batched L-BFGS from every start, L-BFGS-B polish of the best.
+
+    `starts` (S, 5) defaults to Hoffmann's 4,500-point grid. The `polish` best distinct results
+    are re-run with scipy's L-BFGS-B (jac=True, tight tolerances) and the lowest objective kept.
+    """
+    log_N, log_D, log_L = (np.log(np.asarray(v, dtype=float)) for v in (N, D, loss))
+    ones = np.ones((1, log_N.size))
+    starts = hoffmann_grid() if starts is None else np.atleast_2d(starts)
+
+    def batch(x, rows):
+        return huber_objective(x, rows, log_N, log_D, log_L, ones, delta)
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        res = minimize_batched(chunked(batch, log_N.size), starts)
+    order = np.argsort(np.where(np.isfinite(res.fun), res.fun, np.inf))
+    candidates = _distinct(res.x[order], polish)
+
+    def single(x):
+        f, g = batch(x[None, :], np.zeros(1, dtype=int))
+        return f[0], g[0]
+
+    best_x, best_f = candidates[0], single(candidates[0])[0]
+    for x0 in candidates:
+        with np.errstate(over="ignore", invalid="ignore"):
+            r = minimize(
+                single, x0, jac=True, method="L-BFGS-B",
+                options={"maxiter": 2000, "ftol": 1e-15, "gtol": 1e-12},
+            )  # fmt: skip
+        if np.isfinite(r.fun) and r.fun < best_f:
+            best_x, best_f = r.x, r.fun
+    return Parametric.from_theta(best_x, n_points=log_N.size, objective=best_f)
+
+
+def _distinct(xs: np.ndarray, k: int, tol: float = 1e-3) -> list[np.ndarray]:
+    """The first k rows of xs that differ from every earlier pick by more than tol."""
+    picked: list[np.ndarray] = []
+    for x in xs:
+        if np.all(np.isfinite(x)) and all(np.abs(x - p).max() > tol for p in picked):
+            picked.append(x)
+            if len(picked) == k:
+                break
+    return picked
+
+
+def bootstrap_parametric(
+    N, D, loss, point: Parametric, counts: np.ndarray, delta: float = HUBER_DELTA
+) -> np.ndarray:
+    """Refit every bootstrap replicate (counts (R, n)) warm-started at `point`: thetas (R, 5)."""
+    log_N, log_D, log_L = (np.log(np.asarray(v, dtype=float)) for v in (N, D, loss))
+
+    def batch(x, rows):
+        return huber_objective(x, rows, log_N, log_D, log_L, counts, delta)
+
+    x0 = np.repeat(point.theta[None, :], counts.shape[0], axis=0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        res = minimize_batched(chunked(batch, log_N.size), x0)
+    thetas = res.x.copy()
+    thetas[~res.converged] = np.nan
+    return thetas
+
+
+def parametric_report(
+    runs: pd.DataFrame, budgets, n_boot: int, seed: int, starts: np.ndarray | None = None
+) -> tuple[Parametric, dict]:
+    """Approach 3 point estimate plus 95% intervals for every reported quantity."""
+    fit = fit_parametric(runs["N"], runs["D"], runs["loss"], starts=starts)
+    point = {k: float(v[0]) for k, v in parametric_quantities(fit.theta[None, :], budgets).items()}
+    counts = resample_counts(len(runs), n_boot, seed)
+    thetas = bootstrap_parametric(runs["N"], runs["D"], runs["loss"], fit, counts)
+    ci = intervals(parametric_quantities(thetas, budgets))
+    section = {
+        **{k: point[k] for k in ("E", "A", "B", "alpha", "beta", "a", "b")},
+        "n_points": int(len(runs)),
+        "objective": fit.objective,
+        "huber_delta": HUBER_DELTA,
+        "allocation": [
+            {
+                "C": float(C),
+                **{q: point[f"{q}@{C:.3g}"] for q in ("N_opt", "D_opt", "tokens_per_param")},
+            }
+            for C in budgets
+        ],
+        "n_boot": int(n_boot),
+        "n_boot_converged": int(np.isfinite(thetas[:, 0]).sum()),
+        "ci95": ci,
+    }
+    return fit, section
+
+
+# ---------------------------------------------------------------- approach 2: IsoFLOP profiles
+
+
+def budget_groups(C, rtol: float = 0.1) -> np.ndarray:
+    """Label runs by compute budget: sorted budgets within `rtol` of their neighbour share a label.
+
+    Why: planned budgets are met only up to rounding of N and of the token count to whole
+    batches, so equal budgets differ by a few percent.
+    """
+    log_c = np.log(np.asarray(C, dtype=float))
+    order = np.argsort(log_c)
+    new_group = np.diff(log_c[order], prepend=log_c[order][0]) > np.log1p(rtol)
+    labels = np.empty(log_c.size, dtype=int)
+    labels[order] = np.cumsum(new_group)
+    return labels
+
+
+def isoflop_optima(N, C, loss, labels, weights=None) -> pd.DataFrame:
+    """Per budget: parabola of loss in ln N, its minimum N_opt, D_opt = C / (6 N_opt).
+
+    Budgets with fewer than 3 distinct N (or non-convex parabolas) are listed with N_opt = nan.
+    """
+    N, C, loss = (np.asarray(v, dtype=float) for v in (N, C, loss))
+    weights = np.ones(N.size) if weights is None else np.asarray(weights, dtype=float)
+    rows = []
+    for label in np.unique(labels):
+        sel = (labels == label) & (weights > 0)
+        budget = float(np.exp(np.average(np.log(C[labels == label]))))
+        x, y, w = np.log(N[sel]), loss[sel], weights[sel]
+        row = {"C": budget, "n_points": int(sel.sum()), "N_opt": np.nan, "D_opt": np.nan,
+               "loss_opt": np.nan, "interior": False}  # fmt: skip
+        if np.unique(x).size >= 3:
+            c2, c1, c0 = np.polyfit(x, y, 2, w=np.sqrt(w))  # polyfit weights residuals
+            if c2 > 0:
+                x_opt = -c1 / (2 * c2)
+                row.update(
+                    N_opt=float(np.exp(x_opt)),
+                    D_opt=float(budget / (6 * np.exp(x_opt))),
+                    loss_opt=float(c0 + c1 * x_opt + c2 * x_opt**2),
+                    interior=bool(x.min() <= x_opt <= x.max()),
+                    curvature=float(c2),
+                )
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _loglog_line(x, y) -> tuple[float, float]:
+    """Least-squares exponent and coefficient of y = k x^p."""
+    p, log_k = np.polyfit(np.log(x), np.log(y), 1)
+    return float(p), float(np.exp(log_k))
+
+
+def frontier_exponents(optima: pd.DataFrame) -> dict | None:
+    """a, b and coefficients of N_opt = k_N C^a, D_opt = k_D C^b from per-budget optima."""
+    ok = optima.dropna(subset=["N_opt"])
+    if len(ok) < 2:
+        return None
+    a, k_N = _loglog_line(ok["C"], ok["N_opt"])
+    b, k_D = _loglog_line(ok["C"], ok["D_opt"])
+    return {"a": a, "b": b, "k_N": k_N, "k_D": k_D, "n_budgets": int(len(ok))}
+
+
+def isoflop_report(runs: pd.DataFrame, n_boot: int, seed: int, rtol: float = 0.1) -> dict | None:
+    """Approach 2 with bootstrap over runs, resampled within each budget; None without data."""
+    labels = budget_groups(runs["C"], rtol)
+    optima = isoflop_optima(runs["N"], runs["C"], runs["loss"], labels)
+    point = frontier_exponents(optima)
+    if point is None:
+        return None
+    counts = resample_counts(len(runs), n_boot, seed, strata=labels)
+    reps: dict[str, list[float]] = {k: [] for k in ("a", "b", "k_N", "k_D")}
+    for w in counts:
+        rep = frontier_exponents(isoflop_optima(runs["N"], runs["C"], runs["loss"], labels, w))
+        for k in reps:
+            reps[k].append(np.nan if rep is None else rep[k])
+    return {
+        **point,
+        "per_budget": optima.to_dict(orient="records"),
+        "n_boot": int(n_boot),
+        "ci95": intervals({k: np.array(v) for k, v in reps.items()}),
+    }
+
+
+# ---------------------------------------------------------------- approach 1: lower envelope
+
+
+def envelope(points: pd.DataFrame, n_bins: int | None = None) -> pd.DataFrame:
+    """Lowest-loss point per bin of log C: the compute frontier and who attains it.
+
+    points: columns N, C, loss (one row per run end, or per logged evaluation when training
+    curves are used). Bins are equal-width in log C; default one bin per ~3 points (3..30).
+    """
+    if n_bins is None:
+        n_bins = int(np.clip(len(points) // 3, 3, 30))
+    log_c = np.log(points["C"].to_numpy(dtype=float))
+    edges = np.linspace(log_c.min(), log_c.max(), n_bins + 1)
+    bins = np.clip(np.digitize(log_c, edges[1:-1]), 0, n_bins - 1)
+    best = points.assign(_bin=bins).sort_values(["_bin", "loss"], kind="stable")
+    return best.groupby("_bin", sort=True).head(1).drop(columns="_bin").reset_index(drop=True)
+
+
+def envelope_report(
+    points: pd.DataFrame, n_boot: int, seed: int, n_bins: int | None = None
+) -> dict | None:
+    """Approach 1: power laws of N_opt and D_opt along the envelope, bootstrap over runs."""
+    front = envelope(points, n_bins).assign(D_opt=lambda f: f["C"] / (6 * f["N"]))
+    point = frontier_exponents(front.rename(columns={"N": "N_opt"}))
+    if point is None or front["N"].nunique() < 2:
+        return None
+    run_ids = points["run_id"].to_numpy()
+    unique_runs, run_index = np.unique(run_ids, return_inverse=True)
+    counts = resample_counts(unique_runs.size, n_boot, seed)
+    reps: dict[str, list[float]] = {k: [] for k in ("a", "b", "k_N", "k_D")}
+    for w in counts:
+        sample = points.loc[np.repeat(np.arange(len(points)), w[run_index].astype(int))]
+        f = envelope(sample, n_bins).assign(D_opt=lambda f: f["C"] / (6 * f["N"]))
+        rep = frontier_exponents(f.rename(columns={"N": "N_opt"})) if f["N"].nunique() > 1 else None
+        for k in reps:
+            reps[k].append(np.nan if rep is None else rep[k])
+    return {
+        **point,
+        "envelope": front[["C", "N", "D_opt", "loss"]].to_dict(orient="records"),
+        "n_boot": int(n_boot),
+        "ci95": intervals({k: np.array(v) for k, v in reps.items()}),
+    }

@@ -1,0 +1,145 @@
+"""Batched L-BFGS: minimise S independent smooth objectives at once in numpy.
+
+Why: approach 3 starts L-BFGS from Hoffmann's 4,500-point grid and refits every bootstrap
+replicate. One scipy `minimize` call costs ~40 ms on 300 points (python overhead per
+evaluation, ~60 iterations), so the grid alone would take minutes. Here every start is a row of
+one (S, P) array: one numpy pass evaluates all of them, and each row keeps its own curvature
+history, step length and convergence flag, exactly as S separate L-BFGS runs would.
+
+`fun(X, rows) -> (f (k,), g (k, P))` evaluates the objectives of the rows `rows` (indices into
+the batch) at parameters `X` (k, P); rows let per-start data (bootstrap weights) follow the
+start they belong to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+Objective = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass
+class BatchResult:
+    x: np.ndarray  # (S, P) final parameters
+    fun: np.ndarray  # (S,) final objective values
+    n_iter: np.ndarray  # (S,) iterations used
+    converged: np.ndarray  # (S,) bool
+
+
+def minimize_batched(
+    fun: Objective,
+    x0: np.ndarray,
+    *,
+    history: int = 10,
+    max_iter: int = 500,
+    ftol: float = 1e-12,
+    gtol: float = 1e-10,
+    max_backtracks: int = 30,
+) -> BatchResult:
+    """L-BFGS with Armijo backtracking, independently per row of `x0` (S, P)."""
+    x = np.array(x0, dtype=float, copy=True)
+    n_starts, n_par = x.shape
+    all_rows = np.arange(n_starts)
+    f, g = fun(x, all_rows)
+    s_hist = np.zeros((n_starts, history, n_par))  # steps x_{k+1} - x_k, ring buffer
+    y_hist = np.zeros((n_starts, history, n_par))  # gradient changes
+    rho = np.zeros((n_starts, history))  # 1 / (s . y); 0 marks an empty slot
+    n_iter = np.zeros(n_starts, dtype=int)
+    active = np.isfinite(f) & (np.abs(g).max(axis=1) > gtol)
+    converged = ~active & np.isfinite(f)
+
+    for it in range(max_iter):
+        rows = np.flatnonzero(active)
+        if rows.size == 0:
+            break
+        p = -_two_loop(g[rows], s_hist[rows], y_hist[rows], rho[rows], (it - 1) % history)
+        slope = np.einsum("kp,kp->k", p, g[rows])
+        bad = ~(slope < 0)  # not a descent direction: fall back to steepest descent
+        p[bad] = -g[rows][bad]
+        slope[bad] = -np.einsum("kp,kp->k", g[rows][bad], g[rows][bad])
+        # First iteration has no curvature information: take a step of unit length.
+        step = np.where(
+            rho[rows].any(axis=1), 1.0, 1.0 / np.maximum(np.linalg.norm(p, axis=1), 1e-12)
+        )
+
+        x_new, f_new, g_new = x[rows].copy(), np.full(rows.size, np.inf), g[rows].copy()
+        todo = np.arange(rows.size)
+        for _ in range(max_backtracks):
+            trial = x[rows[todo]] + step[todo, None] * p[todo]
+            ft, gt = fun(trial, rows[todo])
+            ok = np.isfinite(ft) & (ft <= f[rows[todo]] + 1e-4 * step[todo] * slope[todo])
+            done = todo[ok]
+            x_new[done], f_new[done], g_new[done] = trial[ok], ft[ok], gt[ok]
+            todo = todo[~ok]
+            if todo.size == 0:
+                break
+            step[todo] *= 0.5
+
+        moved = np.isfinite(f_new)
+        stalled = rows[~moved]  # line search failed: the row sits at a (numerical) minimum
+        active[stalled] = False
+        converged[stalled] = True
+        rows, x_new, f_new, g_new = rows[moved], x_new[moved], f_new[moved], g_new[moved]
+
+        s = x_new - x[rows]
+        y = g_new - g[rows]
+        sy = np.einsum("kp,kp->k", s, y)
+        slot = it % history
+        keep = sy > 1e-20  # skip updates that would break positive definiteness
+        s_hist[rows[keep], slot] = s[keep]
+        y_hist[rows[keep], slot] = y[keep]
+        rho[rows[keep], slot] = 1.0 / sy[keep]
+        rho[rows[~keep], slot] = 0.0
+
+        f_change = np.abs(f[rows] - f_new)
+        x[rows], f[rows], g[rows] = x_new, f_new, g_new
+        n_iter[rows] += 1
+        stop = (f_change <= ftol * np.maximum(np.abs(f_new), 1.0)) | (
+            np.abs(g_new).max(axis=1) <= gtol
+        )
+        active[rows[stop]] = False
+        converged[rows[stop]] = True
+
+    return BatchResult(x=x, fun=f, n_iter=n_iter, converged=converged)
+
+
+def _two_loop(g, s_hist, y_hist, rho, newest):
+    """L-BFGS two-loop recursion for k rows at once: returns H g, (k, P)."""
+    history = s_hist.shape[1]
+    order = [(newest - i) % history for i in range(history)]  # newest first
+    q = g.copy()
+    alpha = np.zeros((g.shape[0], history))
+    for j in order:
+        alpha[:, j] = rho[:, j] * np.einsum("kp,kp->k", s_hist[:, j], q)
+        q -= alpha[:, j, None] * y_hist[:, j]
+    # Initial Hessian scale gamma = s.y / y.y from the newest valid pair (1 when none).
+    gamma = np.ones(g.shape[0])
+    for j in reversed(order):  # oldest first, so the newest valid pair wins
+        yy = np.einsum("kp,kp->k", y_hist[:, j], y_hist[:, j])
+        valid = (rho[:, j] > 0) & (yy > 0)
+        gamma[valid] = 1.0 / (rho[valid, j] * yy[valid])
+    r = gamma[:, None] * q
+    for j in reversed(order):
+        beta = rho[:, j] * np.einsum("kp,kp->k", y_hist[:, j], r)
+        r += (alpha[:, j] - beta)[:, None] * s_hist[:, j]
+    return r
+
+
+def chunked(fun: Objective, n_points: int, max_elements: int = 1 << 16) -> Objective:
+    """Evaluate `fun` over blocks of rows of at most `max_elements` (rows x points) each.
+
+    Why: (rows, points) temporaries that fit in cache make the objective about twice as fast
+    as one pass over a 4,500 x 300 array (measured on a 2-core machine).
+    """
+    block = max(1, max_elements // max(n_points, 1))
+
+    def fun_blocks(x: np.ndarray, rows: np.ndarray):
+        if rows.size <= block:
+            return fun(x, rows)
+        parts = [fun(x[i : i + block], rows[i : i + block]) for i in range(0, rows.size, block)]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    return fun_blocks

@@ -1,0 +1,211 @@
+"""Runs into a DataFrame: from MLflow (schema in docs/contracts.md) or from a CSV.
+
+One row per FINISHED run with columns run_id, run_key, arch, variant, seed, N (non-embedding
+parameters), N_total, D (tokens), C (= 6 N D), C_exact, loss (final validation loss), plus the
+`model.*` axes. Everything a user can get wrong raises `InputError` with one line naming it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+AXES = ("N", "D", "C")
+PARAMETRIC_PARAMS = 5  # E, A, B, alpha, beta
+
+
+class InputError(ValueError):
+    """A problem with the user's data or arguments; the CLIs print it and exit with code 2."""
+
+
+@dataclass
+class Runs:
+    frame: pd.DataFrame  # one row per usable run
+    excluded: pd.DataFrame = field(default_factory=pd.DataFrame)  # run_id, status, reason
+    source: str = ""
+
+
+# ---------------------------------------------------------------- validation
+
+
+def complete_axes(df: pd.DataFrame) -> pd.DataFrame:
+    """Require `loss` and two of N, D, C; derive the third from C = 6 N D."""
+    missing_loss = "loss" not in df.columns
+    present = [c for c in AXES if c in df.columns]
+    if missing_loss or len(present) < 2:
+        raise InputError(
+            "missing column(s): need 'loss' and at least two of 'N', 'D', 'C'; "
+            f"got {sorted(map(str, df.columns))}"
+        )
+    df = df.copy()
+    for col in ["loss", *present]:
+        df[col] = pd.to_numeric(df[col], errors="coerce")
+        bad = ~(df[col] > 0)  # catches NaN, non-numeric, zero and negative
+        if bad.any():
+            rows = ", ".join(str(i) for i in df.index[bad][:5])
+            raise InputError(
+                f"column '{col}' has {int(bad.sum())} missing, non-numeric or non-positive "
+                f"value(s) (rows {rows}); every N, D, C and loss must be a positive number"
+            )
+    if "N" not in df.columns:
+        df["N"] = df["C"] / (6 * df["D"])
+    if "D" not in df.columns:
+        df["D"] = df["C"] / (6 * df["N"])
+    if "C" not in df.columns:
+        df["C"] = 6 * df["N"] * df["D"]
+    return df
+
+
+def check_fittable(df: pd.DataFrame, what: str = "the data") -> None:
+    """The parametric fit needs more points than parameters and spread in both N and D."""
+    if len(df) <= PARAMETRIC_PARAMS:
+        raise InputError(
+            f"{what} has {len(df)} run(s); the fit L(N, D) = E + A/N^alpha + B/D^beta has "
+            f"{PARAMETRIC_PARAMS} parameters and needs at least {PARAMETRIC_PARAMS + 1} runs"
+        )
+    for col in ("N", "D"):
+        if df[col].nunique() < 2:
+            raise InputError(
+                f"all {len(df)} runs in {what} have the same {col} = {df[col].iloc[0]:.4g}; "
+                f"the fit L(N, D) needs at least two distinct values of both N and D"
+            )
+
+
+def read_csv(path: str | Path) -> Runs:
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"--csv: no such file: {path}")
+    try:
+        df = pd.read_csv(path, float_precision="round_trip")  # exact floats: reruns match
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise InputError(f"--csv: cannot read {path} as CSV: {err}".splitlines()[0]) from None
+    df = complete_axes(df)
+    if "run_id" not in df.columns:
+        df.insert(0, "run_id", [f"row{i}" for i in range(len(df))])
+    return Runs(frame=df, source=str(path))
+
+
+# ---------------------------------------------------------------- MLflow
+
+
+def _number(value):
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return value
+
+
+def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | None = None) -> Runs:
+    """FINISHED runs of an experiment (optionally only the children of sweep parent run `sweep`).
+
+    Runs that are not FINISHED or have no final_val_loss are returned in `excluded`.
+    """
+    from mlflow import MlflowClient  # lazy: ~2.5 s import
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    exp = client.get_experiment_by_name(experiment)
+    names = sorted(e.name for e in client.search_experiments())
+    if exp is None:
+        raise InputError(f"--experiment: no experiment named '{experiment}'; existing: {names}")
+    query = f"tags.mlflow.parentRunId = '{sweep}'" if sweep else ""
+    found, token = [], None
+    while True:
+        page = client.search_runs([exp.experiment_id], query, max_results=1000, page_token=token)
+        found.extend(page)
+        token = page.token
+        if not token:
+            break
+    rows, excluded = [], []
+    for run in found:
+        p, t, m = run.data.params, run.data.tags, run.data.metrics
+        if sweep is None and "n_params_nonembed" not in p:
+            continue  # a sweep parent run or something else that is not a training run
+        reason = None
+        if run.info.status != "FINISHED":
+            reason = t.get("failure_reason", f"status {run.info.status}")
+        elif "final_val_loss" not in m:
+            reason = "no final_val_loss metric"
+        elif "n_params_nonembed" not in p or "tokens" not in p:
+            reason = "missing param n_params_nonembed or tokens"
+        if reason:
+            excluded.append(
+                {"run_id": run.info.run_id, "status": run.info.status, "reason": reason}
+            )
+            continue
+        N, D = float(p["n_params_nonembed"]), float(p["tokens"])
+        row = {
+            "run_id": run.info.run_id,
+            "run_key": t.get("run_key", ""),
+            "arch": t.get("arch", ""),
+            "variant": t.get("variant", "base"),
+            "sweep": t.get("sweep", ""),
+            "seed": _number(p.get("train.seed", np.nan)),
+            "N": N,
+            "N_total": float(p.get("n_params", np.nan)),
+            "D": D,
+            "C": 6.0 * N * D,
+            "C_exact": float(p.get("flops_exact", np.nan)),
+            "loss": float(m["final_val_loss"]),
+        }
+        row.update({k: _number(v) for k, v in sorted(p.items()) if k.startswith("model.")})
+        rows.append(row)
+    where = f"experiment '{experiment}'" + (f", sweep parent run {sweep}" if sweep else "")
+    if not rows:
+        raise InputError(
+            f"{where} has no FINISHED training runs ({len(excluded)} excluded); "
+            f"experiments in this store: {names}"
+        )
+    frame = pd.DataFrame(rows).sort_values(["variant", "N", "D", "seed", "run_id"])
+    excluded_frame = pd.DataFrame(excluded, columns=["run_id", "status", "reason"])
+    return Runs(frame=frame.reset_index(drop=True), excluded=excluded_frame, source=where)
+
+
+def load_curves(run_ids, tracking_uri: str | None = None, metric: str = "val_loss") -> pd.DataFrame:
+    """Training curves: columns run_id, tokens (the metric step), metric (value).
+
+    One `get_metric_history` call per run (MLflow's public client has no bulk history call).
+    """
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    parts = []
+    for run_id in run_ids:
+        hist = client.get_metric_history(run_id, metric)
+        parts.append(
+            pd.DataFrame(
+                {
+                    "run_id": run_id,
+                    "tokens": [h.step for h in hist],
+                    metric: [h.value for h in hist],
+                }
+            )
+        )
+    if not parts:
+        return pd.DataFrame(columns=["run_id", "tokens", metric])
+    curves = pd.concat(parts, ignore_index=True)
+    return curves.sort_values(["run_id", "tokens"], kind="stable").reset_index(drop=True)
+
+
+# ---------------------------------------------------------------- shared CLI selection
+
+
+def add_selection_args(parser: argparse.ArgumentParser) -> None:
+    src = parser.add_argument_group("runs (MLflow or CSV)")
+    src.add_argument("--experiment", help="MLflow experiment name")
+    src.add_argument("--sweep", help="sweep parent run id: use only its child runs")
+    src.add_argument("--tracking-uri", help="MLflow tracking URI, e.g. sqlite:////abs/mlruns.db")
+    src.add_argument("--csv", help="CSV with 'loss' and two of 'N', 'D', 'C' (e.g. runs.csv)")
+
+
+def load_selected(args: argparse.Namespace) -> Runs:
+    if bool(args.csv) == bool(args.experiment):
+        raise InputError("choose exactly one source: --csv PATH or --experiment NAME")
+    if args.csv:
+        if args.sweep:
+            raise InputError("--sweep selects MLflow runs; it cannot be used with --csv")
+        return read_csv(args.csv)
+    return load_mlflow(args.experiment, args.sweep, args.tracking_uri)

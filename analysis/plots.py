@@ -1,0 +1,162 @@
+"""Seaborn figures: functions of a runs DataFrame and fit results, saved as PNG and SVG.
+
+Deterministic output: the Agg backend, a fixed `svg.hashsalt` (SVG element ids), no dates in
+the metadata, so re-running on the same runs rewrites byte-identical files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from analysis.chinchilla import Parametric, allocation, budget_groups  # noqa: E402
+
+SVG_META = {"Date": None, "Creator": None}
+PNG_META = {"Software": None}
+
+
+def setup() -> None:
+    sns.set_theme(style="whitegrid", context="paper")
+    plt.rcParams.update({"svg.hashsalt": "scaling-lab", "figure.dpi": 100, "savefig.dpi": 150})
+
+
+def save(fig, out_dir: Path, name: str) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"{name}.png", out_dir / f"{name}.svg"]
+    fig.savefig(paths[0], metadata=PNG_META, bbox_inches="tight")
+    fig.savefig(paths[1], metadata=SVG_META, bbox_inches="tight")
+    plt.close(fig)
+    return paths
+
+
+def _loglog(ax, xlabel: str, ylabel: str = "validation loss"):
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+
+
+def loss_vs_compute(runs: pd.DataFrame, frontier_law: dict | None):
+    """Every run's final loss against C = 6ND, coloured by N, with the fitted L(C) frontier."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    sns.scatterplot(data=runs, x="C", y="loss", hue="N", hue_norm=matplotlib.colors.LogNorm(),
+                    palette="viridis", ax=ax, legend=False)  # fmt: skip
+    if frontier_law:
+        c = np.geomspace(runs["C"].min(), runs["C"].max(), 200)
+        y = frontier_law.get("E", 0.0) + frontier_law["A"] * c ** -frontier_law["alpha"]
+        ax.plot(c, y, color="black", lw=1.5, label=f"frontier, C^-{frontier_law['alpha']:.3f}")
+        ax.legend()
+    _loglog(ax, "compute C = 6ND (FLOPs)")
+    fig.colorbar(plt.cm.ScalarMappable(matplotlib.colors.LogNorm(runs["N"].min(), runs["N"].max()),
+                                       "viridis"), ax=ax, label="N (non-embedding)")  # fmt: skip
+    return fig
+
+
+def isoflop_curves(runs: pd.DataFrame, isoflop: dict):
+    """Loss against N per compute budget, the fitted parabolas in ln N and their minima."""
+    labels = budget_groups(runs["C"])
+    data = runs.assign(budget=[f"{runs['C'][labels == k].median():.2g}" for k in labels])
+    fig, ax = plt.subplots(figsize=(6, 4))
+    palette = sns.color_palette("flare", n_colors=data["budget"].nunique())
+    order = sorted(data["budget"].unique(), key=float)
+    sns.scatterplot(
+        data=data, x="N", y="loss", hue="budget", hue_order=order, palette=palette, ax=ax
+    )
+    for color, k in zip(
+        palette, sorted(np.unique(labels), key=lambda k: runs["C"][labels == k].median())
+    ):
+        sub = runs[labels == k]
+        if sub["N"].nunique() >= 3:
+            c2, c1, c0 = np.polyfit(np.log(sub["N"]), sub["loss"], 2)
+            x = np.linspace(np.log(sub["N"].min()), np.log(sub["N"].max()), 100)
+            ax.plot(np.exp(x), c0 + c1 * x + c2 * x**2, color=color, lw=1)
+    opt = pd.DataFrame(isoflop["per_budget"]).dropna(subset=["N_opt"])
+    ax.scatter(
+        opt["N_opt"], opt["loss_opt"], marker="*", s=120, color="black", zorder=5, label="minimum"
+    )
+    _loglog(ax, "N (non-embedding parameters)")
+    ax.legend(title="C (FLOPs)", fontsize=7)
+    return fig
+
+
+def loss_vs_params(runs: pd.DataFrame, law: Parametric):
+    """L(N) per token budget (D rounded to 2 significant digits) with the fitted L(N, D)."""
+    data = runs.assign(tokens=runs["D"].map(lambda d: f"{d:.2g}"))
+    order = sorted(data["tokens"].unique(), key=float)
+    palette = sns.color_palette("crest", n_colors=len(order))
+    fig, ax = plt.subplots(figsize=(6, 4))
+    sns.scatterplot(
+        data=data, x="N", y="loss", hue="tokens", hue_order=order, palette=palette, ax=ax
+    )
+    n = np.geomspace(runs["N"].min(), runs["N"].max(), 100)
+    for color, d in zip(palette, order):
+        ax.plot(n, law.predict(n, float(d)), color=color, lw=1)
+    _loglog(ax, "N (non-embedding parameters)")
+    ax.legend(title="D (tokens)", fontsize=7)
+    return fig
+
+
+def contours(runs: pd.DataFrame, law: Parametric):
+    """Fitted L(N, D) contours in the (N, D) plane with the compute-optimal line."""
+    n = np.geomspace(runs["N"].min() / 3, runs["N"].max() * 3, 200)
+    d = np.geomspace(runs["D"].min() / 3, runs["D"].max() * 3, 200)
+    grid_n, grid_d = np.meshgrid(n, d)
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    cs = ax.contourf(grid_n, grid_d, law.predict(grid_n, grid_d), levels=20, cmap="mako_r")
+    fig.colorbar(cs, ax=ax, label="fitted loss")
+    c = np.geomspace(6 * n[0] * d[0], 6 * n[-1] * d[-1], 200)
+    opt = allocation(law.theta[None, :], c)
+    ax.plot(opt["N_opt"][0], opt["D_opt"][0], color="orange", lw=2, label="compute-optimal")
+    ax.scatter(runs["N"], runs["D"], s=12, color="white", edgecolor="black", label="runs")
+    ax.set_xlim(n[0], n[-1])
+    ax.set_ylim(d[0], d[-1])
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("N (non-embedding parameters)")
+    ax.set_ylabel("D (tokens)")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def training_curves(curves: pd.DataFrame, runs: pd.DataFrame):
+    """Validation loss against tokens seen, one line per run, coloured by N."""
+    data = curves.merge(runs[["run_id", "N"]], on="run_id")
+    fig, ax = plt.subplots(figsize=(6, 4))
+    sns.lineplot(data=data, x="tokens", y="val_loss", hue="N", units="run_id", estimator=None,
+                 hue_norm=matplotlib.colors.LogNorm(), palette="viridis", ax=ax, legend=False, lw=1)  # fmt: skip
+    _loglog(ax, "tokens seen")
+    return fig
+
+
+def multipliers(ablation: dict):
+    """Effective compute multiplier of each variant over the baseline, with 95% intervals."""
+    rows = []
+    for v, res in ablation["variants"].items():
+        if v == ablation["baseline"]:
+            continue
+        for m in res["multipliers"]:
+            lo, hi = m["ci95"] or (np.nan, np.nan)
+            rows.append({"variant": v, "C": m["C"], "m": m["multiplier"], "lo": lo, "hi": hi,
+                         "measured": m["measured"]})  # fmt: skip
+    data = pd.DataFrame(rows)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    palette = sns.color_palette("deep", n_colors=max(data["variant"].nunique(), 1))
+    for color, (v, g) in zip(palette, data.groupby("variant", sort=True)):
+        ax.errorbar(g["C"], g["m"], yerr=[g["m"] - g["lo"], g["hi"] - g["m"]], fmt="o-",
+                    color=color, capsize=3, label=v)  # fmt: skip
+        ext = g[~g["measured"]]
+        ax.scatter(ext["C"], ext["m"], facecolor="white", edgecolor=color, zorder=5, s=40)
+    ax.axhline(1.0, color="gray", ls="--", lw=1)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("compute C (FLOPs); open markers extrapolated")
+    ax.set_ylabel(f"compute multiplier vs {ablation['baseline']}")
+    ax.legend(fontsize=7)
+    return fig

@@ -1,0 +1,117 @@
+"""Single-variable power laws y = E + A x^-alpha (Kaplan et al. 2020 style), E optional.
+
+Fitted in log space, log y = logsumexp(log A - alpha log x, log E), by least squares on the log
+residuals, so every decade of x counts the same. Without the irreducible term the fit is a
+straight line in log-log coordinates (closed form). Weights (R, n) fit R bootstrap replicates
+in one batched call; x and y may also differ per replicate (R, n) (e.g. a resampled frontier).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from analysis.lbfgs import chunked, minimize_batched
+
+
+@dataclass(frozen=True)
+class PowerLaw:
+    A: float
+    alpha: float
+    E: float = 0.0  # irreducible term; 0 when fitted without one
+
+    def predict(self, x):
+        return self.E + self.A * np.asarray(x, dtype=float) ** -self.alpha
+
+    def inverse(self, y):
+        """x at which the law reaches y (nan where y <= E)."""
+        y = np.asarray(y, dtype=float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(y > self.E, ((y - self.E) / self.A) ** (-1.0 / self.alpha), np.nan)
+
+    def as_dict(self) -> dict:
+        return {"A": self.A, "alpha": self.alpha, "E": self.E}
+
+
+def _rows(arr, rows):
+    return arr[rows] if arr.shape[0] > 1 else arr
+
+
+def _objective(theta, rows, log_x, log_y, w):
+    """Weighted sum of squared log residuals of y = E + A x^-alpha; theta = (log A, alpha, log E)."""
+    log_x, log_y, w = _rows(log_x, rows), _rows(log_y, rows), _rows(w, rows)  # (k|1, n)
+    la, alpha, le = (theta[:, i : i + 1] for i in range(3))
+    t1 = la - alpha * log_x
+    top = np.maximum(t1, le)
+    w1, w2 = np.exp(t1 - top), np.exp(le - top)
+    total = w1 + w2
+    resid = log_y - top - np.log(total)
+    f = (w * resid**2).sum(axis=1)
+    dpred = -2.0 * w * resid / total
+    grad = np.stack([(dpred * w1).sum(1), -(dpred * w1 * log_x).sum(1), (dpred * w2).sum(1)], 1)
+    return f, grad
+
+
+def _linear(log_x, log_y, w):
+    """Weighted least squares of log y = log A - alpha log x for each row: (R, 2) (log A, alpha)."""
+    sw = w.sum(1)
+    mx, my = (w * log_x).sum(1) / sw, (w * log_y).sum(1) / sw
+    cov = (w * (log_x - mx[:, None]) * (log_y - my[:, None])).sum(1)
+    var = (w * (log_x - mx[:, None]) ** 2).sum(1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        slope = cov / var
+    return np.stack([my - slope * mx, -slope], axis=1)
+
+
+def fit_power_laws(x, y, *, irreducible: bool, weights=None, x0=None) -> np.ndarray:
+    """Fit R laws at once. x, y: (n,) or (R, n); weights (R, n) or None. Returns (R, 3)
+    rows of (A, alpha, E), nan where a fit failed."""
+    log_x = np.log(np.atleast_2d(np.asarray(x, dtype=float)))
+    log_y = np.log(np.atleast_2d(np.asarray(y, dtype=float)))
+    w = np.ones_like(log_x) if weights is None else np.atleast_2d(np.asarray(weights, float))
+    n_fits = max(log_x.shape[0], w.shape[0])
+    log_x, log_y = np.broadcast_to(log_x, w.shape).copy(), np.broadcast_to(log_y, w.shape).copy()
+    log_x[w == 0], log_y[w == 0] = 0.0, 0.0  # padding of ragged replicates: weight 0, finite
+    if not irreducible:
+        lin = _linear(log_x, log_y, w)
+        return np.stack([np.exp(lin[:, 0]), lin[:, 1], np.zeros(n_fits)], axis=1)
+
+    def batch(theta, rows):
+        return _objective(theta, rows, log_x, log_y, w)
+
+    if x0 is not None:  # warm start (bootstrap): one start per fit
+        starts, owner = np.repeat(np.atleast_2d(x0), n_fits, axis=0), np.arange(n_fits)
+    else:  # grid of exponents and irreducible fractions of the smallest y, per fit
+        ymin = np.where(w > 0, log_y, np.inf).min(1)
+        xmid = (w * log_x).sum(1) / w.sum(1)
+        grid = list(itertools.product([0.05, 0.1, 0.2, 0.4, 0.8], [0.05, 0.3, 0.6, 0.9]))
+        owner = np.repeat(np.arange(n_fits), len(grid))
+        alpha = np.tile([g[0] for g in grid], n_fits)
+        le = ymin[owner] + np.log(np.tile([g[1] for g in grid], n_fits))
+        # log A so that the power-law term carries the rest of the loss at the middle of x.
+        la = np.log(np.maximum(np.exp(ymin[owner]) - np.exp(le), 1e-12)) + alpha * xmid[owner]
+        starts = np.stack([la, alpha, le], axis=1)
+
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        res = minimize_batched(chunked(lambda t, r: batch(t, owner[r]), log_x.shape[1]), starts)
+    fun = np.where(res.converged & np.isfinite(res.fun), res.fun, np.inf)
+    out = np.full((n_fits, 3), np.nan)
+    for i in range(n_fits):
+        mine = np.flatnonzero(owner == i)
+        best = mine[np.argmin(fun[mine])]
+        if np.isfinite(fun[best]):
+            la, alpha, le = res.x[best]
+            out[i] = [np.exp(la), alpha, np.exp(le)]
+    return out
+
+
+def fit_power_law(x, y, *, irreducible: bool = True) -> PowerLaw:
+    A, alpha, E = fit_power_laws(x, y, irreducible=irreducible)[0]
+    return PowerLaw(A=float(A), alpha=float(alpha), E=float(E))
+
+
+def theta_of(law: PowerLaw) -> np.ndarray:
+    """Warm-start vector (log A, alpha, log E) of a fitted law with an irreducible term."""
+    return np.array([np.log(law.A), law.alpha, np.log(max(law.E, 1e-12))])

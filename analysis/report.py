@@ -1,0 +1,270 @@
+"""Scaling-law report: figures, report.md, a self-contained report.html, fit.json and runs.csv.
+
+    python -m analysis.report --experiment NAME [--sweep ID] [--tracking-uri URI] --out results/NAME/
+    python -m analysis.report --csv results/NAME/runs.csv [--curves results/NAME/curves.csv] --out DIR
+
+runs.csv (and curves.csv) are exported so the report regenerates without the MLflow database.
+Re-running on the same runs rewrites byte-identical files. Bad input: exit 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.fit import add_fit_args, check_fit_args, dumps, fit_all, summary
+from analysis.load import InputError, add_selection_args, check_fittable, load_selected
+
+# ---------------------------------------------------------------- content as blocks
+
+
+def _fmt(x, spec=".4g") -> str:
+    return "n/a" if x is None or x != x else f"{x:{spec}}"
+
+
+def _est(value, ci, spec=".4g") -> str:
+    interval = f" [{_fmt(ci[0], spec)}, {_fmt(ci[1], spec)}]" if ci else " [no interval]"
+    return _fmt(value, spec) + interval
+
+
+def build_blocks(runs, excluded, result, ablation, figures, title) -> list[tuple]:
+    """The report as ('h', text) / ('p', text) / ('table', header, rows) / ('fig', stem, caption)."""
+    p = result["parametric"]
+    b: list[tuple] = [("h1", f"Scaling-law report: {title}")]
+    b.append(("p", f"{len(runs)} finished runs fitted ({result['n_runs']} in the baseline fits); "
+                   f"{len(excluded)} excluded. Every estimate carries a 95% bootstrap percentile "
+                   f"interval over runs ({p['n_boot']} replicates)."))  # fmt: skip
+    if len(excluded):
+        b.append(("table", ["excluded run", "status", "reason"], excluded.values.tolist()))
+    b.append(("h2", "Approach 3: parametric fit L(N, D) = E + A/N^alpha + B/D^beta"))
+    b.append(("p", "Hoffmann et al. / Besiroglu et al. (2024) procedure: log-sum-exp prediction, "
+                   f"sum of Huber losses (delta = {p['huber_delta']}) on log residuals, L-BFGS from "
+                   "the 4,500-point grid of starts, best kept."))  # fmt: skip
+    ci = p["ci95"]
+    b.append(("table", ["quantity", "estimate [95% CI]"],
+              [[k, _est(p[k], ci.get(k))] for k in ("E", "A", "B", "alpha", "beta", "a", "b")]))  # fmt: skip
+    rows = []
+    for r in p["allocation"]:
+        t = f"@{r['C']:.3g}"
+        rows.append([f"{r['C']:.3g}"] + [_est(r[q], ci.get(q + t), ".3g")
+                                          for q in ("N_opt", "D_opt", "tokens_per_param")])  # fmt: skip
+    b.append(("table", ["C (FLOPs)", "N_opt", "D_opt", "tokens per parameter"], rows))
+    for key, name in (("isoflop", "Approach 2: IsoFLOP profiles"),
+                      ("envelope", "Approach 1: lower envelope of loss vs compute")):  # fmt: skip
+        s = result.get(key)
+        b.append(("h2", name))
+        if not s or "a" not in s:
+            b.append(("p", "Not enough points per compute budget for this approach."))
+            continue
+        b.append(("p", f"N_opt ~ C^a with a = {_est(s['a'], s['ci95']['a'], '.3f')}; "
+                       f"D_opt ~ C^b with b = {_est(s['b'], s['ci95']['b'], '.3f')}."))  # fmt: skip
+        if key == "isoflop":
+            b.append(("table", ["C", "points", "N_opt", "D_opt", "loss at optimum", "inside range"],
+                      [[_fmt(o["C"], ".3g"), o["n_points"], _fmt(o["N_opt"], ".3g"),
+                        _fmt(o["D_opt"], ".3g"), _fmt(o["loss_opt"]), o["interior"]]
+                       for o in s["per_budget"]]))  # fmt: skip
+        else:
+            b.append(("p", "Final point of each run only" + (
+                " plus intermediate evaluations (valid only for schedules that do not depend "
+                "on run length)." if s["uses_intermediate_points"] else
+                ": a cosine run's intermediate losses are not those of a run planned that short.")))  # fmt: skip
+    b.append(("h2", "Single-variable laws (Kaplan style), y = E + A x^-alpha"))
+    k = result["kaplan"]
+    rows = []
+    for law, label in (("L_N", f"L(N) at D = {k['L_N_at_D']:.3g}"),
+                       ("L_D", f"L(D) at N = {k['L_D_at_N']:.3g}"), ("L_C", "L(C) frontier")):  # fmt: skip
+        s = k[law]
+        if s is None:
+            rows.append([label, "too few points", "", "", ""])
+            continue
+        e = _est(s["E"], s["ci95"].get("E")) if s["irreducible"] else "0 (not fitted)"
+        rows.append([label, _est(s["A"], s["ci95"]["A"]), _est(s["alpha"], s["ci95"]["alpha"], ".3f"),
+                     e, s["n_points"]])  # fmt: skip
+    b.append(("table", ["law", "A", "alpha", "E", "points"], rows))
+    ext = result["extrapolation"]
+    b.append(("h2", "Extrapolation check"))
+    if "runs" not in ext:
+        b.append(("p", f"Skipped: {ext.get('skipped')}"))
+    else:
+        b.append(("p", f"Approach 3 fitted on the {ext['n_train']} runs with C < "
+                       f"{ext['threshold_C']:.3g}, evaluated on the {ext['n_test']} larger runs: "
+                       f"mean |relative error| {100 * ext['mean_abs_rel_error']:.2f}%."))  # fmt: skip
+        b.append(("table", ["run", "N", "D", "loss", "predicted", "relative error"],
+                  [[r["run_id"], _fmt(r["N"], ".3g"), _fmt(r["D"], ".3g"), _fmt(r["loss"]),
+                    _fmt(r["predicted"]), f"{100 * r['rel_error']:+.2f}%"] for r in ext["runs"]]))  # fmt: skip
+    if ablation:
+        b.append(("h2", f"Ablations: effective compute multiplier vs '{ablation['baseline']}'"))
+        b.append(("p", "m > 1: the baseline needs m times more compute to match the variant. "
+                       "'separable = no' means the 95% interval contains 1: these runs cannot "
+                       "tell the variant from the baseline."))  # fmt: skip
+        rows = []
+        for v, res in ablation["variants"].items():
+            if v == ablation["baseline"]:
+                continue
+            for m in res["multipliers"]:
+                sep = {True: "yes", False: "no", None: "n/a"}[m["separable"]]
+                rows.append([v, _fmt(m["C"], ".3g"), "measured" if m["measured"] else "extrapolated",
+                             _est(m["multiplier"], m["ci95"], ".3g"), sep])  # fmt: skip
+        b.append(("table", ["variant", "C", "scale", "multiplier [95% CI]", "separable"], rows))
+        spread = ablation["seed_std_median"]
+        if spread:
+            b.append(("p", "Seed-to-seed loss std (median over configurations): " + ", ".join(
+                f"{v} {s:.4f}" for v, s in spread.items())))  # fmt: skip
+    b.append(("h2", "Figures"))
+    b.extend(("fig", stem, caption) for stem, caption in figures)
+    return b
+
+
+def render_md(blocks) -> str:
+    out = []
+    for block in blocks:
+        kind = block[0]
+        if kind in ("h1", "h2"):
+            out.append(("# " if kind == "h1" else "## ") + block[1])
+        elif kind == "p":
+            out.append(block[1])
+        elif kind == "table":
+            header, rows = block[1], block[2]
+            lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+            out.append("\n".join(lines))
+        elif kind == "fig":
+            out.append(f"![{block[2]}](figures/{block[1]}.png)\n\n*{block[2]}*")
+    return "\n\n".join(out) + "\n"
+
+
+def render_html(blocks, fig_dir: Path, title: str) -> str:
+    out = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'>",
+           f"<title>{html.escape(title)}</title>",
+           "<style>body{font-family:sans-serif;max-width:60em;margin:auto}"
+           "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px}"
+           "svg{max-width:100%;height:auto}</style></head><body>"]  # fmt: skip
+    for block in blocks:
+        kind = block[0]
+        if kind in ("h1", "h2"):
+            out.append(f"<{kind}>{html.escape(block[1])}</{kind}>")
+        elif kind == "p":
+            out.append(f"<p>{html.escape(block[1])}</p>")
+        elif kind == "table":
+            head = "".join(f"<th>{html.escape(str(h))}</th>" for h in block[1])
+            body = "".join(
+                "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
+                for row in block[2]
+            )
+            out.append(f"<table><tr>{head}</tr>{body}</table>")
+        elif kind == "fig":
+            svg = (fig_dir / f"{block[1]}.svg").read_text()
+            svg = svg[svg.index("<svg") :]  # drop the XML prolog and DOCTYPE: inline SVG
+            out.append(f"<figure>{svg}<figcaption>{html.escape(block[2])}</figcaption></figure>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------- pipeline
+
+
+def make_figures(runs, curves, result, law_obj, ablation, fig_dir: Path) -> list[tuple[str, str]]:
+    from analysis import plots  # lazy: seaborn ~3 s
+
+    plots.setup()
+    figures = []
+
+    def add(stem, fig, caption):
+        plots.save(fig, fig_dir, stem)
+        figures.append((stem, caption))
+
+    add("loss_vs_compute", plots.loss_vs_compute(runs, result["kaplan"]["L_C"]),
+        "Final validation loss against compute, with the fitted compute frontier L(C).")  # fmt: skip
+    if result.get("isoflop"):
+        add("isoflop", plots.isoflop_curves(runs, result["isoflop"]),
+            "IsoFLOP profiles: loss against N per budget, parabolas in log N, minima (stars).")  # fmt: skip
+    add("loss_vs_params", plots.loss_vs_params(runs, law_obj),
+        "L(N) per token budget with the fitted L(N, D) (approach 3).")  # fmt: skip
+    add("contours", plots.contours(runs, law_obj),
+        "Fitted L(N, D) contours with the compute-optimal allocation line.")  # fmt: skip
+    if curves is not None and not curves.empty:
+        add("training_curves", plots.training_curves(curves, runs),
+            "Validation loss against tokens seen, one line per run.")  # fmt: skip
+    if ablation:
+        add("multipliers", plots.multipliers(ablation),
+            "Effective compute multiplier of each variant over the baseline (95% intervals).")  # fmt: skip
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__)
+    add_selection_args(parser)
+    add_fit_args(parser)
+    parser.add_argument("--curves", help="curves.csv (run_id, tokens, val_loss) for --csv input")
+    parser.add_argument("--intermediate", action="store_true",
+                        help="approach 1 also uses intermediate evaluations (constant-LR runs only)")  # fmt: skip
+    parser.add_argument("--baseline", default="base", help="baseline variant (default: base)")
+    parser.add_argument("--title", help="report title (default: experiment name or CSV stem)")
+    parser.add_argument("--out", required=True, help="output folder")
+    args = parser.parse_args(argv)
+    try:
+        check_fit_args(args)
+        loaded = load_selected(args)
+        runs = loaded.frame
+        if "variant" not in runs.columns:
+            runs = runs.assign(variant=args.baseline)
+        variants = sorted(runs["variant"].astype(str).unique())
+        runs = runs.assign(variant=runs["variant"].astype(str))
+        if args.baseline not in variants:
+            raise InputError(f"--baseline: no variant '{args.baseline}'; variants: {variants}")
+        base = runs[runs["variant"] == args.baseline].reset_index(drop=True)
+        check_fittable(base, f"baseline variant '{args.baseline}'")
+        curves = _curves(args, runs)
+        from analysis import chinchilla
+        from analysis.ablation import compare_variants
+
+        result = fit_all(base, n_boot=args.bootstrap, seed=args.seed, budgets=args.budget,
+                         curves=curves, intermediate=args.intermediate,
+                         holdout_threshold=args.holdout_above)  # fmt: skip
+        ablation = None
+        if len(variants) > 1:
+            ablation = compare_variants(runs, baseline=args.baseline, n_boot=args.bootstrap,
+                                        seed=args.seed)  # fmt: skip
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    title = args.title or args.experiment or Path(args.csv).parent.name or Path(args.csv).stem
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs.to_csv(out / "runs.csv", index=False)
+    if curves is not None and not curves.empty:
+        curves.to_csv(out / "curves.csv", index=False)
+    p = result["parametric"]
+    law_obj = chinchilla.Parametric(p["E"], p["A"], p["B"], p["alpha"], p["beta"])
+    figures = make_figures(base, curves, result, law_obj, ablation, out / "figures")
+    blocks = build_blocks(runs, loaded.excluded, result, ablation, figures, title)
+    (out / "report.md").write_text(render_md(blocks))
+    (out / "report.html").write_text(render_html(blocks, out / "figures", title))
+    (out / "fit.json").write_text(dumps({**result, "ablation": ablation}))
+    print(summary(result, title))
+    print(f"wrote {out}/report.md, report.html, fit.json, runs.csv, figures/")
+    return 0
+
+
+def _curves(args, runs: pd.DataFrame) -> pd.DataFrame | None:
+    if args.curves:
+        if not Path(args.curves).is_file():
+            raise InputError(f"--curves: no such file: {args.curves}")
+        curves = pd.read_csv(args.curves, float_precision="round_trip")
+        missing = {"run_id", "tokens", "val_loss"} - set(curves.columns)
+        if missing:
+            raise InputError(f"--curves: missing column(s) {sorted(missing)}")
+        return curves
+    if args.experiment:
+        from analysis.load import load_curves
+
+        return load_curves(runs["run_id"], args.tracking_uri)
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
