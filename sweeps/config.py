@@ -214,7 +214,7 @@ class TrackingConfig(_Section):
     experiment: str = "scaling-lab"
     parent_run_id: str | None = None
     run_name: str | None = None
-    tags: dict[str, str] = field(default_factory=dict)  # extra tags (sweep, variant, ...)
+    tags: dict[str, str | None] = field(default_factory=dict)  # sweep, variant, ...; None: unset
 
 
 @dataclass
