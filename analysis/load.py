@@ -80,7 +80,7 @@ def read_csv(path: str | Path) -> Runs:
     if not path.is_file():
         raise InputError(f"--csv: no such file: {path}")
     try:
-        df = pd.read_csv(path, float_precision="round_trip")  # exact floats: reruns match
+        df = pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
         raise InputError(f"--csv: cannot read {path} as CSV: {err}".splitlines()[0]) from None
     df = complete_axes(df)

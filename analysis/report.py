@@ -254,7 +254,7 @@ def _curves(args, runs: pd.DataFrame) -> pd.DataFrame | None:
     if args.curves:
         if not Path(args.curves).is_file():
             raise InputError(f"--curves: no such file: {args.curves}")
-        curves = pd.read_csv(args.curves, float_precision="round_trip")
+        curves = pd.read_csv(args.curves)
         missing = {"run_id", "tokens", "val_loss"} - set(curves.columns)
         if missing:
             raise InputError(f"--curves: missing column(s) {sorted(missing)}")

@@ -1,0 +1,54 @@
+"""Synthetic runs from a known L(N, D): for tests, benchmarks and sanity-checking a fit setup."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.chinchilla import Parametric
+
+# Hoffmann et al. (2022) approach-3 values at full precision (Besiroglu et al. 2024, table 1).
+HOFFMANN = Parametric(E=1.6934, A=406.40, B=410.72, alpha=0.33917, beta=0.28491)
+
+
+def isoflop_runs(
+    law: Parametric = HOFFMANN,
+    budgets=(1e17, 3e17, 1e18, 3e18, 1e19),
+    sizes_per_budget: int = 7,
+    span: float = 8.0,
+    noise: float = 0.01,
+    seed: int = 0,
+    variant: str = "base",
+) -> pd.DataFrame:
+    """IsoFLOP design: per budget, N spread geometrically over [N_opt/span, N_opt*span].
+
+    Loss = law(N, D) * exp(noise * standard normal): multiplicative noise, as in log space fits.
+    """
+    rng = np.random.default_rng(seed)
+    rows = []
+    for C in budgets:
+        n_opt, _ = law.optimal(C)
+        for factor in np.geomspace(1 / span, span, sizes_per_budget):
+            N = float(n_opt[0] * factor)
+            D = C / (6 * N)
+            loss = float(law.predict(N, D) * np.exp(noise * rng.standard_normal()))
+            rows.append({"run_id": f"{variant}-{len(rows):03d}", "variant": variant, "N": N,
+                         "D": D, "C": 6 * N * D, "loss": loss})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def grid_runs(
+    law: Parametric = HOFFMANN,
+    sizes=(1e6, 1e9),
+    tokens=(1e8, 1e11),
+    n: int = 300,
+    noise: float = 0.01,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """n runs with N and D drawn log-uniformly from the given ranges."""
+    rng = np.random.default_rng(seed)
+    N = np.exp(rng.uniform(*np.log(sizes), n))
+    D = np.exp(rng.uniform(*np.log(tokens), n))
+    loss = law.predict(N, D) * np.exp(noise * rng.standard_normal(n))
+    return pd.DataFrame({"run_id": [f"run-{i:04d}" for i in range(n)], "N": N, "D": D,
+                         "C": 6 * N * D, "loss": loss})  # fmt: skip

@@ -1,0 +1,95 @@
+"""Fit timing: approach 3 over Hoffmann's full 4,500-start grid, and bootstrap refits.
+
+    python -m benchmarks.fit_timing [--points 300] [--bootstrap 1000] [--repeats 3]
+
+Prints a table and writes results/benchmarks/fit_timing.json with the machine description.
+Synthetic runs from Hoffmann et al.'s law with 1% noise (analysis.synthetic.grid_runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy
+
+from analysis import chinchilla
+from analysis.bootstrap import resample_counts
+from analysis.synthetic import HOFFMANN, grid_runs
+
+
+def _timed(fn, repeats):
+    walls, cpus, out = [], [], None
+    for _ in range(repeats):
+        w, c = time.perf_counter(), time.process_time()
+        out = fn()
+        walls.append(time.perf_counter() - w)
+        cpus.append(time.process_time() - c)
+    return out, min(walls), min(cpus)
+
+
+def machine() -> dict:
+    model = ""
+    if Path("/proc/cpuinfo").exists():
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpu": model or platform.processor(),
+        "cores": os.cpu_count(),
+        "load_avg_1m_at_start": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "platform": platform.platform(),
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--points", type=int, default=300)
+    ap.add_argument("--bootstrap", type=int, default=1000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", default="results/benchmarks/fit_timing.json")
+    args = ap.parse_args(argv)
+    info = machine()
+    runs = grid_runs(HOFFMANN, n=args.points, noise=0.01, seed=0)
+    N, D, L = runs["N"], runs["D"], runs["loss"]
+    fit, grid_wall, grid_cpu = _timed(lambda: chinchilla.fit_parametric(N, D, L), args.repeats)
+    counts = resample_counts(len(runs), args.bootstrap, seed=0)
+    thetas, boot_wall, boot_cpu = _timed(
+        lambda: chinchilla.bootstrap_parametric(N, D, L, fit, counts), args.repeats
+    )
+    rows = [
+        {"task": f"approach 3, full grid ({len(chinchilla.hoffmann_grid())} starts), "
+                 f"{args.points} points", "wall_s": grid_wall, "cpu_s": grid_cpu},
+        {"task": f"{args.bootstrap} bootstrap refits (warm start), {args.points} points",
+         "wall_s": boot_wall, "cpu_s": boot_cpu},
+    ]  # fmt: skip
+    result = {
+        "machine": info,
+        "repeats": args.repeats,
+        "timing": "best of repeats",
+        "rows": rows,
+        "fit": {k: getattr(fit, k) for k in ("E", "A", "B", "alpha", "beta", "objective")},
+        "bootstrap_converged": int(np.isfinite(thetas[:, 0]).sum()),
+    }
+    print(f"{'task':<62} {'wall s':>8} {'cpu s':>8}")
+    for r in rows:
+        print(f"{r['task']:<62} {r['wall_s']:>8.2f} {r['cpu_s']:>8.2f}")
+    print(f"machine: {info['cpu']}, {info['cores']} cores, load {info['load_avg_1m_at_start']}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,121 @@
+"""analysis.fit and analysis.report CLIs: outputs, bad input (exit 2, nothing written), reruns."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import fit, report
+from analysis.chinchilla import Parametric
+from analysis.synthetic import isoflop_runs
+
+LAW = Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
+SMALL = dict(budgets=(1e17, 1e18, 1e19), sizes_per_budget=4, noise=0.005)
+
+
+@pytest.fixture
+def runs_csv(tmp_path):
+    path = tmp_path / "runs.csv"
+    isoflop_runs(LAW, seed=0, **SMALL).drop(columns=["C"]).to_csv(path, index=False)
+    return path
+
+
+def test_fit_cli_writes_json_with_every_section(runs_csv, tmp_path, capsys):
+    out = tmp_path / "fit.json"
+    assert fit.main(["--csv", str(runs_csv), "--bootstrap", "50", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    p = res["parametric"]
+    assert p["n_points"] == 12
+    for q in ("E", "A", "B", "alpha", "beta", "a", "b"):
+        lo, hi = p["ci95"][q]
+        assert lo <= p[q] <= hi
+    assert res["isoflop"]["n_budgets"] == 3 and len(res["isoflop"]["per_budget"]) == 3
+    assert set(res["kaplan"]) >= {"L_N", "L_D", "L_C"}
+    assert res["extrapolation"]["n_test"] == 4
+    assert all("rel_error" in r for r in res["extrapolation"]["runs"])
+    assert "approach 3: L = " in capsys.readouterr().out
+
+
+def test_fit_cli_fits_each_group(tmp_path):
+    path = tmp_path / "two.csv"
+    pd.concat([isoflop_runs(LAW, seed=0, variant="a", **SMALL),
+               isoflop_runs(LAW, seed=1, variant="b", **SMALL)]).to_csv(path, index=False)  # fmt: skip
+    out = tmp_path / "fit.json"
+    args = ["--csv", str(path), "--group", "variant", "--bootstrap", "20", "--out", str(out)]
+    assert fit.main(args) == 0
+    res = json.loads(out.read_text())
+    assert res["group_by"] == "variant" and sorted(res["groups"]) == ["a", "b"]
+
+
+def _bad(tmp_path, frame):
+    path = tmp_path / "bad.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda f: f.drop(columns=["D"]), "two of 'N', 'D', 'C'"),
+        (lambda f: f.drop(columns=["loss"]), "missing column"),
+        (lambda f: f.assign(N=np.where(f.index == 3, np.nan, f["N"])), "column 'N'"),
+        (lambda f: f.assign(loss=np.where(f.index == 0, -1.0, f["loss"])), "column 'loss'"),
+        (lambda f: f.head(4), "needs at least 6 runs"),
+        (lambda f: f.assign(D=1e9), "same D"),
+        (lambda f: f.assign(N=1e7), "same N"),
+    ],
+)
+def test_bad_csv_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, mutate, message):
+    frame = isoflop_runs(LAW, seed=0, **SMALL).drop(columns=["C"])
+    path = _bad(tmp_path, mutate(frame))
+    out_json, out_dir = tmp_path / "o" / "fit.json", tmp_path / "rep"
+    assert fit.main(["--csv", str(path), "--bootstrap", "20", "--out", str(out_json)]) == 2
+    assert report.main(["--csv", str(path), "--bootstrap", "20", "--out", str(out_dir)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(message in line for line in err), err
+    assert not out_json.exists() and not (tmp_path / "o").exists() and not out_dir.exists()
+
+
+def test_bad_arguments_exit_2(runs_csv, tmp_path, capsys):
+    out = str(tmp_path / "f.json")
+    assert fit.main(["--csv", str(runs_csv), "--group", "arch", "--out", out]) == 2
+    assert "no column 'arch'" in capsys.readouterr().err
+    assert fit.main(["--csv", str(tmp_path / "nope.csv"), "--out", out]) == 2
+    assert fit.main(["--csv", str(runs_csv), "--bootstrap", "3", "--out", out]) == 2
+    assert fit.main(["--out", out]) == 2
+    assert "exactly one source" in capsys.readouterr().err
+    assert not (tmp_path / "f.json").exists()
+
+
+def test_python_dash_m_exit_code(tmp_path):
+    bad = _bad(tmp_path, pd.DataFrame({"N": [1.0], "loss": [2.0]}))
+    proc = subprocess.run([sys.executable, "-m", "analysis.fit", "--csv", str(bad), "--out",
+                           str(tmp_path / "x.json")], capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: missing column(s)")
+
+
+def test_report_writes_everything_and_reruns_identically(tmp_path):
+    frame = pd.concat([isoflop_runs(LAW, seed=0, variant="base", **SMALL),
+                       isoflop_runs(LAW, seed=1, variant="wide", **SMALL)])  # fmt: skip
+    src = _bad(tmp_path, frame)
+    first, second = tmp_path / "r1", tmp_path / "r2"
+    args = ["--csv", str(src), "--bootstrap", "30", "--title", "t"]
+    assert report.main([*args, "--out", str(first)]) == 0
+    figs = sorted(p.name for p in (first / "figures").iterdir())
+    for stem in ("loss_vs_compute", "isoflop", "loss_vs_params", "contours", "multipliers"):
+        assert f"{stem}.png" in figs and f"{stem}.svg" in figs
+    html = (first / "report.html").read_text()
+    assert html.count("<svg") >= 5 and "src=" not in html  # figures inlined: self-contained
+    md = (first / "report.md").read_text()
+    assert "Approach 3" in md and "compute multiplier" in md and "figures/contours.png" in md
+    # Regenerate from the exported runs.csv (no original input): byte-identical outputs.
+    assert report.main(["--csv", str(first / "runs.csv"), "--bootstrap", "30", "--title", "t",
+                        "--out", str(second)]) == 0  # fmt: skip
+    for name in ["report.md", "report.html", "fit.json", "runs.csv"] + [
+        f"figures/{f}" for f in figs
+    ]:
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
