@@ -292,7 +292,8 @@ def isoflop_optima(N, C, loss, labels, weights=None) -> pd.DataFrame:
 def _loglog_line(x, y) -> tuple[float, float]:
     """Least-squares exponent and coefficient of y = k x^p."""
     p, log_k = np.polyfit(np.log(x), np.log(y), 1)
-    return float(p), float(np.exp(log_k))
+    with np.errstate(over="ignore"):  # a degenerate bootstrap replicate may give k = inf
+        return float(p), float(np.exp(log_k))
 
 
 def frontier_exponents(optima: pd.DataFrame) -> dict | None:
