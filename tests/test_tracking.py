@@ -1,0 +1,124 @@
+"""MLflow helpers, run keys, and a real `mlflow server` round trip."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from sweeps import tracking as trk
+from sweeps.keys import run_key
+
+
+def test_uri_defaults_are_absolute(monkeypatch, tmp_path):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    uri = trk.resolve_tracking_uri(None)
+    assert uri.startswith("sqlite:////") and uri.endswith("/mlruns.db")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://example:5000")
+    assert trk.resolve_tracking_uri(None) == "http://example:5000"
+    monkeypatch.chdir(tmp_path)
+    assert trk.resolve_tracking_uri("sqlite:///rel.db") == f"sqlite:///{tmp_path / 'rel.db'}"
+
+
+def test_run_key_ignores_tracking_and_cadence_only():
+    cfg = {"model": {"d_model": 64}, "train": {"tokens": 2e6, "lr": 1e-3, "log_every": 10}}
+    same = {"model": {"d_model": 64}, "train": {"tokens": 2000000, "lr": 1e-3, "log_every": 50},
+            "tracking": {"uri": "x"}, "paths": {"runs_dir": "/y"}}  # fmt: skip
+    assert run_key(cfg) == run_key(same) and len(run_key(cfg)) == 16
+    assert run_key(cfg) != run_key({**cfg, "train": {**cfg["train"], "lr": 2e-3}})
+
+
+def _create(uri: str) -> str:
+    return trk.ensure_experiment(uri, "race")
+
+
+def test_fresh_sqlite_store_created_concurrently(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'fresh.db'}"
+    with mp.get_context("spawn").Pool(3) as pool:
+        ids = pool.map(_create, [uri] * 3)
+    assert len(set(ids)) == 1
+
+
+def test_metric_buffer_batches_and_run_lookup(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    exp = trk.ensure_experiment(uri, "buffer")
+    c = trk.client(uri)
+    run_id = c.create_run(exp).info.run_id
+    trk.set_tags(uri, run_id, {"run_key": "abc", "skipped": None})
+    trk.log_params(uri, run_id, trk.flatten({"model": {"d_model": 64, "size": None}}))
+    trk.log_params(uri, run_id, {"model.d_model": 64, "train.lr": 0.1})  # re-log: no error
+    buf = trk.MetricBuffer(uri, run_id)
+    for step in range(1500):
+        buf.add(step * 256, train_loss=1.0 / (step + 1))
+    buf.flush()
+    hist = c.get_metric_history(run_id, "train_loss")
+    assert len(hist) == 1500 and hist[-1].step == 1499 * 256
+    assert trk.find_run_by_key(uri, exp, "abc").info.run_id == run_id
+    assert trk.find_run_by_key(uri, exp, "nope") is None
+    run = c.get_run(run_id)
+    assert run.data.params == {"model.d_model": "64", "model.size": "None", "train.lr": "0.1"}
+    assert "skipped" not in run.data.tags
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_real_mlflow_server_round_trip(tmp_path):
+    port = _free_port()
+    mlflow_bin = Path(sys.executable).with_name("mlflow")
+    server = subprocess.Popen(
+        [str(mlflow_bin), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+         "--artifacts-destination", str(tmp_path / "artifacts")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                trk.check_reachable(uri, timeout_s=1)
+                break
+            except trk.TrackingUnavailable:
+                assert server.poll() is None and time.time() < deadline, "server did not start"
+                time.sleep(0.5)
+        exp = trk.ensure_experiment(uri, "remote")
+        run_id = trk.client(uri).create_run(exp).info.run_id
+        trk.set_tags(uri, run_id, {"run_key": "k1"})
+        buf = trk.MetricBuffer(uri, run_id)
+        buf.add(512, val_loss=2.5)
+        buf.flush()
+        trk.client(uri).set_terminated(run_id, "FINISHED")
+        req = urllib.request.Request(
+            f"{uri}/api/2.0/mlflow/runs/search",
+            data=json.dumps({"experiment_ids": [exp], "filter": "tags.run_key = 'k1'"}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            runs = json.load(resp)["runs"]
+        assert [r["info"]["run_id"] for r in runs] == [run_id]
+        assert runs[0]["info"]["status"] == "FINISHED"
+        (metric,) = runs[0]["data"]["metrics"]
+        assert (metric["key"], metric["value"], int(metric["step"])) == ("val_loss", 2.5, 512)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+    with pytest.raises(trk.TrackingUnavailable, match="not reachable"):
+        trk.check_reachable(uri, timeout_s=1)
