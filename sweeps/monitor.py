@@ -108,7 +108,7 @@ class Progress:
     def message(self, text: str) -> None:
         if self._bar is not None:
             self._bar.console.print(text)
-        elif self.mode == "plain":
+        elif self.mode != "none":
             print(text, flush=True)
 
     def close(self) -> None:
