@@ -324,6 +324,8 @@ def _resolve_one(
                 return replace(run, skip="its branch point (1 - decay) * D is below one batch")
             overrides = overrides + (f"train.init_from={checkpoint_path(stable.run_key, start)}",)
         facts = facts_of(overrides)
+    except PlanError:
+        raise  # a config error that no point can avoid: stop before anything starts
     except ValueError as e:
         return replace(run, skip=str(e).splitlines()[0])
     if p.phase == "stable" and p.branch_tokens:

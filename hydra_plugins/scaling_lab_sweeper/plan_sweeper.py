@@ -1,0 +1,61 @@
+"""`hydra/sweeper=plan`: expand `cfg.sweep` into a plan and hand its points to the launcher.
+
+The sweeper is deliberately thin: it gives `sweeps.driver.drive` a `compose` (the exact config
+a job will see, through Hydra's own config loader) and a `launch` (the selected launcher:
+joblib processes, submitit local or SLURM). Everything else lives in `sweeps.driver`.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, open_dict
+
+
+@dataclass
+class PlanSweeperConf:
+    _target_: str = "hydra_plugins.scaling_lab_sweeper.plan_sweeper.PlanSweeper"
+
+
+ConfigStore.instance().store(
+    group="hydra/sweeper", name="plan", node=PlanSweeperConf, provider="scaling-lab"
+)
+
+
+class PlanSweeper(Sweeper):
+    def __init__(self) -> None:
+        self.hydra_context: HydraContext | None = None
+        self.config: DictConfig | None = None
+        self.launcher = None
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.hydra_context, self.config = hydra_context, config
+        jobs = int(config.sweep.jobs)
+        with open_dict(config):
+            launcher = config.hydra.launcher
+            if "n_jobs" in launcher:  # joblib: K local worker processes
+                launcher.n_jobs = jobs
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
+
+    def compose(self, overrides: Sequence[str]) -> DictConfig:
+        assert self.hydra_context is not None and self.config is not None
+        return self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+
+    def launch(self, batch: list[list[str]], first_idx: int) -> Sequence[Any]:
+        assert self.launcher is not None
+        return self.launcher.launch(batch, initial_job_idx=first_idx)
+
+    def sweep(self, arguments: list[str]) -> Any:
+        from sweeps.driver import drive
+
+        assert self.config is not None
+        return drive(self.config, arguments, self.compose, self.launch)

@@ -1,0 +1,292 @@
+"""Run a planned sweep through a Hydra launcher: plan, dry run, MLflow parent, waves, summary.
+
+The Hydra plugin (`hydra_plugins/scaling_lab_sweeper`) supplies two callables, `compose`
+(overrides -> the job's composed config) and `launch` (override lists -> JobReturns, through
+whatever `hydra/launcher` is selected); everything else lives here so it reads without Hydra's
+plugin machinery.
+
+Order of work (all before the first job starts): parse the sweep and command line, fail on
+conflicting axes, resolve every point (exact N, D, C, run key), read the state of every run key
+from MLflow, then create the store, experiment and parent run. Only then are jobs launched:
+first every point without a dependency, then the WSD branches whose stable run finished.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from sweeps import plan as P
+from sweeps.sweep_view import SweepProgress, plan_rows, print_plan, print_summary
+
+Compose = Callable[[Sequence[str]], DictConfig]
+Launch = Callable[[list[list[str]], int], Sequence[Any]]  # -> hydra JobReturn per job
+SETTINGS = {"name", "jobs", "dry_run", "retry_failed", "throughput", "report"}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened to a point in this invocation (for the summary table)."""
+
+    run: P.PlannedRun
+    state: str  # finished | done-before | skipped | failed | not-run
+    reason: str = ""
+
+
+def parse_cli(arguments: Sequence[str]) -> tuple[list[str], dict[str, list[str]], list[str]]:
+    """Split command-line overrides into (passed to every job, extra axes from `k=a,b`, keys set)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    fixed, axes, keys = [], {}, []
+    for o in OverridesParser.create().parse_overrides(list(arguments)):
+        key = o.key_or_group
+        if o.is_sweep_override():
+            if not o.is_discrete_sweep():
+                raise P.PlanError(
+                    f"{key}: only comma lists (a,b,c) can be swept on the command line"
+                )
+            axes[key] = list(o.sweep_string_iterator())
+            continue
+        fixed.append(o.input_line)
+        if not key.startswith(("sweep", "hydra")):
+            keys.append(key)
+    return fixed, axes, keys
+
+
+def spec_from_config(cfg: DictConfig, cli_axes: dict[str, list[str]]) -> P.SweepSpec:
+    sweep = OmegaConf.to_container(cfg.sweep, resolve=True)
+    unknown = set(sweep) - P.SPEC_FIELDS - SETTINGS
+    if unknown:
+        allowed = ", ".join(sorted(P.SPEC_FIELDS | SETTINGS))
+        raise P.PlanError(f"sweep.{sorted(unknown)[0]}: unknown field; allowed: {allowed}")
+    for key in cli_axes:
+        if key in (sweep.get("axes") or {}):
+            raise P.PlanError(f"{key} is swept on the command line and in sweep.axes; drop one")
+    sweep["axes"] = {**(sweep.get("axes") or {}), **cli_axes}
+    return P.SweepSpec.from_dict(str(sweep["name"]), sweep)
+
+
+def facts(cfg: DictConfig) -> P.RunFacts:
+    """Exact N, FLOPs per token and run key of one composed point, exactly as `sweeps.train`
+    resolves it (no data or model built). A model the factory cannot build (e.g. a size the
+    ladder cannot reach) raises ValueError: the point is skipped with that reason. Any other
+    config error fails the whole sweep before anything starts."""
+    from models import count_params, flops_per_token
+    from sweeps.config import ConfigError, resolve_config
+    from sweeps.job import training_config
+
+    try:
+        spec = resolve_config(training_config(cfg))
+    except ConfigError as e:
+        if str(e).startswith("model:"):
+            raise ValueError(str(e)) from None
+        raise P.PlanError(str(e)) from None
+    pc = count_params(spec.model)
+    return P.RunFacts(
+        run_key=spec.run_key,
+        arch=spec.model.arch,
+        n_layers=spec.model.n_layers,
+        d_model=spec.model.d_model,
+        n_params=pc.total,
+        n_params_nonembed=pc.non_embedding,
+        flops_per_token=float(flops_per_token(spec.model, spec.train.seq_len).exact),
+        tokens=float(spec.train.tokens),
+        batch_tokens=spec.train.batch_tokens,
+    )
+
+
+def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: Launch) -> list:
+    s = cfg.sweep
+    jobs = int(s.jobs)
+    if jobs < 1:
+        raise P.PlanError(f"sweep.jobs: expected a positive number of parallel jobs, got {jobs}")
+    fixed_args, cli_axes, cli_keys = parse_cli(arguments)
+    spec = spec_from_config(cfg, cli_axes)
+    spec.check_conflicts(cli_keys)
+
+    from sweeps import tracking
+
+    tc = cfg.tracking
+    uri = tracking.resolve_tracking_uri(tc.get("uri"))
+    runs_dir = _runs_dir(cfg)
+
+    def facts_of(overrides: Sequence[str]) -> P.RunFacts:
+        return facts(compose([*fixed_args, *overrides]))
+
+    def checkpoint_path(key: str, tokens: int) -> str:
+        from sweeps.checkpoint import branch_name
+
+        return str(runs_dir / key / branch_name(tokens))
+
+    tic = time.perf_counter()
+    runs = P.resolve(
+        spec,
+        P.expand(spec),
+        facts_of,
+        checkpoint_path,
+        flops_per_sec=float(s.throughput.flops_per_sec),
+        overhead_s=float(s.throughput.overhead_s),
+    )
+    plan_s = time.perf_counter() - tic
+    records = _read_records(uri, tc.experiment, create=not s.dry_run)
+    runs = [_apply_record(r, (records or {}).get(r.run_key), bool(s.retry_failed)) for r in runs]
+
+    if s.dry_run:
+        print_plan(spec, runs, jobs, records_read=records is not None, plan_s=plan_s)
+        return []
+    return _execute(cfg, spec, runs, fixed_args, cli_keys, uri, launch)
+
+
+def _runs_dir(cfg: DictConfig) -> Path:
+    from sweeps.paths import default_runs_dir, resolve_dir
+
+    return resolve_dir(cfg.get("paths", {}).get("runs_dir"), default_runs_dir())
+
+
+def _read_records(uri: str, experiment: str, create: bool):
+    """{run_key: RunRecord} of the experiment; None in a dry run on a store that does not exist
+    yet (a dry run never creates anything)."""
+    from sweeps import sweep_records, tracking
+
+    db = tracking.sqlite_path(uri)
+    if not create:
+        if db is not None and not db.exists():
+            return None
+        exp = tracking.client(uri).get_experiment_by_name(experiment)
+        return {} if exp is None else sweep_records.latest_by_key(uri, exp.experiment_id)
+    exp_id = tracking.ensure_experiment(uri, experiment)
+    return sweep_records.latest_by_key(uri, exp_id)
+
+
+def _apply_record(run: P.PlannedRun, rec, retry_failed: bool) -> P.PlannedRun:
+    """Turn the MLflow state of a point's run key into this invocation's decision."""
+    if run.skip or rec is None:
+        return run
+    if rec.status == "FINISHED":
+        where = f" in sweep '{rec.sweep}'" if rec.sweep else ""
+        return replace(run, skip=f"done: FINISHED run {rec.run_id[:8]}{where}")
+    if rec.status == "FAILED" and not retry_failed:
+        why = f" ({rec.failure_reason})" if rec.failure_reason else ""
+        return replace(run, skip=f"failed before{why}; rerun with sweep.retry_failed=true")
+    return run  # RUNNING / KILLED (interrupted) or FAILED to retry: the job resumes it
+
+
+def _execute(cfg, spec, runs, fixed_args, cli_keys, uri, launch) -> list:
+    from sweeps import sweep_records, tracking
+
+    s = cfg.sweep
+    exp_id = tracking.ensure_experiment(uri, cfg.tracking.experiment)
+    parent = sweep_records.open_parent(
+        uri,
+        exp_id,
+        spec.name,
+        {"git_commit": tracking.git_commit(), "sweep_kind": spec.kind, "n_points": len(runs)},
+    )
+    sweep_records.log_plan(uri, parent, plan_rows(runs), OmegaConf.to_yaml(cfg.sweep))
+    _share_gpus(cfg, int(s.jobs))
+
+    extra = [f"tracking.parent_run_id={parent}", f"++tracking.tags.sweep={spec.name}"]
+    if "train.progress" not in cli_keys:
+        extra.append("train.progress=none")  # the sweep bar is the progress display
+
+    outcomes: dict[int, Outcome] = {
+        r.index: Outcome(r, "done-before" if r.skip.startswith("done:") else "skipped", r.skip)
+        for r in runs
+        if r.skip
+    }
+    todo = [r for r in runs if not r.skip]
+    progress = SweepProgress(spec.name, todo, uri, exp_id, parent, jobs=int(s.jobs))
+    job_idx, status = 0, "FINISHED"
+    try:
+        with progress:
+            for wave in P.waves(todo):
+                batch = []
+                for r in wave:
+                    stable = r.stable_index
+                    if stable is not None and outcomes.get(stable, Outcome(r, "?")).state not in (
+                        "finished",
+                        "done-before",
+                    ):
+                        outcomes[r.index] = Outcome(
+                            r, "not-run", f"stable run #{stable} did not finish"
+                        )
+                        continue
+                    batch.append(r)
+                if not batch:
+                    continue
+                overrides = [
+                    [*fixed_args, *r.overrides, *extra, f"++tracking.tags.variant={r.variant}"]
+                    for r in batch
+                ]
+                results = launch(overrides, job_idx)
+                job_idx += len(batch)
+                for r, ret in zip(batch, results):
+                    outcomes[r.index] = _outcome(r, ret)
+                progress.refresh()
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        failed = [o for o in outcomes.values() if o.state == "failed"]
+        if status != "KILLED" and failed:
+            status = "FAILED"
+        sweep_records.close_parent(uri, parent, status)
+    ordered = [outcomes[r.index] if r.index in outcomes else Outcome(r, "not-run") for r in runs]
+    print_summary(spec.name, ordered, uri, parent)
+    _report(cfg, spec, uri)
+    failed = [o for o in ordered if o.state == "failed"]
+    if failed:
+        raise SystemExit(1)  # after the summary and the parent's FAILED status
+    return ordered
+
+
+def _outcome(run: P.PlannedRun, ret: Any) -> Outcome:
+    from hydra.core.utils import JobStatus
+
+    if ret.status == JobStatus.COMPLETED:
+        return Outcome(run, "finished")
+    err = ret._return_value  # the exception the job raised
+    line = f"{type(err).__name__}: {err}".splitlines()[0]
+    return Outcome(run, "failed", line)
+
+
+def _share_gpus(cfg: DictConfig, jobs: int) -> None:
+    """Local launchers: one GPU per concurrent job, claimed by each job process (sweeps.job)."""
+    from sweeps.job import ENV_GPU_LOCKS, ENV_GPU_POOL
+
+    launcher = str(OmegaConf.select(cfg, "hydra.launcher._target_", default=""))
+    if "Slurm" in launcher:
+        return  # SLURM allocates GPUs per job
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        pool = [g for g in visible.split(",") if g]
+    else:
+        import torch
+
+        pool = [str(i) for i in range(torch.cuda.device_count())]
+    if pool:
+        os.environ[ENV_GPU_POOL] = ",".join(pool[: max(jobs, 1)] if jobs < len(pool) else pool)
+        os.environ[ENV_GPU_LOCKS] = str(Path(str(cfg.hydra.sweep.dir)) / ".gpu-locks")
+
+
+def _report(cfg: DictConfig, spec: P.SweepSpec, uri: str) -> None:
+    """Optional analysis step (`sweep.report`): `python -m analysis.report` as a subprocess."""
+    report = cfg.sweep.get("report")
+    if not report:
+        return
+    cmd = [sys.executable, "-m", "analysis.report"]
+    cmd += [str(a) for a in report.get("args") or []]
+    cmd += ["--tracking-uri", uri, "--experiment", str(cfg.tracking.experiment)]
+    cmd += ["--sweep", spec.name, "--out", str(report.out)]
+    print("report:", " ".join(cmd), flush=True)
+    rc = subprocess.run(cmd).returncode
+    if rc != 0:
+        print(f"report: analysis.report exited with {rc}", file=sys.stderr, flush=True)

@@ -1,0 +1,205 @@
+"""What a sweep shows a person: the plan table (dry run), a progress bar, the summary table.
+
+Progress is read from MLflow (the children of the sweep's parent run), not from the launcher, so
+it is the same for local processes and SLURM jobs: a point counts as done when its run reaches
+FINISHED or FAILED. The bar advances by each point's estimated seconds, so the ETA weighs a big
+model more than a small one.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from sweeps import plan as P
+
+TERMINAL = ("FINISHED", "FAILED")
+
+
+def console() -> Console:
+    # not a terminal (logs, CI): a wide fixed width instead of 80 columns that cut the table
+    return Console() if sys.stdout.isatty() else Console(width=180, force_terminal=False)
+
+
+def plan_rows(runs: list[P.PlannedRun]) -> list[dict[str, Any]]:
+    """One dict per point: the plan artifact of the parent run and the dry-run table."""
+    rows = []
+    for r in runs:
+        f = r.facts
+        rows.append(
+            {
+                "point": r.index,
+                "run_key": r.run_key,
+                "variant": r.variant,
+                "phase": r.phase,
+                "arch": f.arch if f else "",
+                "n_layers": f.n_layers if f else None,
+                "d_model": f.d_model if f else None,
+                "N": r.n,
+                "D": int(r.d),
+                "C": r.c,
+                "C_budget": r.budget,
+                "tokens_per_param": r.d / r.n if r.n else None,
+                "est_s": round(r.est_s, 1),
+                "skip": r.skip or "",
+                "overrides": " ".join(r.overrides),
+            }
+        )
+    return rows
+
+
+def _dur(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+def print_plan(spec: P.SweepSpec, runs, jobs: int, records_read: bool, plan_s: float) -> None:
+    t = Table(title=f"sweep '{spec.name}' ({spec.kind}): {len(runs)} points", title_justify="left")
+    for col in ("#", "run key", "variant", "phase", "arch", "L", "d", "N", "D", "C", "D/N", "est"):
+        t.add_column(col, justify="right" if col in "#LdNDC D/N est" else "left")
+    t.add_column("status / skip reason")
+    for r in runs:
+        f = r.facts
+        t.add_row(
+            str(r.index),
+            r.run_key,
+            r.variant,
+            r.phase,
+            f.arch if f else "",
+            str(f.n_layers) if f else "",
+            str(f.d_model) if f else "",
+            P.human_count(r.n) if f else "",
+            P.human_count(r.d) if f else "",
+            f"{r.c:.2e}" if f else "",
+            f"{r.d / r.n:.1f}" if f and r.n else "",
+            _dur(r.est_s) if not r.skip else "",
+            r.skip or ("will run" if records_read else "will run (no store yet)"),
+        )
+    out = console()
+    out.print(t)
+    todo = [r for r in runs if not r.skip]
+    spent = sum(r.c_spent for r in todo)
+    out.print(
+        f"{len(todo)} to run, {len(runs) - len(todo)} skipped; 6ND compute {spent:.3g} FLOPs; "
+        f"estimated wall time {_dur(P.total_estimate(todo, jobs))} with sweep.jobs={jobs} "
+        f"(planned in {plan_s:.1f}s; dry run: nothing trained, no runs created)"
+    )
+    wsd_spent, cosine = P.wsd_compute(runs)
+    if cosine:
+        out.print(
+            f"WSD branches: {wsd_spent:.3g} FLOPs instead of {cosine:.3g} for independent cosine "
+            f"runs of the same budgets: {100 * (1 - wsd_spent / cosine):.0f}% compute saved"
+        )
+
+
+def print_summary(name: str, outcomes, uri: str, parent_run_id: str) -> None:
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        counts[o.state] = counts.get(o.state, 0) + 1
+    out = console()
+    t = Table(title=f"sweep '{name}' summary", title_justify="left")
+    for col in ("state", "points"):
+        t.add_column(col)
+    for state in ("finished", "done-before", "skipped", "failed", "not-run"):
+        if counts.get(state):
+            t.add_row(state, str(counts[state]))
+    out.print(t)
+    bad = [o for o in outcomes if o.state in ("failed", "skipped", "not-run")]
+    if bad:
+        d = Table(title="not finished in this invocation", title_justify="left")
+        for col in ("#", "variant", "N", "D", "state", "reason"):
+            d.add_column(col)
+        for o in bad:
+            r = o.run
+            d.add_row(
+                str(r.index), r.variant, P.human_count(r.n), P.human_count(r.d), o.state, o.reason
+            )
+        out.print(d)
+    out.print(f"MLflow: parent run {parent_run_id} in {uri}")
+
+
+class SweepProgress:
+    """A background thread polls MLflow for the sweep's children and draws done/total + ETA."""
+
+    def __init__(self, name, todo, uri, experiment_id, parent_run_id, jobs: int, every_s=5.0):
+        self.name, self.uri, self.exp, self.parent = name, uri, experiment_id, parent_run_id
+        self.est = {r.run_key: max(r.est_s, 1.0) for r in todo}
+        self.jobs, self.every_s = max(1, jobs), every_s
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._done: set[str] = set()
+        self._start = time.time()
+        self._tty = sys.stdout.isatty()
+        self._bar = None
+
+    def __enter__(self):
+        if self._tty and self.est:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+            self._bar = Progress(
+                "[bold]{task.description}",
+                BarColumn(),
+                "{task.fields[runs]}",
+                TimeRemainingColumn(),
+                console=console(),
+            )
+            self._task = self._bar.add_task(
+                f"sweep {self.name}", total=sum(self.est.values()), runs=f"0/{len(self.est)} runs"
+            )
+            del MofNCompleteColumn
+            self._bar.start()
+        self._print_line()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.refresh()
+        if self._bar is not None:
+            self._bar.stop()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self.refresh()
+            except Exception:  # a busy store must not kill the sweep; the next poll retries
+                pass
+
+    def refresh(self) -> None:
+        from sweeps.sweep_records import children_by_key
+
+        recs = children_by_key(self.uri, self.exp, self.parent)
+        with self._lock:
+            done = {k for k, r in recs.items() if k in self.est and r.status in TERMINAL}
+            if done == self._done:
+                return
+            self._done = done
+            if self._bar is not None:
+                self._bar.update(
+                    self._task,
+                    completed=sum(self.est[k] for k in done),
+                    runs=f"{len(done)}/{len(self.est)} runs",
+                )
+            else:
+                self._print_line()
+
+    def _print_line(self) -> None:
+        if self._bar is not None:
+            return
+        total = sum(self.est.values())
+        done_est = sum(self.est[k] for k in self._done)
+        elapsed = time.time() - self._start
+        eta = (elapsed / done_est * (total - done_est)) if done_est else total / self.jobs
+        print(
+            f"[sweep {self.name}] {len(self._done)}/{len(self.est)} runs done, "
+            f"elapsed {_dur(elapsed)}, ETA {_dur(eta)}",
+            flush=True,
+        )

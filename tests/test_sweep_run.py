@@ -1,0 +1,224 @@
+"""`python -m sweeps.run` end to end on tiny models and a tiny text corpus (byte tokenizer).
+
+Each test runs the real CLI in a subprocess with MLflow, checkpoints and caches in a tmp dir,
+and checks the results through `mlflow.search_runs`. Sweep files live in a tmp `--config-dir`.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXT = (
+    "The quick brown fox jumps over the lazy dog. A scaling law relates loss to compute. "
+    "Attention is all you need, said the paper, and the block became the standard. "
+)
+
+
+def tiny_sweep(axes: str, extra_fixed: str = "") -> str:
+    return f"""
+axes:
+{axes}
+fixed:
+  data.source: text
+  data.tokenizer: byte
+  data.eval_tokens: 2048
+  data.val_fraction: 0.3
+  train.batch_tokens: 1024
+  train.seq_len: 64
+  train.eval_every: 1000
+  train.log_every: 5
+{extra_fixed}
+"""
+
+
+@pytest.fixture
+def env(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(20):  # several documents so both splits are non-empty
+        (corpus / f"doc{i}.txt").write_text(f"document {i}. " + TEXT * 40)
+    (tmp_path / "sweep").mkdir()
+    e = dict(os.environ)
+    e.update(
+        MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlruns.db'}",
+        SCALING_LAB_RUNS_DIR=str(tmp_path / "runs"),
+        SCALING_LAB_CACHE_DIR=str(tmp_path / "cache"),
+        PYTHONUNBUFFERED="1",
+    )
+    return tmp_path, e, corpus
+
+
+def sweep_cmd(tmp, corpus, name, *args):
+    return [
+        sys.executable, "-m", "sweeps.run", "--config-dir", str(tmp), f"sweep={name}",
+        f"data.path={corpus}", *args,
+    ]  # fmt: skip
+
+
+def runs(tmp):
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp / 'mlruns.db'}")
+    return mlflow.search_runs(experiment_names=["scaling-lab"])
+
+
+AXES = "  model: [vanilla, llama]\n  model.size: [1e4]\n  train.tokens: [4096, 8192]"
+
+
+@pytest.mark.slow
+def test_dry_run_prints_the_plan_and_creates_nothing(env):
+    tmp, e, corpus = env
+    (tmp / "sweep" / "t.yaml").write_text(tiny_sweep(AXES))
+    out = subprocess.run(
+        sweep_cmd(tmp, corpus, "t", "sweep.dry_run=true"),
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    for col in ("run key", "arch", "N", "D", "C", "D/N", "est"):
+        assert col in out.stdout
+    assert "post-layernorm-sinusoidal-mha-gelu" in out.stdout
+    assert "pre-rmsnorm-rope-gqa2-swiglu" in out.stdout
+    assert "4 to run, 0 skipped" in out.stdout
+    assert not (tmp / "mlruns.db").exists()
+    assert not (tmp / "runs").exists() and not (tmp / "cache").exists()
+
+
+@pytest.mark.slow
+def test_sweep_records_parent_and_children_and_rerun_skips_finished(env):
+    tmp, e, corpus = env
+    variants = "variants:\n  base: {}\n  mqa: {model.n_kv_heads: 1}\n"
+    (tmp / "sweep" / "t.yaml").write_text(
+        tiny_sweep("  model.size: [1e4]\n  train.tokens: [4096]\n  train.seed: [0, 1]") + variants
+    )
+    out = subprocess.run(
+        sweep_cmd(tmp, corpus, "t", "sweep.jobs=2"),
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "finished" in out.stdout and "4/4 runs done" in out.stdout
+    df = runs(tmp)
+    parent = df[df["tags.sweep_parent"] == "t"]
+    assert len(parent) == 1 and parent["status"].item() == "FINISHED"
+    pid = parent["run_id"].item()
+    kids = df[df["tags.mlflow.parentRunId"] == pid]
+    assert len(kids) == 4 and set(kids["status"]) == {"FINISHED"}
+    assert set(kids["tags.sweep"]) == {"t"}
+    assert sorted(kids["tags.variant"]) == ["base", "base", "mqa", "mqa"]
+    assert set(kids["tags.arch"]) == {"pre-rmsnorm-rope-gqa2-swiglu", "pre-rmsnorm-rope-mqa-swiglu"}
+    assert kids["tags.run_key"].nunique() == 4
+
+    import mlflow
+
+    plan = mlflow.artifacts.download_artifacts(
+        run_id=pid, artifact_path="plan.csv", dst_path=str(tmp)
+    )
+    assert len(Path(plan).read_text().strip().splitlines()) == 5  # header + 4 points
+
+    again = subprocess.run(
+        sweep_cmd(tmp, corpus, "t"), env=e, capture_output=True, text=True, timeout=120
+    )
+    assert again.returncode == 0, again.stderr
+    assert "done-before" in again.stdout
+    assert len(runs(tmp)) == 5  # nothing new: 4 children + the same parent
+
+
+@pytest.mark.slow
+def test_killed_sweep_finishes_on_rerun_with_one_finished_run_per_point(env):
+    tmp, e, corpus = env
+    axes = "  model.size: [3e4]\n  train.tokens: [40960, 49152, 57344]"
+    (tmp / "sweep" / "k.yaml").write_text(tiny_sweep(axes, "  train.checkpoint_every: 4"))
+    cmd = sweep_cmd(tmp, corpus, "k")
+    proc = subprocess.Popen(
+        cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    deadline = time.time() + 120
+    try:  # kill the whole sweep (process group) once one point finished and another has started
+        while time.time() < deadline:
+            time.sleep(0.5)
+            if not (tmp / "mlruns.db").exists():
+                continue
+            try:
+                df = runs(tmp)
+            except Exception:
+                continue
+            if (
+                "tags.run_key" in df
+                and (df["status"] == "FINISHED").sum() >= 1
+                and ((df["status"] == "RUNNING") & df["tags.run_key"].notna()).any()
+            ):
+                if list((tmp / "runs").glob("*/last.pt")):
+                    break
+        else:
+            pytest.fail("sweep did not reach the kill point")
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    killed = runs(tmp)
+    assert (killed["status"] == "RUNNING").sum() >= 1  # interrupted point(s), left as RUNNING
+
+    out = subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    df = runs(tmp)
+    kids = df[df["tags.run_key"].notna()]
+    assert len(kids) == 3 and kids["tags.run_key"].nunique() == 3  # no duplicated point
+    assert set(kids["status"]) == {"FINISHED"}
+    assert (df["tags.sweep_parent"] == "k").sum() == 1  # the rerun reused the parent
+
+
+@pytest.mark.slow
+def test_submitit_local_launcher_runs_the_points(env):
+    tmp, e, corpus = env
+    (tmp / "sweep" / "s.yaml").write_text(
+        tiny_sweep("  model.size: [1e4]\n  train.tokens: [2048, 4096]")
+    )
+    out = subprocess.run(
+        sweep_cmd(
+            tmp, corpus, "s", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5"
+        ),
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    kids = runs(tmp).dropna(subset=["tags.run_key"])
+    assert len(kids) == 2 and set(kids["status"]) == {"FINISHED"}
+    assert list((tmp / "runs" / "multirun" / "s").glob("*/.submitit"))
+
+
+def test_unknown_sweep_lists_the_available_ones(env):
+    tmp, e, corpus = env
+    out = subprocess.run(
+        sweep_cmd(tmp, corpus, "nope"), env=e, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode != 0
+    assert "sweep=nope: unknown sweep; available:" in out.stderr
+    assert "demo" in out.stderr
+
+
+@pytest.mark.slow
+def test_conflicting_axes_fail_before_anything_starts(env):
+    tmp, e, corpus = env
+    (tmp / "sweep" / "t.yaml").write_text(tiny_sweep(AXES))
+    out = subprocess.run(
+        sweep_cmd(tmp, corpus, "t", "model.d_model=64"),
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode != 0
+    assert "model.size and model.d_model are both set" in out.stderr
+    assert not (tmp / "mlruns.db").exists()
