@@ -41,6 +41,9 @@ class ModelConfig:
     rope_base: float = 10000.0  # RoPE theta; only used with pos_encoding=rope
     mlp: Mlp = "gelu"
     tie_embeddings: bool = True  # output head shares the token embedding matrix
+    # Multiply token embeddings by sqrt(d_model) (Vaswani et al. 2017, sec. 3.4): with a small
+    # init_std this keeps the token signal comparable to the unit-amplitude sinusoidal table.
+    scale_embeddings: bool = False
     bias: bool = True  # biases in every Linear and LayerNorm (never in the output head)
     dropout: float = 0.0  # embedding, attention-probability and residual dropout (train only)
     norm_eps: float = 1e-5
@@ -158,7 +161,7 @@ def _validate(c: ModelConfig) -> None:
         if choices is not None and v not in choices:
             allowed = ", ".join(repr(x) for x in choices)
             raise ValueError(f"{f.name} must be one of {allowed}; got {v!r}")
-    for name in ("tie_embeddings", "bias"):
+    for name in ("tie_embeddings", "bias", "scale_embeddings"):
         if not isinstance(getattr(c, name), bool):
             raise ValueError(f"{name} must be true or false, got {getattr(c, name)!r}")
     for name in ("rope_base", "norm_eps", "init_std"):

@@ -38,8 +38,20 @@ from models.config import ModelConfig
 
 # What each target needs; checked in this order so the error names the most basic mismatch.
 _TARGETS = {
-    "gpt2": {"norm_position": "pre", "pos_encoding": "learned", "norm": "layernorm", "mlp": "gelu"},
-    "llama": {"norm_position": "pre", "pos_encoding": "rope", "norm": "rmsnorm", "mlp": "swiglu"},
+    "gpt2": {
+        "norm_position": "pre",
+        "pos_encoding": "learned",
+        "norm": "layernorm",
+        "mlp": "gelu",
+        "scale_embeddings": False,
+    },
+    "llama": {
+        "norm_position": "pre",
+        "pos_encoding": "rope",
+        "norm": "rmsnorm",
+        "mlp": "swiglu",
+        "scale_embeddings": False,
+    },
 }
 
 

@@ -58,7 +58,10 @@ class TransformerLM(nn.Module):
     def _trunk(self, idx: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
         T = idx.shape[1]
         start = 0 if cache is None else cache.length
-        h = self.pos.add_to_embeddings(self.tok_emb(idx), start)  # (B, T, d)
+        h = self.tok_emb(idx)  # (B, T, d)
+        if self.cfg.scale_embeddings:
+            h = h * math.sqrt(self.cfg.d_model)
+        h = self.pos.add_to_embeddings(h, start)
         h = self.drop(h)
         pos = self.pos.attention_inputs(T, start, idx.device)  # shared by every layer
         for block in self.blocks:

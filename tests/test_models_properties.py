@@ -3,6 +3,7 @@ formula, RoPE relativity, causality, GQA grouping, Post-LN normalisation, KV-cac
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -182,3 +183,30 @@ def test_sampling_is_seeded_and_respects_top_k():
     assert torch.equal(a, b) and a.shape == (1, 11)
     top1 = model.generate(prompt, 8, top_k=1, generator=torch.Generator().manual_seed(2))
     assert torch.equal(top1, model.generate(prompt, 8, temperature=0))
+
+
+def test_scale_embeddings_multiplies_token_embeddings_by_sqrt_d_model():
+    """Vaswani et al. 2017 sec. 3.4: token embeddings are multiplied by sqrt(d_model)."""
+    torch.manual_seed(0)
+    base = ModelConfig(
+        vocab_size=50,
+        max_seq_len=16,
+        n_layers=1,
+        d_model=16,
+        n_heads=2,
+        pos_encoding="sinusoidal",
+        tie_embeddings=False,
+    )
+    scaled = dataclasses.replace(base, scale_embeddings=True)
+    plain_model, scaled_model = build_model(base), build_model(scaled)
+    scaled_model.load_state_dict(plain_model.state_dict())
+    with (
+        torch.no_grad()
+    ):  # the unscaled model with a table 4 = sqrt(16) times larger is the same map
+        plain_model.tok_emb.weight.mul_(4.0)
+    idx = torch.randint(0, 50, (2, 8))
+    torch.testing.assert_close(scaled_model(idx)[0], plain_model(idx)[0])
+    same_weights_unscaled = build_model(base)
+    same_weights_unscaled.load_state_dict(scaled_model.state_dict())
+    assert not torch.allclose(scaled_model(idx)[0], same_weights_unscaled(idx)[0])
+    assert count_params(scaled).total == count_params(base).total
