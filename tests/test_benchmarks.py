@@ -1,0 +1,55 @@
+"""Smoke tests of the throughput benchmark at a tiny size: it runs end to end, writes its files
+and reports sane numbers. No timing assertions (the machine is shared)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from benchmarks.throughput import Case, Shape, main, model_config, probe_memory  # noqa: E402
+
+TINY = ["--d-models", "32", "--layers", "1", "--seq", "16", "--batch", "2", "--vocab", "64"]
+
+
+def test_throughput_table_has_every_row_and_positive_numbers(tmp_path, capsys):
+    result = main([*TINY, "--reps", "1", "--steps", "1", "--warmup", "1", "--compile", "eager",
+                   "--no-memory", "--out", str(tmp_path)])  # fmt: skip
+    rows = result["rows"]
+    assert [(r["family"], r["impl"]) for r in rows] == [
+        ("llama", "ours"), ("llama", "hf"), ("gpt2", "ours"), ("gpt2", "hf")
+    ]  # fmt: skip
+    for r in rows:
+        assert r["d_model"] == 32 and r["mode"] == "eager"
+        assert r["tokens_per_s"] > 0 and r["ms_per_step"] > 0 and 0 < r["mfu"]
+    assert all(r["ratio"] > 0 for r in rows if r["impl"] == "ours")
+    assert result["peak_flops"] > 0 and result["machine"]["threads"] >= 1
+    out = capsys.readouterr().out
+    assert out.count("| llama | 32 | eager |") == 2 and out.count("| gpt2 | 32 | eager |") == 2
+    assert out.strip().splitlines()[-1].startswith("worst ratio ours/HF: ")
+    saved = json.loads((tmp_path / "throughput_cpu.json").read_text())
+    assert len(saved["rows"]) == 4 and saved["machine"]["torch"]
+    assert "worst ratio" in (tmp_path / "throughput_cpu.md").read_text()
+
+
+def test_benchmark_shapes_match_the_presets_and_hf():
+    from models.export_hf import hf_config
+
+    shape = Shape(vocab=4096, d_model=256, layers=4, seq=256, batch=8)
+    llama, gpt2 = model_config("llama", shape), model_config("gpt2", shape)
+    assert (llama.n_heads, llama.kv_heads, llama.ffn_dim, llama.tie_embeddings) == (
+        4,
+        2,
+        680,
+        False,
+    )
+    assert (gpt2.n_heads, gpt2.kv_heads, gpt2.ffn_dim, gpt2.tie_embeddings) == (4, 4, 1024, True)
+    hf = hf_config(llama)
+    assert (hf.num_key_value_heads, hf.intermediate_size, hf.hidden_size) == (2, 680, 256)
+
+
+def test_memory_probe_reports_a_positive_peak_in_a_fresh_process():
+    case = Case("gpt2", "ours", False, Shape(vocab=64, d_model=32, layers=1, seq=16, batch=2))
+    assert probe_memory(case, "fp32", threads=1, warmup=1, steps=1) > 0
