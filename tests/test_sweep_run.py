@@ -143,7 +143,7 @@ def test_killed_sweep_finishes_on_rerun_with_one_finished_run_per_point(env):
     proc = subprocess.Popen(
         cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
     )
-    deadline = time.time() + 120
+    deadline = time.time() + 200
     try:  # kill the whole sweep (process group) once one point finished and another has started
         while time.time() < deadline:
             time.sleep(0.5)
@@ -161,7 +161,10 @@ def test_killed_sweep_finishes_on_rerun_with_one_finished_run_per_point(env):
                 if list((tmp / "runs").glob("*/last.pt")):
                     break
         else:
-            pytest.fail("sweep did not reach the kill point")
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail(
+                "sweep did not reach the kill point: " + proc.communicate()[0].decode()[-2000:]
+            )
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(timeout=30)
@@ -222,3 +225,22 @@ def test_conflicting_axes_fail_before_anything_starts(env):
     assert out.returncode != 0
     assert "model.size and model.d_model are both set" in out.stderr
     assert not (tmp / "mlruns.db").exists()
+
+
+@pytest.mark.slow
+def test_wsd_branches_start_from_the_stable_run_checkpoint(env):
+    tmp, e, corpus = env
+    (tmp / "sweep" / "w.yaml").write_text(
+        tiny_sweep("  model.size: [1e4]") + "wsd:\n  tokens: [3072, 6144]\n  decay: 0.25\n"
+    )
+    out = subprocess.run(
+        sweep_cmd(tmp, corpus, "w"), env=e, capture_output=True, text=True, timeout=240
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    kids = runs(tmp).dropna(subset=["tags.run_key"])
+    assert len(kids) == 2 and set(kids["status"]) == {"FINISHED"}
+    stable = kids[kids["params.train.init_from"] == "None"].iloc[0]
+    branch = kids[kids["params.train.init_from"] != "None"].iloc[0]
+    assert stable["params.tokens"] == "6144" and branch["params.tokens"] == "3072"
+    assert branch["tags.branched_from"] == stable["tags.run_key"]
+    assert branch["params.train.init_from"].endswith("tokens_2048.pt")  # 0.75 * 3072 -> 2 batches

@@ -1,0 +1,112 @@
+"""Plans of the shipped sweep configs through the real conf/ tree, Hydra compose and the factory.
+
+These run `sweeps.driver.drive` in dry-run mode in-process (no subprocess, nothing trained): the
+IsoFLOP token budgets must be C / (6 N) with the factory's N, every shipped sweep must plan, and
+the dry run must not create an MLflow store.
+"""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+
+from models import ModelConfig, count_params
+from sweeps import driver
+from sweeps import plan as P
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+SWEEPS = sorted(p.stem for p in (CONF / "sweep").glob("*.yaml"))
+
+
+@pytest.fixture
+def tmp_store(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlruns.db'}")
+    monkeypatch.setenv("SCALING_LAB_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("SCALING_LAB_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path
+
+
+@pytest.fixture
+def comp(tmp_store):
+    """Hydra's compose API on conf/run.yaml: the config a job of `python -m sweeps.run` gets."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        yield lambda overrides: compose("run", overrides=list(overrides), return_hydra_config=True)
+
+
+def plan_of(comp, arguments):
+    """(spec, resolved runs) of `python -m sweeps.run ARGS`, planned exactly as the sweeper does."""
+    cfg = comp(arguments)
+    fixed, axes, keys = driver.parse_cli(arguments)
+    spec = driver.spec_from_config(cfg, axes)
+    spec.check_conflicts(keys)
+    fast = driver.cached_compose(comp)
+    runs = P.resolve(
+        spec,
+        P.expand(spec),
+        lambda ov: driver.facts(fast([*fixed, *ov])),
+        lambda key, t: f"/ckpt/{key}/{t}",
+        flops_per_sec=1e9,
+    )
+    return spec, runs
+
+
+def test_isoflop_tokens_use_the_factorys_non_embedding_count(comp):
+    spec, runs = plan_of(comp, ["sweep=isoflop"])
+    assert spec.kind == "isoflop" and len(spec.budgets) >= 4
+    llama = yaml.safe_load((CONF / "model" / "llama.yaml").read_text())
+    for r in runs:
+        if r.skip:
+            continue
+        size = float(next(o.split("=")[1] for o in r.overrides if o.startswith("model.size=")))
+        n = count_params(
+            ModelConfig.from_dict({**llama, "size": size, "vocab_size": 1024})
+        ).non_embedding
+        assert r.n == n
+        assert r.d % 8192 == 0 and abs(r.d - r.budget / (6 * n)) <= 8192 / 2
+        assert r.c == pytest.approx(r.budget, rel=0.05 if r.d > 8192 * 10 else 0.5)
+
+
+def test_cached_compose_gives_the_same_config_as_a_full_compose(comp):
+    _, runs = plan_of(comp, ["sweep=ablation"])
+    for r in runs[:: max(1, len(runs) // 5)]:
+        full = driver.facts(comp(["sweep=ablation", *r.overrides]))
+        assert full == r.facts
+
+
+@pytest.mark.parametrize("name", SWEEPS)
+def test_every_shipped_sweep_plans(comp, name):
+    spec, runs = plan_of(comp, [f"sweep={name}"])
+    assert runs and all(r.facts for r in runs if not r.skip)
+    assert len({r.run_key for r in runs if not r.skip}) == sum(1 for r in runs if not r.skip)
+    if spec.wsd_tokens:
+        spent, cosine = P.wsd_compute(runs)
+        assert 0 < spent < cosine
+
+
+def test_demo_is_the_default_and_crosses_vanilla_and_llama(comp):
+    assert comp([]).sweep.name == "demo"
+    _, runs = plan_of(comp, [])
+    assert {r.facts.arch for r in runs} == {
+        "post-layernorm-sinusoidal-mha-gelu",
+        "pre-rmsnorm-rope-gqa2-swiglu",
+    }
+
+
+def test_a_bad_training_override_fails_the_plan_naming_the_key(comp):
+    with pytest.raises(P.PlanError, match="train.lr"):
+        plan_of(comp, ["sweep=tiny", "train.lr=-1"])
+    with pytest.raises(P.PlanError, match="model.size and model.d_model"):
+        plan_of(comp, ["sweep=tiny", "model.d_model=64"])
+
+
+def test_dry_run_creates_no_store(comp, tmp_store, capsys):
+    args = ["sweep=wsd", "sweep.dry_run=true"]
+
+    def launch(batch, idx):
+        raise AssertionError("a dry run must not launch jobs")
+
+    assert driver.drive(comp(args), args, comp, launch) == []
+    out = capsys.readouterr().out
+    assert "compute saved" in out and "dry run: nothing trained" in out
+    assert not (tmp_store / "mlruns.db").exists() and not (tmp_store / "runs").exists()
