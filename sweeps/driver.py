@@ -320,7 +320,7 @@ def _outcome(run: P.PlannedRun, ret: Any) -> Outcome:
 
 
 def _share_gpus(cfg: DictConfig, jobs: int) -> None:
-    """Local launchers: one GPU per concurrent job, claimed by each job process (sweeps.job)."""
+    """Local launchers: one GPU slot per concurrent job, claimed by each job process (sweeps.job)."""
     from sweeps.job import ENV_GPU_LOCKS, ENV_GPU_POOL
 
     launcher = str(OmegaConf.select(cfg, "hydra.launcher._target_", default=""))
@@ -334,7 +334,9 @@ def _share_gpus(cfg: DictConfig, jobs: int) -> None:
 
         pool = [str(i) for i in range(torch.cuda.device_count())]
     if pool:
-        os.environ[ENV_GPU_POOL] = ",".join(pool[: max(jobs, 1)] if jobs < len(pool) else pool)
+        # one slot per concurrent job; with more jobs than GPUs, jobs share GPUs round-robin
+        slots = [pool[i % len(pool)] for i in range(max(jobs, 1))]
+        os.environ[ENV_GPU_POOL] = ",".join(slots)
         os.environ[ENV_GPU_LOCKS] = str(Path(str(cfg.hydra.sweep.dir)) / ".gpu-locks")
 
 

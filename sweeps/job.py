@@ -28,8 +28,9 @@ def training_config(cfg: DictConfig) -> DictConfig:
 
 
 def claim_gpu() -> str | None:
-    """Pin this process to one GPU of the pool, first free slot wins (file locks, so reused
-    joblib workers keep their GPU and two live workers never share one)."""
+    """Pin this process to the GPU of the first free slot of the pool (one slot per concurrent
+    job; file locks, so a reused joblib worker keeps its slot and two live workers never hold
+    the same one)."""
     if _held:
         return os.environ.get("CUDA_VISIBLE_DEVICES")
     pool = [g for g in os.environ.get(ENV_GPU_POOL, "").split(",") if g]
@@ -37,8 +38,8 @@ def claim_gpu() -> str | None:
     if not pool or not lock_dir:
         return None
     Path(lock_dir).mkdir(parents=True, exist_ok=True)
-    for gpu in pool:
-        f = open(Path(lock_dir) / f"gpu{gpu}.lock", "w")  # noqa: SIM115 - held until exit
+    for slot, gpu in enumerate(pool):
+        f = open(Path(lock_dir) / f"slot{slot}.lock", "w")  # noqa: SIM115 - held until exit
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -47,7 +48,7 @@ def claim_gpu() -> str | None:
         _held.append(f)
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu  # before torch initialises CUDA here
         return gpu
-    raise RuntimeError(f"{ENV_GPU_POOL}={','.join(pool)}: every GPU is taken by another job")
+    raise RuntimeError(f"{ENV_GPU_POOL}={','.join(pool)}: every GPU slot is taken by another job")
 
 
 def share_cpu(jobs: int) -> None:
