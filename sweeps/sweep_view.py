@@ -141,7 +141,7 @@ class SweepProgress:
 
     def __enter__(self):
         if self._tty and self.est:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+            from rich.progress import BarColumn, Progress, TimeRemainingColumn
 
             self._bar = Progress(
                 "[bold]{task.description}",
@@ -153,7 +153,6 @@ class SweepProgress:
             self._task = self._bar.add_task(
                 f"sweep {self.name}", total=sum(self.est.values()), runs=f"0/{len(self.est)} runs"
             )
-            del MofNCompleteColumn
             self._bar.start()
         self._print_line()
         self._thread.start()
