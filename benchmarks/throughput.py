@@ -19,7 +19,8 @@ each repetition times every model in turn (interleaved), and the median repetiti
   median over repetitions; the ratio ours/HF is the median of the per-repetition ratios (each
   pair ran back to back), which is robust to other processes loading the machine.
 - MFU = ``models.flops_per_token(cfg, seq).exact`` * tokens/s / peak, with the peak measured on
-  the spot (best of several n=1024 matmuls in the same dtype), or ``--peak-tflops``.
+  the spot in every repetition (best of 5 n=1024 matmuls in the same dtype; MFU is the median
+  of the per-repetition ratios), or ``--peak-tflops``.
 - Peak memory on CPU: each model runs again in a fresh subprocess (same imports, same steps);
   we report the peak RSS (VmHWM) above that process's RSS after imports, so the models cannot
   see each other's allocations. On CUDA: ``torch.cuda.max_memory_allocated`` during the model's
@@ -260,6 +261,12 @@ def benchmark(args) -> dict:
     device = torch.device(args.device)
     threads = args.threads or os.cpu_count()
     torch.set_num_threads(threads)
+    load = os.getloadavg()[0]
+    if device.type == "cpu" and threads > 1 and load > 0.5:
+        # Measured on a shared 2-core VM: with both cores busy elsewhere, every parallel region
+        # waits for a descheduled OpenMP worker (a 64x64 matmul took 15.7 ms with 2 threads vs
+        # 22 us with 1), so multi-threaded numbers measure the scheduler, not the model.
+        log(f"warning: load average {load:.1f} with {threads} threads: consider --threads 1")
     modes = {"eager": [False], "compiled": [True], "both": [False, True]}[args.compile]
     cases = [
         Case(family, impl, compiled, Shape(args.vocab, d, args.layers, args.seq, args.batch))
@@ -299,10 +306,15 @@ def benchmark(args) -> dict:
         sec = statistics.median(times[case]) / args.steps
         tps = s.batch * s.seq / sec
         flops = _flops_per_token(case)
+        # MFU per repetition against that repetition's matmul peak (same load), then median.
+        rep_peaks = [peak] * len(times[case]) if args.peak_tflops else peaks
+        mfu = statistics.median(
+            flops * s.batch * s.seq * args.steps / t / p for t, p in zip(times[case], rep_peaks)
+        )
         rows.append({
             "family": case.family, "d_model": s.d_model, "mode": "compiled" if case.compiled else "eager",
             "impl": case.impl, "tokens_per_s": tps, "ms_per_step": 1e3 * sec,
-            "mfu": flops * tps / peak, "peak_mem_mb": memory.get(case),
+            "mfu": mfu, "peak_mem_mb": memory.get(case),
             "step_times_s": [t / args.steps for t in times[case]],
         })  # fmt: skip
     for row in rows:

@@ -26,6 +26,7 @@ from torch import nn
 
 from models.attention import KVCache
 from models.config import ModelConfig
+from models.loss import cross_entropy
 from models.registry import BLOCKS, NORMS, POSITIONS
 
 
@@ -76,7 +77,7 @@ class TransformerLM(nn.Module):
         logits = self.lm_head(self._trunk(idx, None))
         if targets is None:
             return logits, None
-        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+        loss = cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
         return logits, loss
 
     def forward_cached(self, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
