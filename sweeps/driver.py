@@ -114,12 +114,13 @@ def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: L
 
     from sweeps import tracking
 
-    tc = cfg.tracking
-    uri = tracking.resolve_tracking_uri(tc.get("uri"))
-    runs_dir = _runs_dir(cfg)
-
     compose_fast = cached_compose(compose)
     datasets: dict[str, Any] = {}
+    # where records and checkpoints go: the command line and sweep.fixed may set them
+    base = compose_fast([*fixed_args, *(f"{k}={P.format_value(v)}" for k, v in spec.fixed.items())])
+    tc = base.tracking
+    uri = tracking.resolve_tracking_uri(tc.get("uri"))
+    runs_dir = _runs_dir(base)
 
     def facts_of(overrides: Sequence[str]) -> P.RunFacts:
         cfg_point = compose_fast([*fixed_args, *overrides])
@@ -156,8 +157,8 @@ def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: L
         print_plan(spec, runs, jobs, records_read=records is not None, plan_s=plan_s)
         return []
     if any(not r.skip for r in runs):
-        _prepare_data(cfg, list(datasets.values()))
-    return _execute(cfg, spec, runs, fixed_args, cli_keys, uri, launch)
+        _prepare_data(cfg, base, list(datasets.values()))
+    return _execute(cfg, spec, runs, fixed_args, cli_keys, uri, str(tc.experiment), launch)
 
 
 def cached_compose(compose: Compose) -> Compose:
@@ -191,7 +192,7 @@ def cached_compose(compose: Compose) -> Compose:
     return composed
 
 
-def _prepare_data(cfg: DictConfig, datasets: list[dict]) -> None:
+def _prepare_data(cfg: DictConfig, base: DictConfig, datasets: list[dict]) -> None:
     """Build each distinct token cache once before fan-out, so K parallel jobs do not all train
     the same BPE tokenizer at once. Skipped for SLURM (the cache is built by the first job)."""
     launcher = str(OmegaConf.select(cfg, "hydra.launcher._target_", default=""))
@@ -201,7 +202,7 @@ def _prepare_data(cfg: DictConfig, datasets: list[dict]) -> None:
     from sweeps.data import prepare_data
     from sweeps.paths import default_cache_dir, resolve_dir
 
-    cache_dir = resolve_dir(cfg.get("paths", {}).get("cache_dir"), default_cache_dir())
+    cache_dir = resolve_dir(base.get("paths", {}).get("cache_dir"), default_cache_dir())
     for d in datasets:
         prepare_data(DataConfig.from_dict(d), cache_dir)
 
@@ -220,6 +221,10 @@ def _read_records(uri: str, experiment: str, create: bool):
     db = tracking.sqlite_path(uri)
     if not create:
         if db is not None and not db.exists():
+            return None
+        try:
+            tracking.check_reachable(uri)  # a server that is down: plan without states
+        except tracking.TrackingUnavailable:
             return None
         exp = tracking.client(uri).get_experiment_by_name(experiment)
         return {} if exp is None else sweep_records.latest_by_key(uri, exp.experiment_id)
@@ -240,11 +245,11 @@ def _apply_record(run: P.PlannedRun, rec, retry_failed: bool) -> P.PlannedRun:
     return run  # RUNNING / KILLED (interrupted) or FAILED to retry: the job resumes it
 
 
-def _execute(cfg, spec, runs, fixed_args, cli_keys, uri, launch) -> list:
+def _execute(cfg, spec, runs, fixed_args, cli_keys, uri, experiment, launch) -> list:
     from sweeps import sweep_records, tracking
 
     s = cfg.sweep
-    exp_id = tracking.ensure_experiment(uri, cfg.tracking.experiment)
+    exp_id = tracking.ensure_experiment(uri, experiment)
     parent = sweep_records.open_parent(
         uri,
         exp_id,
@@ -292,17 +297,17 @@ def _execute(cfg, spec, runs, fixed_args, cli_keys, uri, launch) -> list:
                 for r, ret in zip(batch, results):
                     outcomes[r.index] = _outcome(r, ret)
                 progress.refresh()
-    except KeyboardInterrupt:
-        status = "KILLED"
+    except BaseException as e:  # Ctrl-C: KILLED; a launcher that breaks: FAILED
+        status = "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED"
         raise
     finally:
         failed = [o for o in outcomes.values() if o.state == "failed"]
-        if status != "KILLED" and failed:
+        if status == "FINISHED" and failed:
             status = "FAILED"
         sweep_records.close_parent(uri, parent, status)
     ordered = [outcomes[r.index] if r.index in outcomes else Outcome(r, "not-run") for r in runs]
     print_summary(spec.name, ordered, uri, parent)
-    _report(cfg, uri, parent)
+    _report(cfg, uri, experiment, parent)
     failed = [o for o in ordered if o.state == "failed"]
     if failed:
         raise SystemExit(1)  # after the summary and the parent's FAILED status
@@ -340,7 +345,7 @@ def _share_gpus(cfg: DictConfig, jobs: int) -> None:
         os.environ[ENV_GPU_LOCKS] = str(Path(str(cfg.hydra.sweep.dir)) / ".gpu-locks")
 
 
-def _report(cfg: DictConfig, uri: str, parent_run_id: str) -> None:
+def _report(cfg: DictConfig, uri: str, experiment: str, parent_run_id: str) -> None:
     """Optional analysis step (`sweep.report`): `python -m analysis.report` on this sweep's
     children (the parent run's), as a subprocess (analysis never imports sweeps)."""
     report = cfg.sweep.get("report")
@@ -348,7 +353,7 @@ def _report(cfg: DictConfig, uri: str, parent_run_id: str) -> None:
         return
     cmd = [sys.executable, "-m", "analysis.report"]
     cmd += [str(a) for a in report.get("args") or []]
-    cmd += ["--tracking-uri", uri, "--experiment", str(cfg.tracking.experiment)]
+    cmd += ["--tracking-uri", uri, "--experiment", experiment]
     cmd += ["--sweep", parent_run_id, "--out", str(report.out)]
     print("report:", " ".join(cmd), flush=True)
     rc = subprocess.run(cmd).returncode

@@ -121,6 +121,13 @@ class SweepSpec:
                         "already sets; a variant must change an axis nobody else sweeps"
                     )
         all_keys = set(sources) | {k for over in self.variants.values() for k in over}
+        swept_keys = set(self.axes) | {k for over in self.variants.values() for k in over}
+        for key in sorted(swept_keys):
+            if key.startswith(("tracking.", "paths.")):
+                raise PlanError(
+                    f"{key}: where a sweep records and checkpoints is one place for all its "
+                    "points; set it in sweep.fixed or on the command line, not per point"
+                )
         if SIZE_KEY in all_keys:
             clash = sorted(k for k in LADDER_KEYS if k in all_keys)
             if clash:

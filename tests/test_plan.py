@@ -199,6 +199,7 @@ def test_estimated_time_packs_runs_on_parallel_slots():
         ({"axes": {"train.seed": []}}, (), "sweep.axes.train.seed"),
         ({"wsd": {"tokens": [1e6], "decay": 1.5}}, (), "sweep.wsd.decay"),
         ({"budgets": [-1]}, (), "sweep.budgets"),
+        ({"axes": {"tracking.experiment": ["a", "b"]}}, (), "tracking.experiment: where a sweep"),
     ],
 )
 def test_conflicting_or_bad_axes_fail_before_anything_runs(d, cli, match):

@@ -137,8 +137,8 @@ def test_sweep_records_parent_and_children_and_rerun_skips_finished(env):
 @pytest.mark.slow
 def test_killed_sweep_finishes_on_rerun_with_one_finished_run_per_point(env):
     tmp, e, corpus = env
-    axes = "  model.size: [3e4]\n  train.tokens: [40960, 49152, 57344]"
-    (tmp / "sweep" / "k.yaml").write_text(tiny_sweep(axes, "  train.checkpoint_every: 4"))
+    axes = "  model.size: [3e4]\n  train.tokens: [20480, 24576, 28672]"
+    (tmp / "sweep" / "k.yaml").write_text(tiny_sweep(axes, "  train.checkpoint_every: 6"))
     cmd = sweep_cmd(tmp, corpus, "k")
     proc = subprocess.Popen(
         cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
