@@ -11,6 +11,7 @@ to build it both succeed, one rename wins, nobody reads a half-written cache.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -346,8 +347,14 @@ def prepare_data(cfg: DataConfig, cache_root: Path) -> TokenData:
     corpus = load_corpus(cfg)
     final = Path(cache_root) / cache_key(cfg, corpus.fingerprint)
     if not (final / "meta.json").exists():
-        log.info("building token cache %s for %s", final, corpus.description)
-        _build_cache(cfg, corpus, final)
+        # One builder per cache: others (sweep jobs starting together, SLURM array tasks on a
+        # shared filesystem) wait on the lock and then find the finished cache.
+        final.parent.mkdir(parents=True, exist_ok=True)
+        with open(final.parent / f"{final.name}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (final / "meta.json").exists():
+                log.info("building token cache %s for %s", final, corpus.description)
+                _build_cache(cfg, corpus, final)
     meta = json.loads((final / "meta.json").read_text())
     train = np.memmap(final / "train.bin", dtype=meta["dtype"], mode="r")
     val = np.memmap(final / "val.bin", dtype=meta["dtype"], mode="r")
