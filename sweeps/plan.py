@@ -22,7 +22,7 @@ from typing import Any
 LADDER_KEYS = ("model.n_layers", "model.d_model")
 TOKENS_KEY = "train.tokens"
 SIZE_KEY = "model.size"
-SPEC_FIELDS = {"axes", "variants", "budgets", "wsd", "fixed"}
+SPEC_FIELDS = {"axes", "variants", "budgets", "tokens_per_param", "wsd", "fixed"}
 
 
 class PlanError(ValueError):
@@ -50,6 +50,9 @@ class SweepSpec:
     axes: dict[str, list[Any]] = field(default_factory=dict)
     variants: dict[str, dict[str, Any]] = field(default_factory=lambda: {"base": {}})
     budgets: list[float] = field(default_factory=list)
+    # IsoFLOP only: run the points whose D/N lies in [lo, hi] (the neighbourhood of the optimum
+    # a parabola needs); the far wings are listed as skipped. None: every point runs.
+    tokens_per_param: tuple[float, float] | None = None
     wsd_tokens: list[float] = field(default_factory=list)
     wsd_decay: float = 0.2
     fixed: dict[str, Any] = field(default_factory=dict)
@@ -75,6 +78,15 @@ class SweepSpec:
         budgets = [float(c) for c in (d.get("budgets") or [])]
         if any(c <= 0 for c in budgets):
             raise PlanError(f"sweep.budgets: compute budgets must be positive FLOPs, got {budgets}")
+        tpp = d.get("tokens_per_param")
+        if tpp is not None:
+            if not isinstance(tpp, (list, tuple)) or len(tpp) != 2 or not 0 < tpp[0] < tpp[1]:
+                raise PlanError(
+                    f"sweep.tokens_per_param: expected [lo, hi] with 0 < lo < hi, got {tpp!r}"
+                )
+            if not budgets:
+                raise PlanError("sweep.tokens_per_param only applies to IsoFLOP sweeps (budgets)")
+            tpp = (float(tpp[0]), float(tpp[1]))
         wsd = dict(d.get("wsd") or {})
         unknown = set(wsd) - {"tokens", "decay"}
         if unknown:
@@ -90,6 +102,7 @@ class SweepSpec:
             axes={k: list(v) for k, v in axes.items()},
             variants=variants,
             budgets=budgets,
+            tokens_per_param=tpp,
             wsd_tokens=wsd_tokens,
             wsd_decay=decay,
             fixed=dict(d.get("fixed") or {}),
@@ -311,12 +324,24 @@ def _resolve_one(
         if p.budget is not None:
             shape = facts_of(overrides)  # N does not depend on D
             exact_d = p.budget / (6.0 * shape.n_params_nonembed)
+            # a skipped point shows the D it would have had; it has no config, hence no run key
+            unplanned = replace(shape, tokens=exact_d, run_key="")
             if exact_d < shape.batch_tokens:
                 return replace(
                     run,
-                    facts=shape,
+                    facts=unplanned,
                     skip=f"D = C/(6N) = {exact_d:.3g} tokens is below one batch "
                     f"({shape.batch_tokens} tokens)",
+                )
+            ratio = exact_d / shape.n_params_nonembed
+            if spec.tokens_per_param and not (
+                spec.tokens_per_param[0] <= ratio <= spec.tokens_per_param[1]
+            ):
+                lo, hi = spec.tokens_per_param
+                return replace(
+                    run,
+                    facts=unplanned,
+                    skip=f"D/N = {ratio:.3g} is outside sweep.tokens_per_param [{lo:g}, {hi:g}]",
                 )
             # whole batches, so the run trains exactly the planned D
             d = round(exact_d / shape.batch_tokens) * shape.batch_tokens

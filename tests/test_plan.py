@@ -97,6 +97,20 @@ def test_isoflop_point_below_one_batch_is_skipped_with_reason():
     assert big.est_s == 0.0
 
 
+def test_isoflop_tokens_per_param_window_skips_the_far_wings():
+    spec = {"axes": {"model.size": [1e5, 3e5]}, "budgets": [1e12], "tokens_per_param": [10, 30]}
+    _, runs = plan(spec)
+    ratios = [r.budget / (6 * r.n) / r.n for r in runs]
+    for r, ratio in zip(runs, ratios):
+        if 10 <= ratio <= 30:
+            assert r.skip is None
+        else:
+            assert "outside sweep.tokens_per_param" in r.skip
+            assert r.est_s == 0.0 and r.run_key == ""
+            assert abs(r.d - r.budget / (6 * r.n)) < 1  # the D it would have had, for the table
+    assert any(r.skip for r in runs) and any(not r.skip for r in runs)
+
+
 def test_size_the_ladder_cannot_build_is_skipped_not_raised():
     _, runs = plan({"axes": {"model.size": [1e5, 1e9]}})
     assert runs[0].skip is None
@@ -199,6 +213,8 @@ def test_estimated_time_packs_runs_on_parallel_slots():
         ({"axes": {"train.seed": []}}, (), "sweep.axes.train.seed"),
         ({"wsd": {"tokens": [1e6], "decay": 1.5}}, (), "sweep.wsd.decay"),
         ({"budgets": [-1]}, (), "sweep.budgets"),
+        ({"budgets": [1e12], "tokens_per_param": [5, 2]}, (), "sweep.tokens_per_param"),
+        ({"axes": {"train.tokens": [1e6]}, "tokens_per_param": [1, 2]}, (), "only applies"),
         ({"axes": {"tracking.experiment": ["a", "b"]}}, (), "tracking.experiment: where a sweep"),
     ],
 )
