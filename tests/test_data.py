@@ -105,7 +105,8 @@ def test_cache_build_race_is_safe_and_byte_tokens_are_utf8(text_dir, tmp_path):
     with mp.get_context("spawn").Pool(2) as pool:
         names = pool.map(_build, [(cfg, str(tmp_path / "c"))] * 2)
     assert names[0] == names[1]
-    assert [p.name for p in (tmp_path / "c").iterdir()] == [names[0]]  # no tmp leftovers
+    leftovers = sorted(p.name for p in (tmp_path / "c").iterdir())
+    assert leftovers == [names[0], names[0] + ".lock"]  # the cache and its build lock, no tmp dirs
     data = prepare_data(cfg, tmp_path / "c")
     assert data.vocab_size == 256 and data.train.dtype == np.uint16
     text = bytes(data.train[:200].tolist()).decode("utf-8", "replace")

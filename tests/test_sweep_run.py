@@ -61,6 +61,21 @@ def sweep_cmd(tmp, corpus, name, *args):
     ]  # fmt: skip
 
 
+def run_states(tmp):
+    """(status, run_key tag) of every run, read with plain sqlite in read-only mode: opening a
+    store that the sweep is still creating through MLflow would race its schema migration."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{tmp / 'mlruns.db'}?mode=ro", uri=True, timeout=5)
+    try:
+        return con.execute(
+            "SELECT r.status, t.value FROM runs r LEFT JOIN tags t"
+            " ON t.run_uuid = r.run_uuid AND t.key = 'run_key'"
+        ).fetchall()
+    finally:
+        con.close()
+
+
 def runs(tmp):
     import mlflow
 
@@ -150,13 +165,11 @@ def test_killed_sweep_finishes_on_rerun_with_one_finished_run_per_point(env):
             if not (tmp / "mlruns.db").exists():
                 continue
             try:
-                df = runs(tmp)
-            except Exception:
+                states = run_states(tmp)
+            except Exception:  # tables not created yet
                 continue
-            if (
-                "tags.run_key" in df
-                and (df["status"] == "FINISHED").sum() >= 1
-                and ((df["status"] == "RUNNING") & df["tags.run_key"].notna()).any()
+            if any(st == "FINISHED" and key for st, key in states) and any(
+                st == "RUNNING" and key for st, key in states
             ):
                 if list((tmp / "runs").glob("*/last.pt")):
                     break
