@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 import time
 import warnings
@@ -216,7 +217,10 @@ def train(cfg: Any) -> TrainResult:
     t_start = time.perf_counter()
     spec = resolve_config(cfg)
     tr = spec.train
-    world = PartialState().num_processes
+    # Without CUDA, Accelerate only forms a multi-process (gloo) group when told it runs on CPU;
+    # otherwise every rank of `accelerate launch`/torchrun would train alone.
+    on_cpu = not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1
+    world = PartialState(cpu=on_cpu).num_processes
     geo = batch_geometry(tr, world)
     mixed_precision = _mixed_precision(tr, torch.cuda.is_available())
     if tr.init_from and not Path(tr.init_from).is_file():
@@ -227,7 +231,7 @@ def train(cfg: Any) -> TrainResult:
 
     _reset_accelerate_state()
     accelerator = Accelerator(
-        mixed_precision=mixed_precision, gradient_accumulation_steps=geo.grad_accum
+        cpu=on_cpu, mixed_precision=mixed_precision, gradient_accumulation_steps=geo.grad_accum
     )
     main = accelerator.is_main_process
 

@@ -284,3 +284,27 @@ def test_cli_prints_result_and_writes_nothing_in_cwd(lab, tmp_path):
         cwd=work, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert bad.returncode != 0 and "nope" in bad.stderr
+
+
+@pytest.mark.slow
+def test_two_cpu_ranks_form_one_data_parallel_run_equal_to_one_process(lab, tmp_path):
+    """torchrun with 2 CPU ranks (gloo): one MLflow run with world_size 2, written by the main
+    process only, and the same global batch gives the single-process losses (up to all-reduce
+    rounding)."""
+    from sweeps.train import train
+
+    single = train(compose(*lab, "tracking.experiment=single", f"paths.runs_dir={tmp_path / 's'}"))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    out = subprocess.run(
+        [*cmd, "-m", "sweeps.train", *lab],
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    df = runs_df(lab)
+    assert len(df) == 1 and df.iloc[0]["status"] == "FINISHED"
+    assert df.iloc[0]["params.world_size"] == "2" and df.iloc[0]["params.micro_batch"] == "4"
+    assert df.iloc[0]["metrics.final_val_loss"] == pytest.approx(single.final_val_loss, rel=1e-5)
