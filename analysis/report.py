@@ -202,7 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--curves", help="curves.csv (run_id, tokens, val_loss) for --csv input")
     parser.add_argument("--intermediate", action="store_true",
                         help="approach 1 also uses intermediate evaluations (constant-LR runs only)")  # fmt: skip
-    parser.add_argument("--baseline", default="base", help="baseline variant (default: base)")
+    parser.add_argument("--compare", default="variant",
+                        help="column whose values are compared, one scaling law each: variant "
+                             "(ablation sweeps) or arch (a grid over presets)")  # fmt: skip
+    parser.add_argument("--baseline", default="base",
+                        help="baseline value of --compare (default: base)")  # fmt: skip
     parser.add_argument("--title", help="report title (default: experiment name or CSV stem)")
     parser.add_argument("--out", required=True, help="output folder")
     args = parser.parse_args(argv)
@@ -210,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
         check_fit_args(args)
         loaded = load_selected(args)
         runs = loaded.frame
+        if args.compare != "variant":
+            if args.compare not in runs.columns:
+                raise InputError(f"--compare: no column '{args.compare}' in the runs")
+            runs = runs.assign(variant=runs[args.compare])
         if "variant" not in runs.columns:
             runs = runs.assign(variant=args.baseline)
         variants = sorted(runs["variant"].astype(str).unique())
@@ -217,6 +225,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.baseline not in variants:
             raise InputError(f"--baseline: no variant '{args.baseline}'; variants: {variants}")
         base = runs[runs["variant"] == args.baseline].reset_index(drop=True)
+        if "arch" in base.columns and base["arch"].nunique() > 1:
+            archs = sorted(base["arch"].astype(str).unique())
+            raise InputError(
+                f"baseline '{args.baseline}' mixes architectures {archs}: one scaling law per "
+                "architecture; use --compare arch --baseline ARCH"
+            )
         check_fittable(base, f"baseline variant '{args.baseline}'")
         curves = _curves(args, runs)
         from analysis import chinchilla

@@ -130,3 +130,19 @@ def test_report_writes_everything_and_reruns_identically(tmp_path):
         f"figures/{f}" for f in figs
     ]:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
+
+
+def test_report_refuses_to_pool_architectures_and_compares_them_by_arch(tmp_path, capsys):
+    """A grid over presets has one variant but two architectures: one law for both would be
+    wrong, so the report says how to compare them, and --compare arch does."""
+    frame = pd.concat([isoflop_runs(LAW, seed=0, **SMALL).assign(arch="pre-a"),
+                       isoflop_runs(LAW, seed=1, **SMALL).assign(arch="post-b")])  # fmt: skip
+    src = _bad(tmp_path, frame)
+    out = tmp_path / "r"
+    assert report.main(["--csv", str(src), "--bootstrap", "20", "--out", str(out)]) == 2
+    assert "mixes architectures ['post-b', 'pre-a']" in capsys.readouterr().err
+    assert not out.exists()
+    args = ["--csv", str(src), "--bootstrap", "20", "--compare", "arch", "--baseline", "post-b"]
+    assert report.main([*args, "--holdout-above", "1e30", "--out", str(out)]) == 0
+    ablation = json.loads((out / "fit.json").read_text())["ablation"]
+    assert ablation["baseline"] == "post-b" and set(ablation["variants"]) == {"post-b", "pre-a"}
