@@ -8,6 +8,7 @@ parameters), N_total, D (tokens), C (= 6 N D), C_exact, loss (final validation l
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -201,6 +202,20 @@ def add_selection_args(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--csv", help="CSV with 'loss' and two of 'N', 'D', 'C' (e.g. runs.csv)")
 
 
+def resolve_tracking_uri(uri: str | None) -> str:
+    """The store the training side writes by default: $MLFLOW_TRACKING_URI, else
+    sqlite:///<project root>/mlruns.db (never MLflow's cwd-relative default). A SQLite store
+    that does not exist is an error: reading would silently create an empty one."""
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if not uri:
+        uri = f"sqlite:///{Path(__file__).resolve().parents[1] / 'mlruns.db'}"
+    if uri.startswith("sqlite:///"):
+        path = Path(uri.removeprefix("sqlite:///"))
+        if not path.is_file():
+            raise InputError(f"--tracking-uri: no MLflow store at {path} (run a sweep first)")
+    return uri
+
+
 def load_selected(args: argparse.Namespace) -> Runs:
     if bool(args.csv) == bool(args.experiment):
         raise InputError("choose exactly one source: --csv PATH or --experiment NAME")
@@ -208,4 +223,5 @@ def load_selected(args: argparse.Namespace) -> Runs:
         if args.sweep:
             raise InputError("--sweep selects MLflow runs; it cannot be used with --csv")
         return read_csv(args.csv)
+    args.tracking_uri = resolve_tracking_uri(args.tracking_uri)  # curves read the same store
     return load_mlflow(args.experiment, args.sweep, args.tracking_uri)

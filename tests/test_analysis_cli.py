@@ -146,3 +146,11 @@ def test_report_refuses_to_pool_architectures_and_compares_them_by_arch(tmp_path
     assert report.main([*args, "--holdout-above", "1e30", "--out", str(out)]) == 0
     ablation = json.loads((out / "fit.json").read_text())["ablation"]
     assert ablation["baseline"] == "post-b" and set(ablation["variants"]) == {"post-b", "pre-a"}
+
+
+def test_missing_sqlite_store_is_an_error_not_a_new_empty_store(tmp_path, capsys):
+    missing = tmp_path / "nope.db"
+    args = ["--experiment", "x", "--tracking-uri", f"sqlite:///{missing}"]
+    assert report.main([*args, "--out", str(tmp_path / "r")]) == 2
+    assert f"no MLflow store at {missing}" in capsys.readouterr().err
+    assert not missing.exists() and not (tmp_path / "r").exists()
