@@ -273,7 +273,11 @@ def isoflop_optima(N, C, loss, labels, weights=None) -> pd.DataFrame:
         budget = float(np.exp(np.average(np.log(C[labels == label]))))
         x, y, w = np.log(N[sel]), loss[sel], weights[sel]
         row = {"C": budget, "n_points": int(sel.sum()), "N_opt": np.nan, "D_opt": np.nan,
-               "loss_opt": np.nan, "interior": False}  # fmt: skip
+               "loss_opt": np.nan, "interior": False,
+               # what was measured: the size range and the size with the lowest loss
+               "N_min": float(np.exp(x.min())) if sel.any() else np.nan,
+               "N_max": float(np.exp(x.max())) if sel.any() else np.nan,
+               "N_best": float(np.exp(x[np.argmin(y)])) if sel.any() else np.nan}  # fmt: skip
         if np.unique(x).size >= 3:
             c2, c1, c0 = np.polyfit(x, y, 2, w=np.sqrt(w))  # polyfit weights residuals
             if c2 > 0:
@@ -312,6 +316,8 @@ def isoflop_report(runs: pd.DataFrame, n_boot: int, seed: int, rtol: float = 0.1
     optima = isoflop_optima(runs["N"], runs["C"], runs["loss"], labels)
     point = frontier_exponents(optima)
     if point is None:
+        if (optima["n_points"] >= 3).any():  # profiles exist, but < 2 have a minimum: say so
+            return {"per_budget": optima.to_dict(orient="records"), "n_boot": 0}
         return None
     counts = resample_counts(len(runs), n_boot, seed, strata=labels)
     reps: dict[str, list[float]] = {k: [] for k in ("a", "b", "k_N", "k_D")}

@@ -57,6 +57,16 @@ def build_blocks(runs, excluded, result, ablation, figures, title) -> list[tuple
                       ("envelope", "Approach 1: lower envelope of loss vs compute")):  # fmt: skip
         s = result.get(key)
         b.append(("h2", name))
+        if key == "isoflop" and s and "a" not in s:
+            b.append(("p", "Fewer than two budgets have a convex parabola in log N, so no "
+                           "N_opt(C) law is fitted. Per budget (the optimum lies outside the "
+                           "measured sizes where the loss falls monotonically towards one end):"))  # fmt: skip
+            b.append(("table", ["C", "points", "N measured", "lowest loss at N", "parabola N_opt"],
+                      [[_fmt(o["C"], ".3g"), o["n_points"],
+                        f"{_fmt(o['N_min'], '.3g')} - {_fmt(o['N_max'], '.3g')}",
+                        _fmt(o["N_best"], ".3g"), _fmt(o["N_opt"], ".3g")]
+                       for o in s["per_budget"]]))  # fmt: skip
+            continue
         if not s or "a" not in s:
             b.append(("p", "Not enough points per compute budget for this approach."))
             continue

@@ -136,3 +136,22 @@ def test_ablation_multiplier_recovers_a_known_compute_advantage():
         assert m["separable"] is True
     same = [m for m in res["variants"]["same"]["multipliers"] if m["measured"]]
     assert all(m["separable"] is False for m in same)  # the data cannot separate equal variants
+
+
+def test_isoflop_without_minima_reports_the_profiles_not_a_law():
+    """Loss falling monotonically towards the smallest size at every budget (the optimum lies
+    below the measured sizes): no N_opt(C) law, but each budget's profile is reported."""
+    import pandas as pd
+
+    from analysis.chinchilla import isoflop_report
+
+    rows = []
+    for C in (1e11, 1e12):
+        for N in (2e4, 4e4, 8e4, 1.6e5):
+            rows.append({"N": N, "C": C, "D": C / (6 * N), "loss": 3 + np.log(N / 1e4) ** 0.5})
+    res = isoflop_report(pd.DataFrame(rows), n_boot=10, seed=0)
+    assert "a" not in res and len(res["per_budget"]) == 2
+    for o in res["per_budget"]:
+        assert o["n_points"] == 4 and o["N_best"] == pytest.approx(2e4)
+        assert (o["N_min"], o["N_max"]) == pytest.approx((2e4, 1.6e5))
+        assert not o["interior"]
