@@ -94,6 +94,8 @@ def read_csv(path: str | Path) -> Runs:
 
 
 def _number(value):
+    if value == "None":  # MLflow stores a null param as the string "None"
+        return None
     try:
         return float(value)
     except (TypeError, ValueError):
