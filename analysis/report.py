@@ -33,13 +33,55 @@ def _est(value, ci, spec=".4g") -> str:
 
 def build_blocks(runs, excluded, result, ablation, figures, title) -> list[tuple]:
     """The report as ('h', text) / ('p', text) / ('table', header, rows) / ('fig', stem, caption)."""
-    p = result["parametric"]
     b: list[tuple] = [("h1", f"Scaling-law report: {title}")]
-    b.append(("p", f"{len(runs)} finished runs fitted ({result['n_runs']} in the baseline fits); "
-                   f"{len(excluded)} excluded. Every estimate carries a 95% bootstrap percentile "
-                   f"interval over runs ({p['n_boot']} replicates)."))  # fmt: skip
+    if result is None:
+        b.append(("p", f"{len(runs)} finished runs; {len(excluded)} excluded. The baseline has one "
+                       "token budget, so no L(N, D) law is fitted: this is an ablation report. "
+                       "Every estimate carries a 95% bootstrap percentile interval over runs."))  # fmt: skip
+    else:
+        b.append(("p", f"{len(runs)} finished runs fitted ({result['n_runs']} in the baseline "
+                       f"fits); {len(excluded)} excluded. Every estimate carries a 95% bootstrap "
+                       f"percentile interval over runs ({result['parametric']['n_boot']} "
+                       "replicates)."))  # fmt: skip
     if len(excluded):
         b.append(("table", ["excluded run", "status", "reason"], excluded.values.tolist()))
+    if result is not None:
+        b.extend(_fit_blocks(result))
+    if ablation:
+        b.extend(_ablation_blocks(ablation))
+        b.extend(_matched_loss_blocks(runs, ablation["baseline"]))
+    b.append(("h2", "Figures"))
+    b.extend(("fig", stem, caption) for stem, caption in figures)
+    return b
+
+
+def _matched_loss_blocks(runs: pd.DataFrame, baseline: str) -> list[tuple]:
+    """The raw comparison under the multipliers: mean final loss (std over seeds) of every
+    variant at each of its sizes (k-th smallest N) and token budgets."""
+    runs = runs.assign(size=runs.groupby(["variant", "D"])["N"].rank(method="dense").astype(int))
+    cells = runs.groupby(["variant", "D", "size"]).agg(
+        N=("N", "mean"), loss=("loss", "mean"), sd=("loss", "std"), n=("loss", "size")
+    )
+    keys = sorted({(d, k) for _, d, k in cells.index})
+    header = ["variant"] + [f"D {d:.3g}, size {k}" for d, k in keys]
+    rows = []
+    for v in [baseline] + sorted(set(runs["variant"]) - {baseline}):
+        row = [v]
+        for d, k in keys:
+            if (v, d, k) not in cells.index:
+                row.append("-")
+                continue
+            c = cells.loc[(v, d, k)]
+            sd = f" ± {c['sd']:.3f}" if c["n"] > 1 else ""
+            row.append(f"{c['loss']:.3f}{sd} (N {c['N']:.3g})")
+        rows.append(row)
+    return [("h2", "Final validation loss per variant at matched sizes (mean ± std over seeds)"),
+            ("table", header, rows)]  # fmt: skip
+
+
+def _fit_blocks(result) -> list[tuple]:
+    p = result["parametric"]
+    b: list[tuple] = []
     b.append(("h2", "Approach 3: parametric fit L(N, D) = E + A/N^alpha + B/D^beta"))
     b.append(("p", "Hoffmann et al. / Besiroglu et al. (2024) procedure: log-sum-exp prediction, "
                    f"sum of Huber losses (delta = {p['huber_delta']}) on log residuals, L-BFGS from "
@@ -106,6 +148,11 @@ def build_blocks(runs, excluded, result, ablation, figures, title) -> list[tuple
         b.append(("table", ["run", "N", "D", "loss", "predicted", "relative error"],
                   [[r["run_id"], _fmt(r["N"], ".3g"), _fmt(r["D"], ".3g"), _fmt(r["loss"]),
                     _fmt(r["predicted"]), f"{100 * r['rel_error']:+.2f}%"] for r in ext["runs"]]))  # fmt: skip
+    return b
+
+
+def _ablation_blocks(ablation) -> list[tuple]:
+    b: list[tuple] = []
     if ablation:
         b.append(("h2", f"Ablations: effective compute multiplier vs '{ablation['baseline']}'"))
         b.append(("p", "m > 1: the baseline needs m times more compute to match the variant. "
@@ -124,8 +171,6 @@ def build_blocks(runs, excluded, result, ablation, figures, title) -> list[tuple
         if spread:
             b.append(("p", "Seed-to-seed loss std (median over configurations): " + ", ".join(
                 f"{v} {s:.4f}" for v, s in spread.items())))  # fmt: skip
-    b.append(("h2", "Figures"))
-    b.extend(("fig", stem, caption) for stem, caption in figures)
     return b
 
 
@@ -187,15 +232,19 @@ def make_figures(runs, curves, result, law_obj, ablation, fig_dir: Path) -> list
         plots.save(fig, fig_dir, stem)
         figures.append((stem, caption))
 
-    add("loss_vs_compute", plots.loss_vs_compute(runs, result["kaplan"]["L_C"]),
-        "Final validation loss against compute, with the fitted compute frontier L(C).")  # fmt: skip
-    if result.get("isoflop"):
-        add("isoflop", plots.isoflop_curves(runs, result["isoflop"]),
-            "IsoFLOP profiles: loss against N per budget, parabolas in log N, minima (stars).")  # fmt: skip
-    add("loss_vs_params", plots.loss_vs_params(runs, law_obj),
-        "L(N) per token budget with the fitted L(N, D) (approach 3).")  # fmt: skip
-    add("contours", plots.contours(runs, law_obj),
-        "Fitted L(N, D) contours with the compute-optimal allocation line.")  # fmt: skip
+    if result is None:
+        add("loss_vs_compute", plots.loss_vs_compute(runs, None),
+            "Final validation loss of the baseline against compute.")  # fmt: skip
+    else:
+        add("loss_vs_compute", plots.loss_vs_compute(runs, result["kaplan"]["L_C"]),
+            "Final validation loss against compute, with the fitted compute frontier L(C).")  # fmt: skip
+        if result.get("isoflop"):
+            add("isoflop", plots.isoflop_curves(runs, result["isoflop"]),
+                "IsoFLOP profiles: loss against N per budget, parabolas in log N, minima (stars).")  # fmt: skip
+        add("loss_vs_params", plots.loss_vs_params(runs, law_obj),
+            "L(N) per token budget with the fitted L(N, D) (approach 3).")  # fmt: skip
+        add("contours", plots.contours(runs, law_obj),
+            "Fitted L(N, D) contours with the compute-optimal allocation line.")  # fmt: skip
     if curves is not None and not curves.empty:
         add("training_curves", plots.training_curves(curves, runs),
             "Validation loss against tokens seen, one line per run.")  # fmt: skip
@@ -241,14 +290,20 @@ def main(argv: list[str] | None = None) -> int:
                 f"baseline '{args.baseline}' mixes architectures {archs}: one scaling law per "
                 "architecture; use --compare arch --baseline ARCH"
             )
-        check_fittable(base, f"baseline variant '{args.baseline}'")
+        # An ablation at one token budget (sizes x variants) has no L(N, D) to fit, but its
+        # compute multipliers only need each variant's L(C): report those alone.
+        law_fit = len(variants) == 1 or (base["N"].nunique() > 1 and base["D"].nunique() > 1)
+        if law_fit:
+            check_fittable(base, f"baseline variant '{args.baseline}'")
         curves = _curves(args, runs)
         from analysis import chinchilla
         from analysis.ablation import compare_variants
 
-        result = fit_all(base, n_boot=args.bootstrap, seed=args.seed, budgets=args.budget,
-                         curves=curves, intermediate=args.intermediate,
-                         holdout_threshold=args.holdout_above)  # fmt: skip
+        result = None
+        if law_fit:
+            result = fit_all(base, n_boot=args.bootstrap, seed=args.seed, budgets=args.budget,
+                             curves=curves, intermediate=args.intermediate,
+                             holdout_threshold=args.holdout_above)  # fmt: skip
         ablation = None
         if len(variants) > 1:
             ablation = compare_variants(runs, baseline=args.baseline, n_boot=args.bootstrap,
@@ -262,14 +317,19 @@ def main(argv: list[str] | None = None) -> int:
     runs.to_csv(out / "runs.csv", index=False)
     if curves is not None and not curves.empty:
         curves.to_csv(out / "curves.csv", index=False)
-    p = result["parametric"]
-    law_obj = chinchilla.Parametric(p["E"], p["A"], p["B"], p["alpha"], p["beta"])
+    law_obj = None
+    if result is not None:
+        p = result["parametric"]
+        law_obj = chinchilla.Parametric(p["E"], p["A"], p["B"], p["alpha"], p["beta"])
     figures = make_figures(base, curves, result, law_obj, ablation, out / "figures")
     blocks = build_blocks(runs, loaded.excluded, result, ablation, figures, title)
     (out / "report.md").write_text(render_md(blocks))
     (out / "report.html").write_text(render_html(blocks, out / "figures", title))
-    (out / "fit.json").write_text(dumps({**result, "ablation": ablation}))
-    print(summary(result, title))
+    (out / "fit.json").write_text(dumps({**(result or {"parametric": None}), "ablation": ablation}))
+    if result is not None:
+        print(summary(result, title))
+    else:
+        print(f"== {title}: {len(runs)} runs, one token budget per baseline size: ablation only")
     print(f"wrote {out}/report.md, report.html, fit.json, runs.csv, figures/")
     return 0
 

@@ -154,3 +154,25 @@ def test_missing_sqlite_store_is_an_error_not_a_new_empty_store(tmp_path, capsys
     assert report.main([*args, "--out", str(tmp_path / "r")]) == 2
     assert f"no MLflow store at {missing}" in capsys.readouterr().err
     assert not missing.exists() and not (tmp_path / "r").exists()
+
+
+def test_ablation_at_one_token_budget_reports_multipliers_and_matched_losses(tmp_path):
+    """Sizes x variants x seeds at a single D: no L(N, D) to fit, but multipliers and the raw
+    matched-size comparison are reported."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for variant, worse in (("base", 1.0), ("slow", 1.05)):
+        for N in (1e5, 2e5, 4e5, 8e5):
+            for seed in (0, 1):
+                loss = float(LAW.predict(N, 2e9) * worse * np.exp(0.002 * rng.standard_normal()))
+                rows.append({"run_id": f"{variant}{N:g}{seed}", "variant": variant, "seed": seed,
+                             "N": N, "D": 2e9, "loss": loss})  # fmt: skip
+    src = _bad(tmp_path, pd.DataFrame(rows))
+    out = tmp_path / "r"
+    assert report.main(["--csv", str(src), "--bootstrap", "20", "--out", str(out)]) == 0
+    res = json.loads((out / "fit.json").read_text())
+    assert res["parametric"] is None and set(res["ablation"]["variants"]) == {"base", "slow"}
+    measured = [m for m in res["ablation"]["variants"]["slow"]["multipliers"] if m["measured"]]
+    assert measured and all(m["multiplier"] < 1 for m in measured)  # 5% worse loss: m < 1
+    md = (out / "report.md").read_text()
+    assert "matched sizes" in md and "| slow |" in md and "Approach 3" not in md
