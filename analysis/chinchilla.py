@@ -273,11 +273,11 @@ def isoflop_optima(N, C, loss, labels, weights=None) -> pd.DataFrame:
         budget = float(np.exp(np.average(np.log(C[labels == label]))))
         x, y, w = np.log(N[sel]), loss[sel], weights[sel]
         row = {"C": budget, "n_points": int(sel.sum()), "N_opt": np.nan, "D_opt": np.nan,
-               "loss_opt": np.nan, "interior": False,
-               # what was measured: the size range and the size with the lowest loss
-               "N_min": float(np.exp(x.min())) if sel.any() else np.nan,
-               "N_max": float(np.exp(x.max())) if sel.any() else np.nan,
-               "N_best": float(np.exp(x[np.argmin(y)])) if sel.any() else np.nan}  # fmt: skip
+               "loss_opt": np.nan, "interior": False, "N_min": np.nan, "N_max": np.nan,
+               "N_best": np.nan}  # fmt: skip
+        if sel.any():  # what was measured: the size range and the size with the lowest loss
+            row.update(N_min=float(np.exp(x.min())), N_max=float(np.exp(x.max())),
+                       N_best=float(np.exp(x[np.argmin(y)])))  # fmt: skip
         if np.unique(x).size >= 3:
             c2, c1, c0 = np.polyfit(x, y, 2, w=np.sqrt(w))  # polyfit weights residuals
             if c2 > 0:

@@ -153,24 +153,23 @@ def _fit_blocks(result) -> list[tuple]:
 
 def _ablation_blocks(ablation) -> list[tuple]:
     b: list[tuple] = []
-    if ablation:
-        b.append(("h2", f"Ablations: effective compute multiplier vs '{ablation['baseline']}'"))
-        b.append(("p", "m > 1: the baseline needs m times more compute to match the variant. "
-                       "'separable = no' means the 95% interval contains 1: these runs cannot "
-                       "tell the variant from the baseline."))  # fmt: skip
-        rows = []
-        for v, res in ablation["variants"].items():
-            if v == ablation["baseline"]:
-                continue
-            for m in res["multipliers"]:
-                sep = {True: "yes", False: "no", None: "n/a"}[m["separable"]]
-                rows.append([v, _fmt(m["C"], ".3g"), "measured" if m["measured"] else "extrapolated",
-                             _est(m["multiplier"], m["ci95"], ".3g"), sep])  # fmt: skip
-        b.append(("table", ["variant", "C", "scale", "multiplier [95% CI]", "separable"], rows))
-        spread = ablation["seed_std_median"]
-        if spread:
-            b.append(("p", "Seed-to-seed loss std (median over configurations): " + ", ".join(
-                f"{v} {s:.4f}" for v, s in spread.items())))  # fmt: skip
+    b.append(("h2", f"Ablations: effective compute multiplier vs '{ablation['baseline']}'"))
+    b.append(("p", "m > 1: the baseline needs m times more compute to match the variant. "
+                   "'separable = no' means the 95% interval contains 1: these runs cannot "
+                   "tell the variant from the baseline."))  # fmt: skip
+    rows = []
+    for v, res in ablation["variants"].items():
+        if v == ablation["baseline"]:
+            continue
+        for m in res["multipliers"]:
+            sep = {True: "yes", False: "no", None: "n/a"}[m["separable"]]
+            rows.append([v, _fmt(m["C"], ".3g"), "measured" if m["measured"] else "extrapolated",
+                         _est(m["multiplier"], m["ci95"], ".3g"), sep])  # fmt: skip
+    b.append(("table", ["variant", "C", "scale", "multiplier [95% CI]", "separable"], rows))
+    spread = ablation["seed_std_median"]
+    if spread:
+        b.append(("p", "Seed-to-seed loss std (median over configurations): " + ", ".join(
+            f"{v} {s:.4f}" for v, s in spread.items())))  # fmt: skip
     return b
 
 

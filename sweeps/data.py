@@ -310,7 +310,6 @@ def _build_cache(cfg: DataConfig, corpus: Corpus, final: Path) -> None:
         tokenizer = BPETokenizer.train(train_docs, cfg.vocab_size, cfg.tokenizer_train_chars)
     t_tok = time.perf_counter() - t0
     dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.uint32
-    final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=final.name + ".tmp-"))
     try:
         if isinstance(tokenizer, BPETokenizer):
