@@ -3,6 +3,8 @@
     python -m analysis.fit --csv runs.csv [--group arch] [--bootstrap 1000] [--seed 0] --out fit.json
     python -m analysis.fit --experiment NAME [--sweep ID] [--tracking-uri URI] --out fit.json
 
+--csv, --experiment and --sweep are repeatable: the runs of every source are fitted together.
+
 Exit code 2 with one line on stderr, and nothing written, when the input cannot be fitted.
 """
 
