@@ -246,18 +246,56 @@ def parametric_report(
 # ---------------------------------------------------------------- approach 2: IsoFLOP profiles
 
 
-def budget_groups(C, rtol: float = 0.1) -> np.ndarray:
+MIN_PROFILE_SIZES = 3  # distinct N a budget group needs to be an IsoFLOP profile (a parabola)
+
+
+def sweep_labels(runs: pd.DataFrame) -> np.ndarray | None:
+    """The `sweep` value of every run ('' when missing), or None for no column or one sweep."""
+    if "sweep" not in runs.columns:
+        return None
+    sweeps = runs["sweep"].astype(object).where(runs["sweep"].notna(), "").astype(str)
+    sweeps = sweeps.to_numpy()
+    return sweeps if np.unique(sweeps).size > 1 else None
+
+
+def budget_groups(C, rtol: float = 0.1, sweep=None) -> np.ndarray:
     """Label runs by compute budget: sorted budgets within `rtol` of their neighbour share a label.
 
     Why: planned budgets are met only up to rounding of N and of the token count to whole
-    batches, so equal budgets differ by a few percent.
+    batches, so equal budgets differ by a few percent. With `sweep` (one value per run) groups
+    are formed within each sweep: a token grid whose C happens to match a budget of an IsoFLOP
+    sweep is not part of that budget. Labels follow the groups' smallest C (then sweep name).
     """
     log_c = np.log(np.asarray(C, dtype=float))
+    if sweep is None:
+        return _clusters(log_c, rtol)
+    sweep = np.asarray(sweep).astype(str)
+    groups = []
+    for s in np.unique(sweep):
+        members = np.flatnonzero(sweep == s)
+        sub = _clusters(log_c[members], rtol)
+        groups += [(log_c[members[sub == k]].min(), s, members[sub == k]) for k in np.unique(sub)]
+    labels = np.empty(log_c.size, dtype=int)
+    for label, (_, _, members) in enumerate(sorted(groups, key=lambda g: g[:2])):
+        labels[members] = label
+    return labels
+
+
+def _clusters(log_c: np.ndarray, rtol: float) -> np.ndarray:
     order = np.argsort(log_c)
     new_group = np.diff(log_c[order], prepend=log_c[order][0]) > np.log1p(rtol)
     labels = np.empty(log_c.size, dtype=int)
     labels[order] = np.cumsum(new_group)
     return labels
+
+
+def isoflop_groups(runs: pd.DataFrame, rtol: float = 0.1) -> np.ndarray:
+    """Budget label of every run (grouped within each sweep), -1 where its group is not an
+    IsoFLOP profile: fewer than MIN_PROFILE_SIZES distinct N (e.g. a fixed-size token grid)."""
+    labels = budget_groups(runs["C"], rtol, sweep_labels(runs))
+    sizes = pd.Series(np.asarray(runs["N"], dtype=float)).groupby(labels).nunique()
+    profiles = sizes.index[sizes >= MIN_PROFILE_SIZES].to_numpy()
+    return np.where(np.isin(labels, profiles), labels, -1)
 
 
 def isoflop_optima(N, C, loss, labels, weights=None) -> pd.DataFrame:
@@ -311,14 +349,25 @@ def frontier_exponents(optima: pd.DataFrame) -> dict | None:
 
 
 def isoflop_report(runs: pd.DataFrame, n_boot: int, seed: int, rtol: float = 0.1) -> dict | None:
-    """Approach 2 with bootstrap over runs, resampled within each budget; None without data."""
-    labels = budget_groups(runs["C"], rtol)
-    optima = isoflop_optima(runs["N"], runs["C"], runs["loss"], labels)
-    point = frontier_exponents(optima)
-    if point is None:
-        if (optima["n_points"] >= 3).any():  # profiles exist, but < 2 have a minimum: say so
-            return {"per_budget": optima.to_dict(orient="records"), "n_boot": 0}
+    """Approach 2 with bootstrap over runs, resampled within each budget; None without data.
+
+    Only IsoFLOP profiles are used (`isoflop_groups`: budgets grouped within each sweep, at
+    least 3 distinct N); other runs are left to approaches 1 and 3.
+    """
+    labels = isoflop_groups(runs, rtol)
+    if (labels < 0).all():
         return None
+    sweeps = sweep_labels(runs)
+    if (labels < 0).any():
+        keep = labels >= 0
+        runs, labels = runs[keep].reset_index(drop=True), labels[keep]
+        sweeps = None if sweeps is None else sweeps[keep]
+    optima = isoflop_optima(runs["N"], runs["C"], runs["loss"], labels)
+    if sweeps is not None:  # several sweeps: say which one each profile comes from
+        optima.insert(0, "sweep", [str(sweeps[labels == k][0]) for k in np.unique(labels)])
+    point = frontier_exponents(optima)
+    if point is None:  # profiles exist, but fewer than 2 have a minimum: say so
+        return {"per_budget": optima.to_dict(orient="records"), "n_boot": 0}
     counts = resample_counts(len(runs), n_boot, seed, strata=labels)
     reps: dict[str, list[float]] = {k: [] for k in ("a", "b", "k_N", "k_D")}
     for w in counts:

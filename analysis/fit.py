@@ -3,6 +3,8 @@
     python -m analysis.fit --csv runs.csv [--group arch] [--bootstrap 1000] [--seed 0] --out fit.json
     python -m analysis.fit --experiment NAME [--sweep ID] [--tracking-uri URI] --out fit.json
 
+--csv, --experiment and --sweep are repeatable: the runs of every source are fitted together.
+
 Exit code 2 with one line on stderr, and nothing written, when the input cannot be fitted.
 """
 
@@ -79,11 +81,22 @@ def kaplan_section(runs: pd.DataFrame, n_boot: int, seed: int) -> dict:
 # ---------------------------------------------------------------- extrapolation check
 
 
+def default_holdout_threshold(runs: pd.DataFrame, rtol: float = 0.1) -> float:
+    """Just below the largest IsoFLOP budget (its smallest C), or below the largest compute
+    budget when there is no IsoFLOP profile. Runs of any sweep within rtol below that budget are
+    held out with it, so no run at (nearly) the held-out compute is trained on."""
+    profiles = chinchilla.isoflop_groups(runs, rtol)
+    C = runs["C"].to_numpy(dtype=float)
+    labels = profiles if (profiles >= 0).any() else chinchilla.budget_groups(C, rtol)
+    top = labels == labels[np.argmax(np.where(labels >= 0, C, -np.inf))]
+    lowest = C[top].min()
+    return float(C[C >= lowest / (1 + rtol)].min() * 0.999)
+
+
 def extrapolation_section(runs: pd.DataFrame, threshold: float | None) -> dict:
     """Fit approach 3 below a compute threshold, predict the held-out larger runs."""
-    if threshold is None:  # default: hold out the largest budget
-        labels = chinchilla.budget_groups(runs["C"])
-        threshold = float(runs["C"][labels == labels.max()].min() * 0.999)
+    if threshold is None:
+        threshold = default_holdout_threshold(runs)
     train, test = runs[runs["C"] < threshold], runs[runs["C"] >= threshold]
     section: dict = {"threshold_C": float(threshold), "n_train": len(train), "n_test": len(test)}
     try:

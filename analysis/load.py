@@ -1,8 +1,9 @@
 """Runs into a DataFrame: from MLflow (schema in docs/contracts.md) or from a CSV.
 
-One row per FINISHED run with columns run_id, run_key, arch, variant, seed, N (non-embedding
-parameters), N_total, D (tokens), C (= 6 N D), C_exact, loss (final validation loss), plus the
-`model.*` axes. Everything a user can get wrong raises `InputError` with one line naming it.
+One row per FINISHED run with columns run_id, run_key, arch, variant, sweep, seed, N
+(non-embedding parameters), N_total, D (tokens), C (= 6 N D), C_exact, loss (final validation
+loss), plus the `model.*` axes. Several sources (CSVs, or experiments and sweeps) are concatenated
+by `combine`. Everything a user can get wrong raises `InputError` with one line naming it.
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ def check_fittable(df: pd.DataFrame, what: str = "the data") -> None:
             )
 
 
-def read_csv(path: str | Path) -> Runs:
+def read_csv(path: str | Path, id_prefix: str = "") -> Runs:
+    """Runs from a CSV; rows without a `run_id` column get ids `{id_prefix}row{i}`."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"--csv: no such file: {path}")
@@ -86,8 +88,44 @@ def read_csv(path: str | Path) -> Runs:
         raise InputError(f"--csv: cannot read {path} as CSV: {err}".splitlines()[0]) from None
     df = complete_axes(df)
     if "run_id" not in df.columns:
-        df.insert(0, "run_id", [f"row{i}" for i in range(len(df))])
+        df.insert(0, "run_id", [f"{id_prefix}row{i}" for i in range(len(df))])
     return Runs(frame=df, source=str(path))
+
+
+def combine(parts: list[Runs]) -> Runs:
+    """Runs of several sources, concatenated in order; one source is returned unchanged.
+
+    With several sources every row records where it came from: column `source` (kept where a
+    row already has one, e.g. a combined report's runs.csv read back) and, where a row has no
+    `sweep` value, `sweep` = its source, so IsoFLOP budgets never span two sources unless
+    their runs name the same sweep. A run_id found twice is an error.
+    """
+    if len(parts) == 1:
+        return parts[0]
+    frames = []
+    for part in parts:
+        f = part.frame.copy()
+        for col in ("source", "sweep"):
+            values = f[col] if col in f.columns else pd.Series(np.nan, index=f.index)
+            missing = values.isna() | (values.astype(str).str.strip() == "")
+            f[col] = values.astype(object).where(~missing, part.source)
+        front = ["run_id", "source"]
+        frames.append(f[front + [c for c in f.columns if c not in front]])
+    frame = pd.concat(frames, ignore_index=True)
+    dup = frame["run_id"].duplicated(keep=False)
+    if dup.any():
+        run_id = frame["run_id"][dup].iloc[0]
+        where = [p.source for p in parts if (p.frame["run_id"] == run_id).any()]
+        raise InputError(
+            f"run_id '{run_id}' appears more than once in the selected sources ({', '.join(where)}); "
+            "each run may be selected only once"
+        )
+    excluded = [p.excluded for p in parts if len(p.excluded)]
+    return Runs(
+        frame=frame,
+        excluded=pd.concat(excluded, ignore_index=True) if excluded else pd.DataFrame(),
+        source=" + ".join(p.source for p in parts),
+    )
 
 
 # ---------------------------------------------------------------- MLflow
@@ -197,11 +235,16 @@ def load_curves(run_ids, tracking_uri: str | None = None, metric: str = "val_los
 
 
 def add_selection_args(parser: argparse.ArgumentParser) -> None:
-    src = parser.add_argument_group("runs (MLflow or CSV)")
-    src.add_argument("--experiment", help="MLflow experiment name")
-    src.add_argument("--sweep", help="sweep parent run id: use only its child runs")
+    src = parser.add_argument_group("runs (MLflow or CSV; several sources are concatenated)")
+    src.add_argument("--experiment", action="append",
+                     help="MLflow experiment name; repeatable")  # fmt: skip
+    src.add_argument("--sweep", action="append",
+                     help="sweep parent run id: use only its child runs; repeatable, each looked "
+                          "up in the selected experiment that holds it (an experiment holding "
+                          "none of them contributes all its runs)")  # fmt: skip
     src.add_argument("--tracking-uri", help="MLflow tracking URI, e.g. sqlite:////abs/mlruns.db")
-    src.add_argument("--csv", help="CSV with 'loss' and two of 'N', 'D', 'C' (e.g. runs.csv)")
+    src.add_argument("--csv", action="append",
+                     help="CSV with 'loss' and two of 'N', 'D', 'C' (e.g. runs.csv); repeatable")  # fmt: skip
 
 
 def resolve_tracking_uri(uri: str | None) -> str:
@@ -218,12 +261,61 @@ def resolve_tracking_uri(uri: str | None) -> str:
     return uri
 
 
+def _once(values: list[str] | None, flag: str) -> list[str]:
+    values = list(values or [])
+    for v in values:
+        if values.count(v) > 1:
+            raise InputError(f"{flag} {v} is given more than once")
+    return values
+
+
+def _sweep_experiments(sweeps: list[str], experiments: list[str], tracking_uri: str) -> dict:
+    """{sweep parent run id: name of the selected experiment that holds it}."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    ids = {}
+    for name in experiments:
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            existing = sorted(e.name for e in client.search_experiments())
+            raise InputError(f"--experiment: no experiment named '{name}'; existing: {existing}")
+        ids[exp.experiment_id] = name
+    found = {}
+    for sweep in sweeps:
+        try:
+            exp_id = client.get_run(sweep).info.experiment_id
+        except MlflowException:
+            exp_id = None
+        if exp_id not in ids:
+            raise InputError(
+                f"--sweep {sweep}: no run with this id in the selected experiment(s) {experiments}"
+            )
+        found[sweep] = ids[exp_id]
+    return found
+
+
 def load_selected(args: argparse.Namespace) -> Runs:
-    if bool(args.csv) == bool(args.experiment):
-        raise InputError("choose exactly one source: --csv PATH or --experiment NAME")
-    if args.csv:
-        if args.sweep:
+    """Runs of every --csv, or of every --experiment (only the --sweep children where given)."""
+    csvs, experiments = _once(args.csv, "--csv"), _once(args.experiment, "--experiment")
+    sweeps = _once(args.sweep, "--sweep")
+    if bool(csvs) == bool(experiments):
+        raise InputError(
+            "choose exactly one source kind: --csv PATH or --experiment NAME (each repeatable)"
+        )
+    if csvs:
+        if sweeps:
             raise InputError("--sweep selects MLflow runs; it cannot be used with --csv")
-        return read_csv(args.csv)
+        prefix = len(csvs) > 1  # distinct generated ids for CSVs without a run_id column
+        return combine([read_csv(p, f"csv{k}-" if prefix else "") for k, p in enumerate(csvs, 1)])
     args.tracking_uri = resolve_tracking_uri(args.tracking_uri)  # curves read the same store
-    return load_mlflow(args.experiment, args.sweep, args.tracking_uri)
+    if len(experiments) == 1 and not sweeps:
+        return load_mlflow(experiments[0], None, args.tracking_uri)
+    holder = _sweep_experiments(sweeps, experiments, args.tracking_uri)
+    parts = []
+    for name in experiments:
+        mine = [s for s in sweeps if holder[s] == name]
+        for sweep in mine or [None]:
+            parts.append(load_mlflow(name, sweep, args.tracking_uri))
+    return combine(parts)

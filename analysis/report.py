@@ -3,6 +3,8 @@
     python -m analysis.report --experiment NAME [--sweep ID] [--tracking-uri URI] --out results/NAME/
     python -m analysis.report --csv results/NAME/runs.csv [--curves results/NAME/curves.csv] --out DIR
 
+--experiment, --sweep, --csv and --curves are repeatable: the runs of every source go into one
+report (IsoFLOP budgets are grouped within each sweep; approach 3 uses every run).
 runs.csv (and curves.csv) are exported so the report regenerates without the MLflow database.
 Re-running on the same runs rewrites byte-identical files. Bad input: exit 2, nothing written.
 """
@@ -31,7 +33,7 @@ def _est(value, ci, spec=".4g") -> str:
     return _fmt(value, spec) + interval
 
 
-def build_blocks(runs, excluded, result, ablation, figures, title) -> list[tuple]:
+def build_blocks(runs, excluded, result, ablation, figures, title, source="") -> list[tuple]:
     """The report as ('h', text) / ('p', text) / ('table', header, rows) / ('fig', stem, caption)."""
     b: list[tuple] = [("h1", f"Scaling-law report: {title}")]
     if result is None:
@@ -43,6 +45,7 @@ def build_blocks(runs, excluded, result, ablation, figures, title) -> list[tuple
                        f"fits); {len(excluded)} excluded. Every estimate carries a 95% bootstrap "
                        f"percentile interval over runs ({result['parametric']['n_boot']} "
                        "replicates)."))  # fmt: skip
+    b.extend(_source_blocks(runs, source))
     if len(excluded):
         b.append(("table", ["excluded run", "status", "reason"], excluded.values.tolist()))
     if result is not None:
@@ -53,6 +56,25 @@ def build_blocks(runs, excluded, result, ablation, figures, title) -> list[tuple
     b.append(("h2", "Figures"))
     b.extend(("fig", stem, caption) for stem, caption in figures)
     return b
+
+
+def _counts(values: pd.Series) -> dict[str, int]:
+    """{value: number of runs} in order of first appearance ('' for missing)."""
+    values = values.astype(object).where(values.notna(), "").astype(str)
+    return {k: int(n) for k, n in values.value_counts(sort=False).items()}
+
+
+def _source_blocks(runs: pd.DataFrame, source: str) -> list[tuple]:
+    """Where the runs come from, when that is more than one source or sweep."""
+    sources = _counts(runs["source"]) if "source" in runs.columns else {source: len(runs)}
+    sweeps = _counts(runs["sweep"]) if "sweep" in runs.columns else {}
+    if len(sources) < 2 and len(sweeps) < 2:
+        return []
+    text = "Sources: " + "; ".join(f"{k} ({n} runs)" for k, n in sources.items()) + "."
+    if sweeps:
+        text += " Runs per sweep: " + ", ".join(f"{k or '(none)'} {n}" for k, n in sweeps.items())
+        text += "."
+    return [("p", text)]
 
 
 def _matched_loss_blocks(runs: pd.DataFrame, baseline: str) -> list[tuple]:
@@ -103,7 +125,7 @@ def _fit_blocks(result) -> list[tuple]:
             b.append(("p", "Fewer than two budgets have a convex parabola in log N, so no "
                            "N_opt(C) law is fitted. Per budget (the optimum lies outside the "
                            "measured sizes where the loss falls monotonically towards one end):"))  # fmt: skip
-            b.append(("table", ["C", "points", "N measured", "lowest loss at N", "parabola N_opt"],
+            b.append(_with_sweep(s, ["C", "points", "N measured", "lowest loss at N", "parabola N_opt"],
                       [[_fmt(o["C"], ".3g"), o["n_points"],
                         f"{_fmt(o['N_min'], '.3g')} - {_fmt(o['N_max'], '.3g')}",
                         _fmt(o["N_best"], ".3g"), _fmt(o["N_opt"], ".3g")]
@@ -115,7 +137,7 @@ def _fit_blocks(result) -> list[tuple]:
         b.append(("p", f"N_opt ~ C^a with a = {_est(s['a'], s['ci95']['a'], '.3f')}; "
                        f"D_opt ~ C^b with b = {_est(s['b'], s['ci95']['b'], '.3f')}."))  # fmt: skip
         if key == "isoflop":
-            b.append(("table", ["C", "points", "N_opt", "D_opt", "loss at optimum", "inside range"],
+            b.append(_with_sweep(s, ["C", "points", "N_opt", "D_opt", "loss at optimum", "inside range"],
                       [[_fmt(o["C"], ".3g"), o["n_points"], _fmt(o["N_opt"], ".3g"),
                         _fmt(o["D_opt"], ".3g"), _fmt(o["loss_opt"]), o["interior"]]
                        for o in s["per_budget"]]))  # fmt: skip
@@ -149,6 +171,15 @@ def _fit_blocks(result) -> list[tuple]:
                   [[r["run_id"], _fmt(r["N"], ".3g"), _fmt(r["D"], ".3g"), _fmt(r["loss"]),
                     _fmt(r["predicted"]), f"{100 * r['rel_error']:+.2f}%"] for r in ext["runs"]]))  # fmt: skip
     return b
+
+
+def _with_sweep(section, header, rows) -> tuple:
+    """A per-budget table; with IsoFLOP profiles from several sweeps, a first column names each."""
+    per_budget = section["per_budget"]
+    if per_budget and "sweep" in per_budget[0]:
+        header = ["sweep", *header]
+        rows = [[o["sweep"], *row] for o, row in zip(per_budget, rows)]
+    return ("table", header, rows)
 
 
 def _ablation_blocks(ablation) -> list[tuple]:
@@ -257,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__)
     add_selection_args(parser)
     add_fit_args(parser)
-    parser.add_argument("--curves", help="curves.csv (run_id, tokens, val_loss) for --csv input")
+    parser.add_argument("--curves", action="append",
+                        help="curves.csv (run_id, tokens, val_loss) for --csv input; repeatable")  # fmt: skip
     parser.add_argument("--intermediate", action="store_true",
                         help="approach 1 also uses intermediate evaluations (constant-LR runs only)")  # fmt: skip
     parser.add_argument("--compare", default="variant",
@@ -265,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
                              "(ablation sweeps) or arch (a grid over presets)")  # fmt: skip
     parser.add_argument("--baseline", default="base",
                         help="baseline value of --compare (default: base)")  # fmt: skip
-    parser.add_argument("--title", help="report title (default: experiment name or CSV stem)")
+    parser.add_argument("--title", help="report title (default: experiment name(s) or CSV "
+                                             "folder name(s))")  # fmt: skip
     parser.add_argument("--out", required=True, help="output folder")
     args = parser.parse_args(argv)
     try:
@@ -278,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
             runs = runs.assign(variant=runs[args.compare])
         if "variant" not in runs.columns:
             runs = runs.assign(variant=args.baseline)
+        elif args.compare == "variant" and runs["variant"].isna().any():
+            # a source without the column (its rows are NaN after concatenation): baseline runs
+            runs = runs.assign(variant=runs["variant"].fillna(args.baseline))
         variants = sorted(runs["variant"].astype(str).unique())
         runs = runs.assign(variant=runs["variant"].astype(str))
         if args.baseline not in variants:
@@ -310,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    title = args.title or args.experiment or Path(args.csv).parent.name or Path(args.csv).stem
+    names = args.experiment or [Path(c).parent.name or Path(c).stem for c in args.csv]
+    title = args.title or " + ".join(names)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs.to_csv(out / "runs.csv", index=False)
@@ -321,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         p = result["parametric"]
         law_obj = chinchilla.Parametric(p["E"], p["A"], p["B"], p["alpha"], p["beta"])
     figures = make_figures(base, curves, result, law_obj, ablation, out / "figures")
-    blocks = build_blocks(runs, loaded.excluded, result, ablation, figures, title)
+    blocks = build_blocks(runs, loaded.excluded, result, ablation, figures, title, loaded.source)
     (out / "report.md").write_text(render_md(blocks))
     (out / "report.html").write_text(render_html(blocks, out / "figures", title))
     (out / "fit.json").write_text(dumps({**(result or {"parametric": None}), "ablation": ablation}))
@@ -335,13 +372,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def _curves(args, runs: pd.DataFrame) -> pd.DataFrame | None:
     if args.curves:
-        if not Path(args.curves).is_file():
-            raise InputError(f"--curves: no such file: {args.curves}")
-        curves = pd.read_csv(args.curves)
-        missing = {"run_id", "tokens", "val_loss"} - set(curves.columns)
-        if missing:
-            raise InputError(f"--curves: missing column(s) {sorted(missing)}")
-        return curves
+        parts = []
+        for path in args.curves:
+            if not Path(path).is_file():
+                raise InputError(f"--curves: no such file: {path}")
+            curves = pd.read_csv(path)
+            missing = {"run_id", "tokens", "val_loss"} - set(curves.columns)
+            if missing:
+                raise InputError(f"--curves: missing column(s) {sorted(missing)} in {path}")
+            parts.append(curves)
+        return parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
     if args.experiment:
         from analysis.load import load_curves
 

@@ -1,5 +1,6 @@
 """analysis.fit and analysis.report CLIs: outputs, bad input (exit 2, nothing written), reruns."""
 
+import argparse
 import json
 import subprocess
 import sys
@@ -8,8 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import fit, report
+from analysis import chinchilla, fit, report
 from analysis.chinchilla import Parametric
+from analysis.load import load_selected
 from analysis.synthetic import isoflop_runs
 
 LAW = Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
@@ -176,3 +178,104 @@ def test_ablation_at_one_token_budget_reports_multipliers_and_matched_losses(tmp
     assert measured and all(m["multiplier"] < 1 for m in measured)  # 5% worse loss: m < 1
     md = (out / "report.md").read_text()
     assert "matched sizes" in md and "| slow |" in md and "Approach 3" not in md
+
+
+# ---------------------------------------------------------------- several sources in one report
+
+
+def _token_grid(law, C, seed, sweep="grid"):
+    """Two fixed sizes x three token budgets (C/4, C, 4C per size): the middle column matches
+    IsoFLOP budget C, but no compute group has 3 sizes, so it holds no IsoFLOP profile."""
+    rng = np.random.default_rng(seed)
+    n_opt = law.optimal(C)[0][0]
+    rows = []
+    for N in (n_opt / 2, 2 * n_opt):
+        for f in (0.25, 1.0, 4.0):
+            D = f * C / (6 * N)
+            loss = float(law.predict(N, D) * np.exp(0.005 * rng.standard_normal()))
+            rows.append({"run_id": f"grid-{len(rows):03d}", "variant": "base", "sweep": sweep,
+                         "N": N, "D": D, "C": 6 * N * D, "loss": loss})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _curves_of(frame):
+    return pd.DataFrame([{"run_id": r.run_id, "tokens": t, "val_loss": r.loss * (1 + 1e-9 * (r.D - t))}
+                         for r in frame.itertuples() for t in (r.D / 2, r.D)])  # fmt: skip
+
+
+def test_report_over_an_isoflop_sweep_and_a_token_grid(tmp_path):
+    """Approach 2 uses only the IsoFLOP sweep's profiles (the grid's runs at C = 1e18 do not
+    join that budget); approach 3 and the extrapolation check use every run; the exported
+    runs.csv and curves.csv regenerate the same report."""
+    ladder = isoflop_runs(LAW, seed=0, **SMALL).assign(sweep="iso")
+    grid = _token_grid(LAW, 1e18, seed=1)
+    paths = {}
+    for name, frame in (("ladder", ladder), ("grid", grid)):
+        paths[name] = tmp_path / f"{name}.csv"
+        frame.to_csv(paths[name], index=False)
+        _curves_of(frame).to_csv(tmp_path / f"{name}_curves.csv", index=False)
+    out, again = tmp_path / "r", tmp_path / "again"
+    common = ["--bootstrap", "30", "--title", "combined"]
+    args = ["--csv", str(paths["ladder"]), "--csv", str(paths["grid"]),
+            "--curves", str(tmp_path / "ladder_curves.csv"),
+            "--curves", str(tmp_path / "grid_curves.csv")]  # fmt: skip
+    assert report.main([*args, *common, "--out", str(out)]) == 0
+    res = json.loads((out / "fit.json").read_text())
+    assert res["n_runs"] == 18 and res["parametric"]["n_points"] == 18  # approach 3: all runs
+    alone = chinchilla.isoflop_report(ladder, n_boot=30, seed=0)  # the IsoFLOP sweep only
+    iso = res["isoflop"]
+    assert [o["sweep"] for o in iso["per_budget"]] == ["iso"] * 3
+    assert [o["n_points"] for o in iso["per_budget"]] == [4, 4, 4]
+    assert [o["N_opt"] for o in iso["per_budget"]] == [o["N_opt"] for o in alone["per_budget"]]
+    assert (iso["a"], iso["ci95"]["a"]) == (alone["a"], alone["ci95"]["a"])
+    ext = res["extrapolation"]  # hold out the 1e19 budget, train on everything below it
+    assert (ext["n_train"], ext["n_test"]) == (14, 4)
+    assert {r["run_id"] for r in ext["runs"]} == set(ladder["run_id"][ladder["C"] > 5e18])
+    md = (out / "report.md").read_text()
+    assert f"Sources: {paths['ladder']} (12 runs); {paths['grid']} (6 runs)." in md
+    assert "Runs per sweep: iso 12, grid 6." in md
+    assert len(pd.read_csv(out / "curves.csv")) == 36
+    regen = ["--csv", str(out / "runs.csv"), "--curves", str(out / "curves.csv")]
+    assert report.main([*regen, *common, "--out", str(again)]) == 0
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert "figures/isoflop.svg" in files and "figures/training_curves.svg" in files
+    assert files == sorted(str(p.relative_to(again)) for p in again.rglob("*") if p.is_file())
+    for name in files:
+        assert (out / name).read_bytes() == (again / name).read_bytes(), name
+
+
+def test_sources_without_sweep_or_run_id_are_kept_apart(tmp_path):
+    """Two CSVs without run_id or sweep columns: generated ids stay distinct and each source
+    is its own sweep, so the grid's runs at an IsoFLOP budget's C do not join that budget."""
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    isoflop_runs(LAW, seed=0, **SMALL).drop(columns=["run_id", "variant"]).to_csv(a, index=False)
+    _token_grid(LAW, 1e18, seed=1).drop(columns=["run_id", "sweep"]).to_csv(b, index=False)
+    ns = argparse.Namespace(csv=[str(a), str(b)], experiment=None, sweep=None, tracking_uri=None)
+    loaded = load_selected(ns)
+    frame = loaded.frame
+    assert loaded.source == f"{a} + {b}" and frame["run_id"].is_unique
+    assert list(frame["run_id"][[0, 12]]) == ["csv1-row0", "csv2-row0"]
+    assert list(frame.columns[:2]) == ["run_id", "source"]
+    assert frame["sweep"].value_counts().to_dict() == {str(a): 12, str(b): 6}
+    labels = chinchilla.isoflop_groups(frame)
+    assert (labels[:12] >= 0).all() and (labels[12:] == -1).all()
+
+
+def test_duplicate_run_id_or_source_is_a_one_line_error(tmp_path, capsys):
+    ladder = isoflop_runs(LAW, seed=0, **SMALL)
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    ladder.to_csv(a, index=False)
+    ladder.iloc[[5]].assign(loss=3.0).to_csv(b, index=False)
+    out = tmp_path / "r"
+    assert report.main(["--csv", str(a), "--csv", str(b), "--out", str(out)]) == 2
+    assert report.main(["--csv", str(a), "--csv", str(a), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and not out.exists()
+    assert "run_id 'base-005' appears more than once" in err[0] and str(b) in err[0]
+    assert f"--csv {a} is given more than once" in err[1]
+
+
+def test_csv_and_experiment_cannot_be_mixed(runs_csv, tmp_path, capsys):
+    out = tmp_path / "r"
+    assert report.main(["--csv", str(runs_csv), "--experiment", "x", "--out", str(out)]) == 2
+    assert "exactly one source kind" in capsys.readouterr().err and not out.exists()

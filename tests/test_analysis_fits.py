@@ -86,6 +86,18 @@ def test_isoflop_skips_budgets_without_three_sizes():
     assert chinchilla.isoflop_report(runs, n_boot=20, seed=0) is None
 
 
+def test_budgets_are_grouped_within_each_sweep():
+    """A token grid run whose C matches an IsoFLOP budget is not part of that budget."""
+    C = np.array([1e18, 1.02e18, 0.99e18, 1.01e18, 1e17])
+    assert len(set(chinchilla.budget_groups(C))) == 2  # no sweeps: one 1e18 budget
+    sweep = np.array(["iso", "iso", "iso", "grid", "iso"])
+    labels = chinchilla.budget_groups(C, sweep=sweep)
+    assert labels[3] not in labels[:3] and len(set(labels[:3])) == 1
+    runs = pd.DataFrame({"C": C, "N": [1, 2, 3, 4, 5], "sweep": sweep})
+    groups = chinchilla.isoflop_groups(runs)  # only the 3-size 1e18 group of 'iso' is a profile
+    assert groups[0] == groups[1] == groups[2] >= 0 and (groups[3:] == -1).all()
+
+
 def test_envelope_keeps_the_lowest_loss_per_compute_bin():
     runs = isoflop_runs(TRUTH, noise=0.0)
     front = chinchilla.envelope(runs[["run_id", "N", "C", "loss"]], n_bins=5)

@@ -1,27 +1,29 @@
 """MLflow loader round trip against runs logged here with the schema of docs/contracts.md."""
 
+import argparse
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
 from analysis import report
 from analysis.chinchilla import Parametric
-from analysis.load import InputError, load_curves, load_mlflow
+from analysis.load import InputError, load_curves, load_mlflow, load_selected
 from analysis.synthetic import isoflop_runs
 
 LAW = Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
 
 
-def _log_run(client, exp_id, parent, row, seed, status="FINISHED", final=True):
+def _log_run(client, exp_id, parent, row, seed, status="FINISHED", final=True, sweep="iso"):
     N, D = int(row.N), int(row.D)
     params = {"n_params_nonembed": N, "n_params": N + 4096, "n_params_embed": 4096, "tokens": D,
               "flops_6nd": 6 * N * D, "flops_exact": 7 * N * D, "train.seed": seed,
               "model.d_model": 64, "model.norm": "rmsnorm"}  # fmt: skip
     tags = {"arch": "pre-rmsnorm-rope", "run_key": f"key-{row.run_id}", "variant": row.variant,
-            "sweep": "iso", "mlflow.parentRunId": parent}  # fmt: skip
+            "sweep": sweep, "mlflow.parentRunId": parent}  # fmt: skip
     run = client.create_run(exp_id, tags=tags)
     steps = np.linspace(D / 4, D, 4).astype(int)
     metrics = [Metric("val_loss", row.loss * (1 + 0.1 * (D - s) / D), 0, int(s)) for s in steps]
@@ -94,3 +96,85 @@ def test_report_from_mlflow_then_from_its_export(store, tmp_path):
     regen = ["--csv", str(out / "runs.csv"), "--curves", str(out / "curves.csv")]
     assert report.main([*regen, *common, "--out", str(again)]) == 0
     assert (again / "fit.json").read_bytes() == (out / "fit.json").read_bytes()
+
+
+# ---------------------------------------------------------------- several experiments and sweeps
+
+
+@pytest.fixture(scope="module")
+def two_experiments(tmp_path_factory):
+    """An IsoFLOP sweep in experiment 'ladder' and a fixed-size token grid (two sweeps of it,
+    one per size) in experiment 'grid', as sweeps.run logs them (parent runs tagged
+    sweep_parent); the grid's middle column has the C of the ladder's 1e18 budget."""
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow2') / 'mlruns.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    ladder_id, grid_id = client.create_experiment("ladder"), client.create_experiment("grid")
+    ladder = isoflop_runs(LAW, budgets=(1e17, 1e18, 1e19), sizes_per_budget=3, noise=0.005)
+    iso = client.create_run(ladder_id, tags={"sweep_parent": "iso"}).info.run_id
+    ids = {"iso": [_log_run(client, ladder_id, iso, r, 0) for r in ladder.itertuples()]}
+    n_opt = LAW.optimal(1e18)[0][0]
+    parents = {}
+    for k, N in enumerate((n_opt / 2, 2 * n_opt)):
+        name = f"grid{k}"
+        parents[name] = client.create_run(grid_id, tags={"sweep_parent": name}).info.run_id
+        D = np.array([0.25, 1.0, 4.0]) * 1e18 / (6 * N)
+        rows = pd.DataFrame({"run_id": [f"g{k}{j}" for j in range(3)], "variant": "base",
+                             "N": N, "D": D, "loss": LAW.predict(N, D)})  # fmt: skip
+        ids[name] = [_log_run(client, grid_id, parents[name], r, 0, sweep="grid")
+                     for r in rows.itertuples()]  # fmt: skip
+    return {"uri": uri, "iso": iso, **{f"{k}_parent": v for k, v in parents.items()}, "ids": ids}
+
+
+def _select(store, experiments, sweeps=None):
+    ns = argparse.Namespace(csv=None, experiment=experiments, sweep=sweeps,
+                            tracking_uri=store["uri"])  # fmt: skip
+    return load_selected(ns)
+
+
+def test_each_sweep_is_found_in_the_experiment_that_holds_it(two_experiments):
+    s = two_experiments
+    loaded = _select(s, ["ladder", "grid"], [s["grid1_parent"], s["iso"]])
+    assert sorted(loaded.frame["run_id"]) == sorted(s["ids"]["iso"] + s["ids"]["grid1"])
+    assert loaded.source == (f"experiment 'ladder', sweep parent run {s['iso']} + "
+                             f"experiment 'grid', sweep parent run {s['grid1_parent']}")  # fmt: skip
+    # An experiment holding none of the given sweeps contributes all its runs.
+    loaded = _select(s, ["ladder", "grid"], [s["iso"]])
+    assert sorted(loaded.frame["run_id"]) == sorted(sum(s["ids"].values(), []))
+    assert set(loaded.frame["source"]) == {f"experiment 'ladder', sweep parent run {s['iso']}",
+                                          "experiment 'grid'"}  # fmt: skip
+    whole = _select(s, ["grid", "ladder"]).frame  # whole experiments, in the order given
+    assert list(whole["sweep"]) == ["grid"] * 6 + ["iso"] * 9
+
+
+def test_a_sweep_no_selected_experiment_holds_is_an_error(two_experiments):
+    s = two_experiments
+    with pytest.raises(InputError, match=f"--sweep {s['iso']}: no run with this id in the "
+                                         r"selected experiment\(s\) \['grid'\]"):  # fmt: skip
+        _select(s, ["grid"], [s["grid0_parent"], s["iso"]])
+    with pytest.raises(InputError, match="--sweep nope: no run with this id"):
+        _select(s, ["ladder", "grid"], ["nope"])
+    with pytest.raises(InputError, match="--experiment ladder is given more than once"):
+        _select(s, ["ladder", "ladder"])
+
+
+def test_report_over_two_experiments(two_experiments, tmp_path):
+    """The grid's runs at the ladder's 1e18 compute stay out of its IsoFLOP budget; approach 3
+    uses every run; curves are read from both experiments; the export regenerates the fit."""
+    s = two_experiments
+    out, again = tmp_path / "r", tmp_path / "again"
+    common = ["--bootstrap", "20", "--title", "two", "--holdout-above", "1e30"]
+    args = ["--experiment", "ladder", "--experiment", "grid", "--sweep", s["iso"],
+            "--tracking-uri", s["uri"]]  # fmt: skip
+    assert report.main([*args, *common, "--out", str(out)]) == 0
+    fit = json.loads((out / "fit.json").read_text())
+    assert fit["n_runs"] == 15 and fit["parametric"]["n_points"] == 15
+    assert fit["isoflop"]["n_budgets"] == 3
+    assert [o["n_points"] for o in fit["isoflop"]["per_budget"]] == [3, 3, 3]
+    md = (out / "report.md").read_text()
+    assert f"Sources: experiment 'ladder', sweep parent run {s['iso']} (9 runs); " in md
+    assert "experiment 'grid' (6 runs). Runs per sweep: iso 9, grid 6." in md
+    assert pd.read_csv(out / "curves.csv")["run_id"].nunique() == 15
+    regen = ["--csv", str(out / "runs.csv"), "--curves", str(out / "curves.csv")]
+    assert report.main([*regen, *common, "--out", str(again)]) == 0
+    for name in ("fit.json", "report.md", "report.html", "runs.csv", "figures/isoflop.svg"):
+        assert (again / name).read_bytes() == (out / name).read_bytes(), name
