@@ -21,10 +21,17 @@ import pandas as pd
 
 from analysis import chinchilla
 from analysis.bootstrap import intervals, resample_counts
-from analysis.load import InputError, add_selection_args, check_fittable, load_selected
+from analysis.load import (
+    InputError,
+    add_selection_args,
+    check_fittable,
+    load_selected,
+    with_total_params,
+)
 from analysis.powerlaw import PowerLaw, fit_power_laws, theta_of
 
-MIN_POINTS_IRREDUCIBLE = 5  # a 3-parameter law needs spare points; fewer -> pure power law
+MIN_POINTS_IRREDUCIBLE = 5
+NOT_ISO = "the sweep's IsoFLOP budgets are iso in 6 N D for non-embedding N only"  # a 3-parameter law needs spare points; fewer -> pure power law
 
 
 def default_budgets(runs: pd.DataFrame) -> list[float]:
@@ -131,6 +138,7 @@ def fit_all(
     curves: pd.DataFrame | None = None,
     intermediate: bool = False,
     holdout_threshold: float | None = None,
+    isoflop: bool = True,
 ) -> dict:
     """Every section of fit.json for one set of runs (validated with `check_fittable`).
 
@@ -138,9 +146,11 @@ def fit_all(
     approach 1. Only valid when the learning-rate schedule does not depend on the run length
     (e.g. constant): a cosine run's intermediate losses sit above those of a run planned for
     that many tokens, so by default only the final point of each run is used.
+    `isoflop=False` skips approach 2 (its budgets are not iso in the compute being fitted).
     """
     check_fittable(runs)
     budgets = budgets or default_budgets(runs)
+    iso = chinchilla.isoflop_report(runs, n_boot, seed) if isoflop else {"skipped": NOT_ISO}
     law, parametric = chinchilla.parametric_report(runs, budgets, n_boot, seed)
     points = runs[["run_id", "N", "C", "loss"]]
     if intermediate and curves is not None and not curves.empty:
@@ -151,7 +161,7 @@ def fit_all(
         "n_runs": int(len(runs)),
         "budgets": budgets,
         "parametric": parametric,
-        "isoflop": chinchilla.isoflop_report(runs, n_boot, seed),
+        "isoflop": iso,
         "envelope": {
             **(chinchilla.envelope_report(points, n_boot, seed) or {"skipped": "too few points"}),
             "uses_intermediate_points": bool(intermediate and curves is not None),
@@ -241,7 +251,7 @@ def check_fit_args(args: argparse.Namespace) -> None:
 def fit_groups(runs: pd.DataFrame, group: str | None, args: argparse.Namespace) -> dict:
     kwargs = dict(
         n_boot=args.bootstrap, seed=args.seed, budgets=args.budget,
-        holdout_threshold=args.holdout_above,
+        holdout_threshold=args.holdout_above, isoflop=getattr(args, "params", "") != "total",
     )  # fmt: skip
     if group is None:
         return fit_all(runs, **kwargs)
@@ -258,16 +268,22 @@ def main(argv: list[str] | None = None) -> int:
     add_selection_args(parser)
     add_fit_args(parser)
     parser.add_argument("--group", help="fit each value of this column separately (e.g. arch)")
+    parser.add_argument(
+        "--params", choices=("nonembed", "total"), default="nonembed",
+        help="N = non-embedding parameters (Kaplan et al. 2020; default) or all parameters "
+             "(N_total, as Hoffmann et al. 2022 count them; C = 6 N_total D; approach 2 skipped)",
+    )  # fmt: skip
     parser.add_argument("--out", required=True, help="path of the fit.json to write")
     args = parser.parse_args(argv)
     try:
         check_fit_args(args)
         runs = load_selected(args)
-        result = fit_groups(runs.frame, args.group, args)
+        frame = with_total_params(runs.frame) if args.params == "total" else runs.frame
+        result = fit_groups(frame, args.group, args)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    result = {"source": runs.source, **result}
+    result = {"source": runs.source, "params": args.params, **result}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(dumps(result))

@@ -77,6 +77,17 @@ def check_fittable(df: pd.DataFrame, what: str = "the data") -> None:
             )
 
 
+def with_total_params(df: pd.DataFrame) -> pd.DataFrame:
+    """Count every parameter (embeddings and head too): N = N_total, C = 6 N_total D.
+
+    Why: Kaplan et al. (2020) fit non-embedding N, Hoffmann et al. (2022) total N; at small
+    scale the two give different exponents (Pearce & Song 2024), so a comparison needs both.
+    """
+    if "N_total" not in df.columns or df["N_total"].isna().any():
+        raise InputError("--params total: column 'N_total' is missing or empty for some runs")
+    return df.assign(N=df["N_total"], C=6.0 * df["N_total"] * df["D"])
+
+
 def read_csv(path: str | Path, id_prefix: str = "") -> Runs:
     """Runs from a CSV; rows without a `run_id` column get ids `{id_prefix}row{i}`."""
     path = Path(path)

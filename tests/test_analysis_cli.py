@@ -279,3 +279,26 @@ def test_csv_and_experiment_cannot_be_mixed(runs_csv, tmp_path, capsys):
     out = tmp_path / "r"
     assert report.main(["--csv", str(runs_csv), "--experiment", "x", "--out", str(out)]) == 2
     assert "exactly one source kind" in capsys.readouterr().err and not out.exists()
+
+
+def test_fit_cli_can_count_all_parameters(tmp_path, capsys):
+    # Loss follows LAW in the total parameter count; the non-embedding count is smaller by an
+    # embedding table that grows with width, as in small LMs (Pearce & Song 2024).
+    from analysis.synthetic import grid_runs
+
+    runs = grid_runs(LAW, sizes=(1e5, 1e8), tokens=(1e7, 1e10), n=60, noise=0.002, seed=3)
+    runs = runs.assign(N_total=runs["N"], N=runs["N"] - 300 * runs["N"] ** 0.5).drop(columns="C")
+    path, out = tmp_path / "runs.csv", tmp_path / "fit.json"
+    runs.to_csv(path, index=False)
+    args = ["--csv", str(path), "--bootstrap", "20", "--out", str(out)]
+    assert fit.main([*args, "--params", "total"]) == 0
+    res = json.loads(out.read_text())
+    assert res["params"] == "total" and "skipped" in res["isoflop"]
+    assert res["parametric"]["alpha"] == pytest.approx(LAW.alpha, abs=0.03)
+    assert res["parametric"]["beta"] == pytest.approx(LAW.beta, abs=0.03)
+    assert fit.main(args) == 0  # the same runs counted without embeddings: another law
+    assert json.loads(out.read_text())["parametric"]["alpha"] < LAW.alpha - 0.03
+
+    runs.drop(columns="N_total").to_csv(path, index=False)
+    assert fit.main([*args, "--params", "total"]) == 2
+    assert "'N_total'" in capsys.readouterr().err.strip().splitlines()[-1]
