@@ -112,7 +112,7 @@ def _loss(model, x, y, label_smoothing: float):
     import torch.nn.functional as F
 
     if label_smoothing == 0.0:
-        return model(x, y)[1]
+        return model(x, y, return_logits=False)[1]  # chunked loss, no (B, T, V) logits
     logits, _ = model(x)  # (B, T, V)
     return F.cross_entropy(
         logits.float().reshape(-1, logits.size(-1)), y.reshape(-1), label_smoothing=label_smoothing
@@ -129,7 +129,7 @@ def evaluate(model, windows, micro_batch: int, accelerator) -> float:
     with torch.no_grad():
         for i in range(0, len(mine), micro_batch):
             batch = torch.from_numpy(mine[i : i + micro_batch]).to(accelerator.device)
-            _, loss = model(batch[:, :-1], batch[:, 1:])
+            _, loss = model(batch[:, :-1], batch[:, 1:], return_logits=False)
             total[0] += loss.double() * len(batch)
             total[1] += len(batch)
     model.train()
