@@ -9,8 +9,9 @@ What is measured, per family (``llama``, ``gpt2``), d_model and mode (eager / to
 our preset (``conf/model/<family>.yaml`` with the shape overridden) against the
 ``transformers`` model the exporter maps it to (``LlamaForCausalLM`` / ``GPT2LMHeadModel``), so
 vocab, d_model, layers, heads, KV heads, FFN width, tying and biases are identical; both start
-from the same weights. One step = forward, mean cross-entropy over every position (the same
-``F.cross_entropy`` call for both; HF runs with ``use_cache=False``), backward, AdamW step
+from the same weights. One step = forward, mean cross-entropy over every position (ours: the
+training path ``model(x, y, return_logits=False)``, a chunked head + loss that never builds the
+logits; HF: its logits and ``F.cross_entropy``, with ``use_cache=False``), backward, AdamW step
 (fused when the device supports it, else foreach; weight decay on matrices only), with bf16
 autocast when ``--dtype bf16``. All models live in one process with the same thread count;
 each repetition times every model in turn (interleaved), and the median repetition is reported.
@@ -116,7 +117,7 @@ def build(case: Case, device):
 
     def loss_fn(x, y):
         if case.impl == "ours":
-            return forward(x, y)[1]
+            return forward(x, y, return_logits=False)[1]  # what sweeps.train calls
         logits = forward(input_ids=x, use_cache=False).logits  # (B, T, V)
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
 

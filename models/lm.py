@@ -26,7 +26,7 @@ from torch import nn
 
 from models.attention import KVCache
 from models.config import ModelConfig
-from models.loss import cross_entropy
+from models.loss import cross_entropy, linear_cross_entropy
 from models.registry import BLOCKS, NORMS, POSITIONS
 
 
@@ -70,11 +70,19 @@ class TransformerLM(nn.Module):
         return self.final_norm(h)
 
     def forward(
-        self, idx: torch.Tensor, targets: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None, return_logits: bool = True
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """idx (B, T) token ids -> logits (B, T, vocab_size) and, given targets (B, T), the mean
-        next-token cross-entropy (targets == -100 are ignored); loss is None without targets."""
-        logits = self.lm_head(self._trunk(idx, None))
+        next-token cross-entropy (targets == -100 are ignored); loss is None without targets.
+
+        ``return_logits=False`` with targets (training and evaluation): the loss comes from the
+        hidden states in chunks (``linear_cross_entropy``), no logits are materialised, and the
+        logits returned are None. Same loss and gradients up to float rounding."""
+        h = self._trunk(idx, None)  # (B, T, d)
+        if targets is not None and not return_logits:
+            loss = linear_cross_entropy(h.flatten(0, 1), self.lm_head.weight, targets.reshape(-1))
+            return None, loss
+        logits = self.lm_head(h)
         if targets is None:
             return logits, None
         loss = cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))

@@ -170,7 +170,7 @@ class TrainConfig(_Section):
     grad_clip: float = 1.0  # 0 disables clipping
     label_smoothing: float = 0.0
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # auto: fp32 CPU, bf16 GPU
-    compile: bool = False
+    compile: Union[bool, Literal["auto"]] = "auto"  # noqa: UP007  auto: CUDA yes, CPU no
     seed: int = 0
     eval_every: int = 100  # steps
     log_every: int = 10  # steps between metric flushes / progress lines

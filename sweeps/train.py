@@ -108,11 +108,37 @@ def _make_optimizer(model, train: TrainConfig):
         return torch.optim.AdamW(groups, foreach=True, **kwargs)
 
 
+def use_compile(setting: bool | str, device) -> bool:
+    """``train.compile``: true/false, or ``auto`` = on for CUDA, off on CPU and anything else.
+    On CPU compiling was no clear win in fp32 (llama 1.02-1.13x, gpt2 0.95-0.96x per step) and
+    costs ~40 s per new shape, ~8 s per later process (conf/train/default.yaml)."""
+    return device.type == "cuda" if setting == "auto" else bool(setting)
+
+
+def _step_and_clip(accelerator, optimizer):
+    """(optimizer to step, gradient clipping function) for the training loop.
+
+    Accelerate's optimizer and clipping wrappers do work only for fp16 loss scaling and for
+    XLA/FSDP/DeepSpeed; otherwise they are per-step Python overhead (``AcceleratedOptimizer.step``
+    looks up an optional package's metadata twice per call): ~1.08x per step of a tiny CPU model
+    (docs/performance.md). Then step the torch optimizer and clip with torch directly: the same
+    updates, bit for bit (the wrappers are no-ops here)."""
+    import functools
+
+    import torch
+    from accelerate.utils import DistributedType
+
+    plain = (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU)
+    if accelerator.scaler is None and accelerator.distributed_type in plain:
+        return optimizer.optimizer, functools.partial(torch.nn.utils.clip_grad_norm_, foreach=True)
+    return optimizer, accelerator.clip_grad_norm_
+
+
 def _loss(model, x, y, label_smoothing: float):
     import torch.nn.functional as F
 
     if label_smoothing == 0.0:
-        return model(x, y)[1]
+        return model(x, y, return_logits=False)[1]  # chunked loss, no (B, T, V) logits
     logits, _ = model(x)  # (B, T, V)
     return F.cross_entropy(
         logits.float().reshape(-1, logits.size(-1)), y.reshape(-1), label_smoothing=label_smoothing
@@ -120,16 +146,20 @@ def _loss(model, x, y, label_smoothing: float):
 
 
 def evaluate(model, windows, micro_batch: int, accelerator) -> float:
-    """Mean next-token loss over the fixed validation windows (split across processes)."""
+    """Mean next-token loss over the fixed validation windows (split across processes).
+
+    ``model`` is the plain module, not the compiled or data-parallel wrapper: a compiled model
+    would compile again for eval mode and again for the last, smaller batch (two more graphs per
+    run, ~5-7 s each on CPU even for a tiny model). The training precision is applied here."""
     import torch
 
     mine = windows[accelerator.process_index :: accelerator.num_processes]  # (n_rank, T + 1)
     total = torch.zeros(2, device=accelerator.device, dtype=torch.float64)
     model.eval()
-    with torch.no_grad():
+    with torch.no_grad(), accelerator.autocast():
         for i in range(0, len(mine), micro_batch):
             batch = torch.from_numpy(mine[i : i + micro_batch]).to(accelerator.device)
-            _, loss = model(batch[:, :-1], batch[:, 1:])
+            _, loss = model(batch[:, :-1], batch[:, 1:], return_logits=False)
             total[0] += loss.double() * len(batch)
             total[1] += len(batch)
     model.train()
@@ -308,8 +338,18 @@ def train(cfg: Any) -> TrainResult:
         )
     schedule = Schedule(tr.schedule, geo.total_steps, warmup, tr.min_lr_ratio, decay_start)
 
-    model = torch.compile(raw_model) if tr.compile else raw_model
+    model = raw_model
+    if use_compile(tr.compile, accelerator.device):
+        # A sweep trains many shapes in one process: each compiles once (a shape seen before
+        # reuses its code, a new model object of that shape too), but past Dynamo's
+        # recompile_limit (8) new shapes would silently run eager.
+        import torch._dynamo
+
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
+        model = torch.compile(raw_model)
     model, optimizer = accelerator.prepare(model, optimizer)
+    step_opt, clip = _step_and_clip(accelerator, optimizer)
+    params = list(model.parameters())
 
     # MLflow run: created or reopened by the main process only.
     run_id, metrics = decision["run_id"], None
@@ -380,10 +420,11 @@ def train(cfg: Any) -> TrainResult:
                 with accelerator.accumulate(model):
                     loss = _loss(model, x, y, tr.label_smoothing)
                     accelerator.backward(loss)
-                    if accelerator.sync_gradients and tr.grad_clip > 0:
-                        accelerator.clip_grad_norm_(model.parameters(), tr.grad_clip)
-                    optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
+                    if accelerator.sync_gradients:  # the last micro-batch of the step
+                        if tr.grad_clip > 0:
+                            clip(params, tr.grad_clip)
+                        step_opt.step()
+                        step_opt.zero_grad(set_to_none=True)
                 step_loss += loss.detach().float()
             pending.append(step_loss / geo.grad_accum)
 
@@ -416,7 +457,7 @@ def train(cfg: Any) -> TrainResult:
                 t_log, step_log, overhead = now, done, 0.0
             t0 = time.perf_counter()
             if is_eval:
-                val_loss = evaluate(model, windows, geo.micro_batch, accelerator)
+                val_loss = evaluate(raw_model, windows, geo.micro_batch, accelerator)
                 if main:
                     metrics.add(tokens, val_loss=val_loss)
             if done in save_steps:
@@ -425,7 +466,7 @@ def train(cfg: Any) -> TrainResult:
                 save(rdir / ckpt.LAST, done, time.perf_counter() - t_run)
             overhead += time.perf_counter() - t0
 
-        val_loss = evaluate(model, windows, geo.micro_batch, accelerator)
+        val_loss = evaluate(raw_model, windows, geo.micro_batch, accelerator)
         wall = elapsed_before + time.perf_counter() - t_run
         save(rdir / ckpt.LAST, geo.total_steps, time.perf_counter() - t_run)
         consumed = geo.total_steps * tr.batch_tokens

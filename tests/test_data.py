@@ -163,3 +163,18 @@ def test_token_counts_accept_2e6_and_reject_fractions():
         DataConfig.from_dict({"tokenizer": "wordpiece"})
     with pytest.raises(ConfigError, match="data.colour: unknown key"):
         DataConfig.from_dict({"colour": 1})
+
+
+def test_stdlib_walk_lists_the_same_files_as_a_filtered_rglob():
+    """The pruned walk must not change the stdlib corpus (its fingerprint keys token caches)."""
+    import sysconfig
+
+    from sweeps.data import STDLIB_EXCLUDED_DIRS
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    filtered = sorted(
+        (p.relative_to(root).as_posix(), p)
+        for p in root.rglob("*.py")
+        if not STDLIB_EXCLUDED_DIRS.intersection(p.relative_to(root).parts[:-1])
+    )
+    assert stdlib_files() == filtered

@@ -50,3 +50,64 @@ def test_model_loss_uses_it_and_trains_under_compile():
     compiled_loss.backward()
     torch.testing.assert_close(compiled_loss, loss)
     assert all(p.grad is not None for p in model.parameters())
+
+
+@pytest.mark.parametrize("rows", [7, 40, None])
+@pytest.mark.parametrize("ignore_some", [False, True])
+def test_linear_cross_entropy_matches_logits_path(rows, ignore_some):
+    from models.loss import linear_cross_entropy
+
+    torch.manual_seed(0)
+    h = torch.randn(40, 9, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(23, 9, dtype=torch.float64, requires_grad=True)
+    targets = torch.randint(0, 23, (40,))
+    if ignore_some:
+        targets[::3] = -100
+    ref = F.cross_entropy(h @ w.t(), targets)
+    ref_gh, ref_gw = torch.autograd.grad(2.5 * ref, (h, w))
+    ours = linear_cross_entropy(h, w, targets, rows)
+    gh, gw = torch.autograd.grad(2.5 * ours, (h, w))
+    torch.testing.assert_close(ours, ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(gh, ref_gh, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(gw, ref_gw, rtol=1e-10, atol=1e-12)
+
+
+def test_linear_cross_entropy_without_grad_and_under_bf16_autocast():
+    from models.loss import linear_cross_entropy
+
+    torch.manual_seed(0)
+    h, w = torch.randn(16, 8, requires_grad=True), torch.randn(11, 8, requires_grad=True)
+    targets = torch.randint(0, 11, (16,))
+    with torch.no_grad():
+        loss = linear_cross_entropy(h, w, targets, 5)
+    assert not loss.requires_grad
+    torch.testing.assert_close(loss, F.cross_entropy(h @ w.t(), targets))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = linear_cross_entropy(h, w, targets, 5)
+        ref = F.cross_entropy((h @ w.t()).float(), targets)
+    loss.backward()
+    assert loss.dtype == torch.float32 and h.grad.dtype == w.grad.dtype == torch.float32
+    torch.testing.assert_close(loss, ref, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_model_loss_only_path_equals_logits_path_and_compiles(tie):
+    from models import ModelConfig, build_model
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=31, max_seq_len=8, n_layers=1, d_model=16, n_heads=2,
+                      tie_embeddings=tie)  # fmt: skip
+    model = build_model(cfg)
+    idx = torch.randint(0, 31, (2, 8))
+    _, ref = model(idx, idx)
+    ref_grads = torch.autograd.grad(ref, list(model.parameters()))
+    logits, loss = model(idx, idx, return_logits=False)
+    assert logits is None
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    torch.testing.assert_close(loss, ref)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-6)
+    compiled = torch.compile(model)(idx, idx, return_logits=False)[1]
+    compiled.backward()
+    torch.testing.assert_close(compiled, ref)
+    assert all(p.grad is not None for p in model.parameters())

@@ -31,16 +31,17 @@ def tiny(**overrides) -> ModelConfig:
     ],
     ids=["mha-gelu", "gqa-swiglu", "mqa-swiglu", "mqa-alibi"],
 )
-def test_exact_flops_match_flop_counter(overrides):
+@pytest.mark.parametrize("return_logits", [True, False], ids=["logits", "chunked-loss"])
+def test_exact_flops_match_flop_counter(overrides, return_logits):
     torch.manual_seed(0)
     cfg = tiny(**overrides, d_model=64, vocab_size=500)
     B, T = 2, 24
     model = build_model(cfg)
     idx = torch.randint(0, cfg.vocab_size, (B, T))
     # The math backend is what our count describes (full T x T); CPU's fused kernel is invisible
-    # to FlopCounterMode.
+    # to FlopCounterMode. The chunked loss runs the head's backward matmuls in its forward.
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
-        _, loss = model(idx, idx)
+        _, loss = model(idx, idx, return_logits=return_logits)
         loss.backward()
     measured = counter.get_total_flops() / (B * T)
     fl = flops_per_token(cfg, T)

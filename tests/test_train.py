@@ -196,6 +196,18 @@ def test_resume_after_sigkill_matches_uninterrupted(lab, tmp_path):
 
 
 @pytest.mark.slow
+def test_compiled_run_matches_eager(lab, tmp_path):
+    from sweeps.train import train
+
+    eager = train(compose(*lab, "train.compile=false", "tracking.experiment=eager",
+                          f"paths.runs_dir={tmp_path / 'e'}"))  # fmt: skip
+    compiled = train(compose(*lab, "train.compile=true"))
+    assert compiled.status == eager.status == "FINISHED"
+    assert compiled.final_val_loss == pytest.approx(eager.final_val_loss, rel=1e-4)
+    assert compiled.final_train_loss == pytest.approx(eager.final_train_loss, rel=1e-4)
+
+
+@pytest.mark.slow
 def test_nan_loss_fails_run_and_keeps_metrics(lab):
     from sweeps.train import train
 

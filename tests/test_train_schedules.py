@@ -45,3 +45,17 @@ def test_batch_geometry():
     assert (g.micro_batch, g.grad_accum, g.total_steps) == (8, 2, 10)
     with pytest.raises(ConfigError, match="train.micro_batch"):
         batch_geometry(TrainConfig(batch_tokens=1024, seq_len=32, micro_batch=5), 1)
+
+
+def test_compile_setting_auto_is_on_for_cuda_only():
+    import torch
+
+    from sweeps.train import use_compile
+
+    assert TrainConfig.from_dict({}).compile == "auto"
+    assert TrainConfig.from_dict({"compile": True}).compile is True
+    with pytest.raises(ConfigError, match="train.compile"):
+        TrainConfig.from_dict({"compile": "yes"})
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert [use_compile("auto", cpu), use_compile("auto", cuda)] == [False, True]
+    assert [use_compile(True, cpu), use_compile(False, cuda)] == [True, False]
