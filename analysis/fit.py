@@ -30,8 +30,9 @@ from analysis.load import (
 )
 from analysis.powerlaw import PowerLaw, fit_power_laws, theta_of
 
-MIN_POINTS_IRREDUCIBLE = 5
-NOT_ISO = "the sweep's IsoFLOP budgets are iso in 6 N D for non-embedding N only"  # a 3-parameter law needs spare points; fewer -> pure power law
+MIN_POINTS_IRREDUCIBLE = 5  # a 3-parameter law needs spare points; fewer -> pure power law
+# approach 2 with --params total: a planned budget holds 6 N D fixed for non-embedding N only
+NOT_ISO = "the sweep's IsoFLOP budgets are iso in 6 N D for non-embedding N only"
 
 
 def default_budgets(runs: pd.DataFrame) -> list[float]:
