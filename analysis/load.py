@@ -151,6 +151,15 @@ def _number(value):
         return value
 
 
+def _experiment(client, name: str):
+    """The MLflow experiment called `name`; a one-line InputError listing the existing ones."""
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        names = sorted(e.name for e in client.search_experiments())
+        raise InputError(f"--experiment: no experiment named '{name}'; existing: {names}")
+    return exp
+
+
 def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | None = None) -> Runs:
     """FINISHED runs of an experiment (optionally only the children of sweep parent run `sweep`).
 
@@ -159,10 +168,8 @@ def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | N
     from mlflow import MlflowClient  # lazy: ~2.5 s import
 
     client = MlflowClient(tracking_uri=tracking_uri)
-    exp = client.get_experiment_by_name(experiment)
+    exp = _experiment(client, experiment)
     names = sorted(e.name for e in client.search_experiments())
-    if exp is None:
-        raise InputError(f"--experiment: no experiment named '{experiment}'; existing: {names}")
     query = f"tags.mlflow.parentRunId = '{sweep}'" if sweep else ""
     found, token = [], None
     while True:
@@ -288,11 +295,7 @@ def _sweep_experiments(sweeps: list[str], experiments: list[str], tracking_uri: 
     client = MlflowClient(tracking_uri=tracking_uri)
     ids = {}
     for name in experiments:
-        exp = client.get_experiment_by_name(name)
-        if exp is None:
-            existing = sorted(e.name for e in client.search_experiments())
-            raise InputError(f"--experiment: no experiment named '{name}'; existing: {existing}")
-        ids[exp.experiment_id] = name
+        ids[_experiment(client, name).experiment_id] = name
     found = {}
     for sweep in sweeps:
         try:
