@@ -171,6 +171,7 @@ class TrainConfig(_Section):
     label_smoothing: float = 0.0
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # auto: fp32 CPU, bf16 GPU
     compile: Union[bool, Literal["auto"]] = "auto"  # noqa: UP007  auto: CUDA yes, CPU no
+    keep_host_memory: Union[bool, Literal["auto"]] = "auto"  # noqa: UP007  auto: CPU yes
     seed: int = 0
     eval_every: int = 100  # steps
     log_every: int = 10  # steps between metric flushes / progress lines

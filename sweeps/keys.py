@@ -2,7 +2,7 @@
 
 The same config always gives the same key, so a rerun finds its MLflow run and checkpoint and
 resumes instead of duplicating work. Knobs that change where results go or how progress is
-shown (tracking, paths, logging/eval/checkpoint cadence, progress bars, compile) are excluded:
+shown (tracking, paths, logging/eval/checkpoint cadence, progress bars, compile, the host allocator) are excluded:
 changing them must not start a different run.
 """
 
@@ -25,6 +25,7 @@ EXCLUDED_TRAIN_KEYS = {
     "peak_flops",
     "save_final_checkpoint",
     "compile",
+    "keep_host_memory",
 }
 KEY_LENGTH = 16
 

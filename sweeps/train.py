@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeps import checkpoint as ckpt
+from sweeps import hostmem
 from sweeps import tracking as trk
 from sweeps.config import ConfigError, RunSpec, TrainConfig, build_model_config, resolve_config
 from sweeps.paths import default_cache_dir, default_runs_dir, resolve_dir
@@ -113,6 +114,12 @@ def use_compile(setting: bool | str, device) -> bool:
     On CPU compiling was no clear win in fp32 (llama 1.02-1.13x, gpt2 0.95-0.96x per step) and
     costs ~40 s per new shape, ~8 s per later process (conf/train/default.yaml)."""
     return device.type == "cuda" if setting == "auto" else bool(setting)
+
+
+def use_keep_host_memory(setting: bool | str, device) -> bool:
+    """``train.keep_host_memory``: true/false, or ``auto`` = on when training on the CPU, where
+    activations and gradients live in malloc's memory (on CUDA the host only holds batches)."""
+    return device.type == "cpu" if setting == "auto" else bool(setting)
 
 
 def _step_and_clip(accelerator, optimizer):
@@ -264,6 +271,8 @@ def train(cfg: Any) -> TrainResult:
         cpu=on_cpu, mixed_precision=mixed_precision, gradient_accumulation_steps=geo.grad_accum
     )
     main = accelerator.is_main_process
+    if use_keep_host_memory(tr.keep_host_memory, accelerator.device):
+        hostmem.keep_freed_memory()  # False off glibc: nothing to tune there
 
     # Tracking first: an unreachable server fails here, in seconds, before any data work.
     uri, decision = trk.resolve_tracking_uri(spec.tracking.uri), None

@@ -59,3 +59,20 @@ def test_compile_setting_auto_is_on_for_cuda_only():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert [use_compile("auto", cpu), use_compile("auto", cuda)] == [False, True]
     assert [use_compile(True, cpu), use_compile(False, cuda)] == [True, False]
+
+
+def test_keep_host_memory_setting_auto_is_on_for_cpu_only():
+    import torch
+
+    from sweeps.keys import run_key
+    from sweeps.train import use_keep_host_memory
+
+    assert TrainConfig.from_dict({}).keep_host_memory == "auto"
+    with pytest.raises(ConfigError, match="train.keep_host_memory"):
+        TrainConfig.from_dict({"keep_host_memory": "sometimes"})
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert [use_keep_host_memory("auto", cpu), use_keep_host_memory("auto", cuda)] == [True, False]
+    assert [use_keep_host_memory(False, cpu), use_keep_host_memory(True, cuda)] == [False, True]
+    # An allocator setting does not change what is trained: same run, same key.
+    cfg = {"train": {"tokens": 1000, "keep_host_memory": "auto"}}
+    assert run_key(cfg) == run_key({"train": {"tokens": 1000, "keep_host_memory": False}})
