@@ -26,6 +26,10 @@ each repetition times every model in turn (interleaved), and the median repetiti
   we report the peak RSS (VmHWM) above that process's RSS after imports, so the models cannot
   see each other's allocations. On CUDA: ``torch.cuda.max_memory_allocated`` during the model's
   steps, minus what other resident models hold.
+- ``--malloc``: the host allocator both models run under. ``system`` (default) is the C
+  library's behaviour, what a plain training script gets; ``keep`` is what ``sweeps.train`` sets
+  on the CPU (glibc keeps freed blocks: no page faults to re-touch a step's big tensors). Code
+  that allocates fresh logit-sized tensors every step gains most from ``keep``, so report both.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from sweeps.hostmem import keep_freed_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILIES = ("llama", "gpt2")
@@ -198,11 +204,13 @@ def _proc_status_kb(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def probe_memory(case: Case, dtype: str, threads: int, warmup: int, steps: int) -> float:
+def probe_memory(
+    case: Case, dtype: str, threads: int, warmup: int, steps: int, malloc: str
+) -> float:
     """Peak RSS (MB) of ``case``'s training steps above the RSS after imports, measured in a
     fresh Python process so no other model's allocations count."""
     payload = json.dumps({"case": asdict(case), "dtype": dtype, "threads": threads,
-                          "warmup": warmup, "steps": steps})  # fmt: skip
+                          "warmup": warmup, "steps": steps, "malloc": malloc})  # fmt: skip
     out = subprocess.run(
         [sys.executable, "-m", "benchmarks.throughput", "--probe", payload],
         cwd=ROOT, capture_output=True, text=True, check=False,
@@ -219,6 +227,7 @@ def _probe_main(payload: str) -> None:
     import models  # noqa: F401
 
     p = json.loads(payload)
+    set_malloc(p["malloc"])
     torch.set_num_threads(p["threads"])
     case = Case(**{**p["case"], "shape": Shape(**p["case"]["shape"])})
     base_kb = _proc_status_kb("VmRSS")
@@ -228,8 +237,16 @@ def _probe_main(payload: str) -> None:
     print(json.dumps({"peak_mb": (_proc_status_kb("VmHWM") - base_kb) / 1024}))
 
 
+def set_malloc(malloc: str) -> None:
+    """``keep``: glibc keeps freed blocks (what ``sweeps.train`` does on the CPU,
+    sweeps/hostmem.py); ``system``: the C library's defaults, what a plain script gets. Both
+    implementations in the process run under the same setting."""
+    if malloc == "keep" and not keep_freed_memory():
+        raise SystemExit("--malloc keep: needs glibc (Linux); use --malloc system")
+
+
 # ----- the benchmark ----------------------------------------------------------------------------
-def machine(device, threads: int) -> dict:
+def machine(device, threads: int, malloc: str) -> dict:
     import torch
     import transformers
 
@@ -245,6 +262,7 @@ def machine(device, threads: int) -> dict:
         "cpu": cpu,
         "cores": os.cpu_count(),
         "threads": threads,
+        "malloc": malloc,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "python": platform.python_version(),
@@ -260,6 +278,7 @@ def benchmark(args) -> dict:
     import torch
 
     device = torch.device(args.device)
+    set_malloc(args.malloc)
     threads = args.threads or os.cpu_count()
     torch.set_num_threads(threads)
     load = os.getloadavg()[0]
@@ -297,7 +316,9 @@ def benchmark(args) -> dict:
     if device.type == "cpu" and args.memory:
         del runners
         for case in cases:
-            memory[case] = probe_memory(case, args.dtype, threads, args.warmup, args.steps)
+            memory[case] = probe_memory(
+                case, args.dtype, threads, args.warmup, args.steps, args.malloc
+            )
             log(f"memory {case.label}: {memory[case]:.0f} MB")
 
     peak = args.peak_tflops * 1e12 if args.peak_tflops else statistics.median(peaks)
@@ -328,7 +349,7 @@ def benchmark(args) -> dict:
             if row["peak_mem_mb"] is not None:
                 row["mem_ratio"] = row["peak_mem_mb"] / hf["peak_mem_mb"]
     return {
-        "machine": machine(device, threads),
+        "machine": machine(device, threads, args.malloc),
         "settings": {k: v for k, v in vars(args).items() if k not in ("probe", "out")},
         "peak_flops": peak,
         "peak_source": "given"
@@ -405,6 +426,10 @@ def parse_args(argv=None):
     )
     p.add_argument("--threads", default=0, type=int, help="torch threads (0: all cores)")
     p.add_argument("--peak-tflops", default=0.0, type=float, help="datasheet peak (0: measure)")
+    p.add_argument(
+        "--malloc", default="system", choices=["system", "keep"],
+        help="host allocator for both models: C library defaults | keep freed blocks (sweeps.train)",
+    )  # fmt: skip
     p.add_argument("--no-memory", dest="memory", action="store_false", help="skip RSS probes (CPU)")
     p.add_argument("--out", default=str(ROOT / "results" / "benchmarks"), help="output directory")
     p.add_argument("--name", default=None, help="output file stem (default throughput_<device>)")
