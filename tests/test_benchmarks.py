@@ -53,3 +53,14 @@ def test_benchmark_shapes_match_the_presets_and_hf():
 def test_memory_probe_reports_a_positive_peak_in_a_fresh_process():
     case = Case("gpt2", "ours", False, Shape(vocab=64, d_model=32, layers=1, seq=16, batch=2))
     assert probe_memory(case, "fp32", threads=1, warmup=1, steps=1, malloc="keep") > 0
+
+
+def test_allocator_benchmark_times_both_settings_in_fresh_processes():
+    from benchmarks.allocator import main as allocator_main
+
+    (row,) = allocator_main(
+        ["--d-models", "32", "--families", "gpt2", "--impls", "ours", "--reps", "1",
+         "--steps", "1", "--warmup", "1"]
+    )  # fmt: skip
+    assert row["ms_system"] > 0 and row["ms_keep"] > 0 and row["speedup_keep"] > 0
+    assert row["peak_mb_system"] > 0 and row["peak_mb_keep"] > 0
