@@ -444,6 +444,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> dict:
+    command = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     if args.probe:
         _probe_main(args.probe)
@@ -458,6 +459,7 @@ def main(argv=None) -> dict:
     desc = ", ".join(f"{k} {v}" for k, v in m.items())
     (out / f"{stem}.md").write_text(
         f"# Training throughput: scaling-lab vs transformers ({args.device}, {args.dtype})\n\n"
+        f"Command: `python -m benchmarks.throughput {' '.join(command)}`\n\n"
         f"Machine: {desc}.\n\nPeak: {result['peak_flops'] / 1e9:.1f} GFLOP/s ({result['peak_source']}). "
         f"Memory: {result['memory_method']}.\n\n"
         f"Shape: vocab {args.vocab}, {args.layers} layers, seq {args.seq}, batch {args.batch}; "

@@ -31,7 +31,9 @@ def test_throughput_table_has_every_row_and_positive_numbers(tmp_path, capsys):
     assert out.strip().splitlines()[-1].startswith("worst ratio ours/HF: ")
     saved = json.loads((tmp_path / "throughput_cpu.json").read_text())
     assert len(saved["rows"]) == 4 and saved["machine"]["torch"]
-    assert "worst ratio" in (tmp_path / "throughput_cpu.md").read_text()
+    md = (tmp_path / "throughput_cpu.md").read_text()
+    assert "worst ratio" in md and "--compile eager --no-memory" in md  # the command that made it
+    assert saved["machine"]["malloc"] == "system"
 
 
 def test_benchmark_shapes_match_the_presets_and_hf():
