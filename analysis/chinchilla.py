@@ -298,6 +298,55 @@ def isoflop_groups(runs: pd.DataFrame, rtol: float = 0.1) -> np.ndarray:
     return np.where(np.isin(labels, profiles), labels, -1)
 
 
+def budget_of(C) -> float:
+    """The compute budget a group of runs stands for: the geometric mean of their C."""
+    return float(np.exp(np.average(np.log(np.asarray(C, dtype=float)))))
+
+
+@dataclass(frozen=True)
+class IsoflopProfiles:
+    """The IsoFLOP profiles of a set of runs: which runs form which profile, and its name.
+
+    Approach 2's table and its figure both come from here, so they name the same profiles.
+    `sweeps` is set when the runs come from several sweeps (even if only one of them holds
+    profiles, e.g. an IsoFLOP ladder next to a token grid): each profile then names its sweep.
+    """
+
+    runs: pd.DataFrame  # the runs that belong to a profile, index reset
+    labels: np.ndarray  # profile of each of those runs: its budget group (`isoflop_groups`)
+    sweeps: np.ndarray | None  # sweep of each of those runs; None for a single sweep
+
+    @property
+    def ids(self) -> np.ndarray:
+        """Profile labels in order of budget (then sweep)."""
+        return np.unique(self.labels)
+
+    def budget(self, k) -> float:
+        return budget_of(self.runs["C"][self.labels == k])
+
+    def sweep(self, k) -> str | None:
+        return None if self.sweeps is None else str(self.sweeps[self.labels == k][0])
+
+    def name(self, k) -> str:
+        """'C' or 'C (sweep)', C as the report's tables print it."""
+        sweep = self.sweep(k)
+        return f"{self.budget(k):.3g}" + ("" if sweep is None else f" ({sweep})")
+
+
+def isoflop_profiles(runs: pd.DataFrame, rtol: float = 0.1) -> IsoflopProfiles | None:
+    """The runs of `runs` that form IsoFLOP profiles (`isoflop_groups`), or None when none do."""
+    labels = isoflop_groups(runs, rtol)
+    if (labels < 0).all():
+        return None
+    keep = labels >= 0
+    sweeps = sweep_labels(runs)  # of every input run: one profile sweep among several is named
+    return IsoflopProfiles(
+        runs=runs[keep].reset_index(drop=True),
+        labels=labels[keep],
+        sweeps=None if sweeps is None else sweeps[keep],
+    )
+
+
 def isoflop_optima(N, C, loss, labels, weights=None) -> pd.DataFrame:
     """Per budget: parabola of loss in ln N, its minimum N_opt, D_opt = C / (6 N_opt).
 
@@ -308,7 +357,7 @@ def isoflop_optima(N, C, loss, labels, weights=None) -> pd.DataFrame:
     rows = []
     for label in np.unique(labels):
         sel = (labels == label) & (weights > 0)
-        budget = float(np.exp(np.average(np.log(C[labels == label]))))
+        budget = budget_of(C[labels == label])
         x, y, w = np.log(N[sel]), loss[sel], weights[sel]
         row = {"C": budget, "n_points": int(sel.sum()), "N_opt": np.nan, "D_opt": np.nan,
                "loss_opt": np.nan, "interior": False, "N_min": np.nan, "N_max": np.nan,
@@ -351,20 +400,16 @@ def frontier_exponents(optima: pd.DataFrame) -> dict | None:
 def isoflop_report(runs: pd.DataFrame, n_boot: int, seed: int, rtol: float = 0.1) -> dict | None:
     """Approach 2 with bootstrap over runs, resampled within each budget; None without data.
 
-    Only IsoFLOP profiles are used (`isoflop_groups`: budgets grouped within each sweep, at
+    Only IsoFLOP profiles are used (`isoflop_profiles`: budgets grouped within each sweep, at
     least 3 distinct N); other runs are left to approaches 1 and 3.
     """
-    labels = isoflop_groups(runs, rtol)
-    if (labels < 0).all():
+    profiles = isoflop_profiles(runs, rtol)
+    if profiles is None:
         return None
-    sweeps = sweep_labels(runs)
-    if (labels < 0).any():
-        keep = labels >= 0
-        runs, labels = runs[keep].reset_index(drop=True), labels[keep]
-        sweeps = None if sweeps is None else sweeps[keep]
+    runs, labels = profiles.runs, profiles.labels
     optima = isoflop_optima(runs["N"], runs["C"], runs["loss"], labels)
-    if sweeps is not None:  # several sweeps: say which one each profile comes from
-        optima.insert(0, "sweep", [str(sweeps[labels == k][0]) for k in np.unique(labels)])
+    if profiles.sweeps is not None:  # several sweeps: say which one each profile comes from
+        optima.insert(0, "sweep", [profiles.sweep(k) for k in profiles.ids])
     point = frontier_exponents(optima)
     if point is None:  # profiles exist, but fewer than 2 have a minimum: say so
         return {"per_budget": optima.to_dict(orient="records"), "n_boot": 0}

@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from analysis.chinchilla import Parametric, allocation, isoflop_groups, sweep_labels  # noqa: E402
+from analysis.chinchilla import Parametric, allocation, isoflop_profiles  # noqa: E402
 
 SVG_META = {"Date": None, "Creator": None}
 PNG_META = {"Software": None}
@@ -62,34 +62,25 @@ def loss_vs_compute(runs: pd.DataFrame, frontier_law: dict | None):
 def isoflop_curves(runs: pd.DataFrame, isoflop: dict):
     """Loss against N per IsoFLOP profile, the fitted parabolas in ln N and their minima.
 
-    Runs outside the profiles (`isoflop_groups`, e.g. a fixed-size token grid) are not drawn;
-    with profiles from several sweeps each budget is labelled with its sweep.
+    The profiles and their names come from `isoflop_profiles`, as in approach 2's table: runs
+    outside them (e.g. a fixed-size token grid) are not drawn, and when the runs come from
+    several sweeps each budget is labelled with its sweep.
     """
-    labels = isoflop_groups(runs)
-    sweeps = sweep_labels(runs)
-    if (labels < 0).any():
-        keep = labels >= 0
-        runs, labels = runs[keep].reset_index(drop=True), labels[keep]
-        sweeps = sweep_labels(runs)
-    names = {k: f"{runs['C'][labels == k].median():.2g}" for k in np.unique(labels)}
-    if sweeps is not None:
-        names = {k: f"{c} ({sweeps[labels == k][0]})" for k, c in names.items()}
+    profiles = isoflop_profiles(runs)
+    runs, labels = profiles.runs, profiles.labels
+    names = {k: profiles.name(k) for k in profiles.ids}  # by budget, then sweep
+    order = list(names.values())
     data = runs.assign(budget=[names[k] for k in labels])
     fig, ax = plt.subplots(figsize=(6, 4))
-    palette = sns.color_palette("flare", n_colors=data["budget"].nunique())
-    if sweeps is None:
-        order = sorted(data["budget"].unique(), key=float)
-    else:
-        by_c = sorted(names, key=lambda k: (runs["C"][labels == k].median(), names[k]))
-        order = list(dict.fromkeys(names[k] for k in by_c))
+    palette = sns.color_palette("flare", n_colors=len(order))
     sns.scatterplot(
         data=data, x="N", y="loss", hue="budget", hue_order=order, palette=palette, ax=ax
     )
-    for k in sorted(np.unique(labels), key=lambda k: runs["C"][labels == k].median()):
+    for k, color in zip(profiles.ids, palette):
         sub = runs[labels == k]  # a profile: at least 3 distinct N
         c2, c1, c0 = np.polyfit(np.log(sub["N"]), sub["loss"], 2)
         x = np.linspace(np.log(sub["N"].min()), np.log(sub["N"].max()), 100)
-        ax.plot(np.exp(x), c0 + c1 * x + c2 * x**2, color=palette[order.index(names[k])], lw=1)
+        ax.plot(np.exp(x), c0 + c1 * x + c2 * x**2, color=color, lw=1)
     opt = pd.DataFrame(isoflop["per_budget"]).dropna(subset=["N_opt"])
     ax.scatter(
         opt["N_opt"], opt["loss_opt"], marker="*", s=120, color="black", zorder=5, label="minimum"

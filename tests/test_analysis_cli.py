@@ -244,6 +244,35 @@ def test_report_over_an_isoflop_sweep_and_a_token_grid(tmp_path):
         assert (out / name).read_bytes() == (again / name).read_bytes(), name
 
 
+@pytest.mark.parametrize(
+    "ladders",
+    [{"iso": (1e17, 1e18, 1e19)}, {"iso-a": (1e17, 1e18, 1e19), "iso-b": (3e17, 1e18, 3e18)}],
+    ids=["one-ladder", "two-ladders"],
+)
+def test_isoflop_figure_names_the_profiles_of_the_table(ladders):
+    """The IsoFLOP figure's legend names the profiles approach 2's table lists, each with its
+    sweep and budget, in the table's order: also when the token grid, the only other sweep,
+    holds no profile (the figure used to drop the sweep names then)."""
+    from analysis import plots
+
+    frames = [_token_grid(LAW, 1e18, seed=9)]
+    for seed, (sweep, budgets) in enumerate(ladders.items()):
+        ladder = isoflop_runs(LAW, budgets=budgets, sizes_per_budget=4, noise=0.005, seed=seed)
+        frames.append(ladder.assign(sweep=sweep, run_id=sweep + "-" + ladder["run_id"]))
+    runs = pd.concat(frames, ignore_index=True)
+    result = fit.fit_all(runs, n_boot=20, seed=0, holdout_threshold=1e30)
+    blocks = report.build_blocks(runs, pd.DataFrame(), result, None, [], "t")
+    start = blocks.index(("h2", "Approach 2: IsoFLOP profiles"))
+    _, header, rows = next(b for b in blocks[start:] if b[0] == "table")
+    sweep, budget = header.index("sweep"), header.index("C")
+    in_table = [f"{row[budget]} ({row[sweep]})" for row in rows]
+    assert {row[sweep] for row in rows} == set(ladders)  # every ladder, never the grid
+    fig = plots.isoflop_curves(runs, result["isoflop"])
+    in_legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    plots.plt.close(fig)
+    assert in_legend == [*in_table, "minimum"]
+
+
 def test_sources_without_sweep_or_run_id_are_kept_apart(tmp_path):
     """Two CSVs without run_id or sweep columns: generated ids stay distinct and each source
     is its own sweep, so the grid's runs at an IsoFLOP budget's C do not join that budget."""
