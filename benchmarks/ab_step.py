@@ -24,6 +24,8 @@ import argparse
 import statistics
 import time
 
+from benchmarks.interleave import median_ratio, repetitions
+
 
 def ab(variants: dict, reps: int, inner: int, warmup: int = 2) -> dict[str, tuple[float, float]]:
     """{name: (median ms per call, median speed-up vs the first variant)}; prints a table."""
@@ -31,8 +33,8 @@ def ab(variants: dict, reps: int, inner: int, warmup: int = 2) -> dict[str, tupl
         for _ in range(warmup):
             f()
     times = {k: [] for k in variants}
-    for r in range(reps):
-        for k in list(variants) if r % 2 == 0 else list(variants)[::-1]:
+    for order in repetitions(variants, reps):
+        for k in order:
             t0 = time.perf_counter()
             for _ in range(inner):
                 variants[k]()
@@ -40,7 +42,7 @@ def ab(variants: dict, reps: int, inner: int, warmup: int = 2) -> dict[str, tupl
     base = next(iter(variants))
     out = {}
     for k in variants:
-        ratio = statistics.median(b / t for b, t in zip(times[base], times[k]))
+        ratio = median_ratio(times[base], times[k])
         out[k] = (1e3 * statistics.median(times[k]), ratio)
         print(f"  {k:<36} {out[k][0]:9.2f} ms   {ratio:.3f}x", flush=True)
     return out

@@ -14,7 +14,8 @@ training path ``model(x, y, return_logits=False)``, a chunked head + loss that n
 logits; HF: its logits and ``F.cross_entropy``, with ``use_cache=False``), backward, AdamW step
 (fused when the device supports it, else foreach; weight decay on matrices only), with bf16
 autocast when ``--dtype bf16``. All models live in one process with the same thread count;
-each repetition times every model in turn (interleaved), and the median repetition is reported.
+each repetition times every model in turn, in an order reversed every other repetition
+(``benchmarks.interleave``), and the median repetition is reported.
 
 - tokens/s = batch * seq * steps / wall time of the timed steps (host-synced at the end only),
   median over repetitions; the ratio ours/HF is the median of the per-repetition ratios (each
@@ -45,6 +46,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from benchmarks.interleave import median_ratio, repetitions
 from sweeps.hostmem import keep_freed_memory
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -303,10 +305,11 @@ def benchmark(args) -> dict:
         r.run(args.warmup)  # compiles, allocates optimizer state
         log(f"ready {case.label} ({time.perf_counter() - t0:.1f}s incl. warm-up)")
     times, peaks, memory = {case: [] for case in cases}, [], {}
-    for rep in range(args.reps):  # interleaved: every model (and the matmul peak) once per rep
+    # Interleaved: every model (and the matmul peak) once per repetition.
+    for rep, order in enumerate(repetitions(cases, args.reps)):
         if not args.peak_tflops:
             peaks.append(measured_peak_flops(device, args.dtype))
-        for case in cases:
+        for case in order:
             if device.type == "cuda" and rep == args.reps - 1:
                 torch.cuda.reset_peak_memory_stats(device)
                 resident = torch.cuda.memory_allocated(device) - runners[case].static_bytes()
@@ -344,8 +347,7 @@ def benchmark(args) -> dict:
             hf = next(r for r in rows if r["impl"] == "hf" and _key(r) == _key(row))
             # Paired: HF and ours ran back to back in each repetition, so the median of the
             # per-repetition ratios cancels slow drifts in machine load.
-            pairs = zip(hf["step_times_s"], row["step_times_s"])
-            row["ratio"] = statistics.median(t_hf / t_ours for t_hf, t_ours in pairs)
+            row["ratio"] = median_ratio(hf["step_times_s"], row["step_times_s"])
             if row["peak_mem_mb"] is not None:
                 row["mem_ratio"] = row["peak_mem_mb"] / hf["peak_mem_mb"]
     return {

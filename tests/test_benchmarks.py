@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
+from benchmarks.interleave import median_ratio, repetitions  # noqa: E402
 from benchmarks.throughput import Case, Shape, main, model_config, probe_memory  # noqa: E402
 
 TINY = ["--d-models", "32", "--layers", "1", "--seq", "16", "--batch", "2", "--vocab", "64"]
@@ -66,3 +67,10 @@ def test_allocator_benchmark_times_both_settings_in_fresh_processes():
     )  # fmt: skip
     assert row["ms_system"] > 0 and row["ms_keep"] > 0 and row["speedup_keep"] > 0
     assert row["peak_mb_system"] > 0 and row["peak_mb_keep"] > 0
+
+
+def test_interleaved_order_flips_every_repetition_and_ratios_pair_repetitions():
+    assert list(repetitions("abc", 3)) == [list("abc"), list("cba"), list("abc")]
+    assert median_ratio([2.0, 4.0, 9.0], [1.0, 4.0, 3.0]) == 2.0  # ratios 2, 1, 3; not 5/3
+    with pytest.raises(ValueError):  # a repetition without its pair is a bug, not a shorter median
+        median_ratio([1.0, 2.0], [1.0])
