@@ -105,9 +105,14 @@ def main(argv=None) -> list[dict]:
                       f"| {r['speedup_keep']:.3f}x | {r['peak_mb_system']:.0f} "
                       f"| {r['peak_mb_keep']:.0f} |", flush=True)  # fmt: skip
     if args.out:
+        import torch
+
+        from benchmarks.throughput import machine
+
+        info = machine(torch.device("cpu"), args.threads, "system vs keep")
         with open(args.out, "w") as f:
             json.dump({"args": {k: v for k, v in vars(args).items() if k != "child"},
-                       "rows": rows}, f, indent=2)  # fmt: skip
+                       "machine": info, "rows": rows}, f, indent=2)  # fmt: skip
             f.write("\n")
     return rows
 

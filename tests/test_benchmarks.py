@@ -58,13 +58,15 @@ def test_memory_probe_reports_a_positive_peak_in_a_fresh_process():
     assert probe_memory(case, "fp32", threads=1, warmup=1, steps=1, malloc="keep") > 0
 
 
-def test_allocator_benchmark_times_both_settings_in_fresh_processes():
+def test_allocator_benchmark_times_both_settings_in_fresh_processes(tmp_path):
     from benchmarks.allocator import main as allocator_main
 
     (row,) = allocator_main(
         ["--d-models", "32", "--families", "gpt2", "--impls", "ours", "--reps", "1",
-         "--steps", "1", "--warmup", "1"]
+         "--steps", "1", "--warmup", "1", "--out", str(tmp_path / "a.json")]
     )  # fmt: skip
+    saved = json.loads((tmp_path / "a.json").read_text())
+    assert saved["rows"] == [row] and saved["machine"]["threads"] == 1
     assert row["ms_system"] > 0 and row["ms_keep"] > 0 and row["speedup_keep"] > 0
     assert row["peak_mb_system"] > 0 and row["peak_mb_keep"] > 0
 
