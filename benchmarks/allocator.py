@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 
+from benchmarks.interleave import median_ratio, repetitions
 from benchmarks.throughput import ROOT, Case, Shape
 
 
@@ -58,8 +59,8 @@ def _run_child(**payload) -> dict:
 def compare(family: str, impl: str, d_model: int, args) -> dict:
     """Median ms/step and peak MB per setting, and the median speed-up of ``keep``."""
     runs = {"system": [], "keep": []}
-    for rep in range(args.reps):
-        for malloc in ("system", "keep") if rep % 2 == 0 else ("keep", "system"):
+    for order in repetitions(runs, args.reps):
+        for malloc in order:
             runs[malloc].append(
                 _run_child(family=family, impl=impl, d_model=d_model, malloc=malloc,
                            threads=args.threads, warmup=args.warmup, steps=args.steps)
@@ -68,8 +69,8 @@ def compare(family: str, impl: str, d_model: int, args) -> dict:
     for malloc, results in runs.items():
         row[f"ms_{malloc}"] = statistics.median(r["ms_per_step"] for r in results)
         row[f"peak_mb_{malloc}"] = statistics.median(r["peak_mb"] for r in results)
-    row["speedup_keep"] = statistics.median(
-        s["ms_per_step"] / k["ms_per_step"] for s, k in zip(runs["system"], runs["keep"])
+    row["speedup_keep"] = median_ratio(
+        [r["ms_per_step"] for r in runs["system"]], [r["ms_per_step"] for r in runs["keep"]]
     )
     return row
 

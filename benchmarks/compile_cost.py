@@ -31,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.interleave import median_ratio, repetitions
 from benchmarks.throughput import FAMILIES, ROOT, Case, Runner, Shape
 
 
@@ -59,14 +60,14 @@ def child(payload: dict) -> dict:
     out["compile_same_process_s"], _ = _first_step_s(compiled, device)
     eager = Runner(Case(family, "ours", False, shape), device, "fp32")
     eager.run(1)
-    times = {"eager": [], "compiled": []}
-    for rep in range(payload["reps"]):
-        pairs = [("eager", eager), ("compiled", runner)]
-        for name, r in pairs if rep % 2 == 0 else pairs[::-1]:
-            times[name].append(r.run(payload["steps"]) / payload["steps"])
+    runners = {"eager": eager, "compiled": runner}
+    times = {name: [] for name in runners}
+    for order in repetitions(runners, payload["reps"]):
+        for name in order:
+            times[name].append(runners[name].run(payload["steps"]) / payload["steps"])
     out["eager_step_s"] = statistics.median(times["eager"])
     out["compiled_step_s"] = statistics.median(times["compiled"])
-    out["speedup"] = statistics.median(e / c for e, c in zip(times["eager"], times["compiled"]))
+    out["speedup"] = median_ratio(times["eager"], times["compiled"])
     return out
 
 
