@@ -108,6 +108,26 @@ def uri_of(overrides: list[str]) -> str:
     return value_of(overrides, "tracking.uri")
 
 
+# A child process's start-up (imports, data, first steps) takes seconds on a quiet machine and
+# minutes on a saturated one: wait for what it produces, with a deadline that only catches a hang.
+STARTUP_DEADLINE_S = 900
+
+
+def wait_for_file(folder: Path, pattern: str, proc, output: Path, timeout_s: float) -> Path:
+    """The first file matching `pattern` under `folder` once it exists; fails with the child's
+    output if `proc` exits first or nothing appears within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not (found := sorted(folder.glob(pattern))):
+        if proc.poll() is not None:
+            tail = output.read_text(errors="replace")[-3000:]
+            pytest.fail(f"exited ({proc.returncode}) before {pattern} appeared:\n{tail}")
+        if time.monotonic() > deadline:
+            tail = output.read_text(errors="replace")[-3000:]
+            pytest.fail(f"no {pattern} under {folder} after {timeout_s} s:\n{tail}")
+        time.sleep(0.02)
+    return found[0]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("schedule", ["cosine", "wsd", "constant"])
 def test_tiny_run_records_schema(lab, schedule):
@@ -165,22 +185,24 @@ def test_resume_after_sigkill_matches_uninterrupted(lab, tmp_path):
     from sweeps.train import train
 
     long = [*lab, "train.tokens=51200", "train.checkpoint_every=20", "train.eval_every=50"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sweeps.train", *long],
-        cwd=ROOT,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    output = tmp_path / "killed_run.log"
+    with open(output, "wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sweeps.train", *long],
+            cwd=ROOT,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
     runs = tmp_path / "runs"
-    deadline = time.time() + 120
-    while not list(runs.glob("*/last.pt")) and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.02)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    try:  # kill it as soon as its first checkpoint exists, however long start-up takes
+        last = wait_for_file(runs, "*/last.pt", proc, output, timeout_s=STARTUP_DEADLINE_S)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
     from sweeps.checkpoint import load_checkpoint
 
-    (last,) = list(runs.glob("*/last.pt"))
+    assert list(runs.glob("*/last.pt")) == [last]
     killed_at = load_checkpoint(last)["step"]
     assert 0 < killed_at < 200, "the run must be killed mid-way for this test to mean anything"
     df = runs_df(lab)
