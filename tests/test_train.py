@@ -109,8 +109,9 @@ def uri_of(overrides: list[str]) -> str:
 
 
 # A child process's start-up (imports, data, first steps) takes seconds on a quiet machine and
-# minutes on a saturated one: wait for what it produces, with a deadline that only catches a hang.
-STARTUP_DEADLINE_S = 900
+# minutes on a saturated one: wait for what it produces or for its exit, under a deadline that
+# only catches a hang.
+HANG_DEADLINE_S = 900
 
 
 def wait_for_file(folder: Path, pattern: str, proc, output: Path, timeout_s: float) -> Path:
@@ -126,6 +127,30 @@ def wait_for_file(folder: Path, pattern: str, proc, output: Path, timeout_s: flo
             pytest.fail(f"no {pattern} under {folder} after {timeout_s} s:\n{tail}")
         time.sleep(0.02)
     return found[0]
+
+
+def run_launcher(cmd: list[str], timeout_s: float, **kwargs) -> subprocess.CompletedProcess:
+    """`subprocess.run(cmd, capture_output=True, text=True)` for a launcher of workers (torchrun).
+
+    On timeout subprocess.run SIGKILLs the launcher alone: torchrun starts each rank in its own
+    session, so the ranks would keep running (and writing to the store) after the test. SIGTERM
+    instead makes torchrun stop its ranks; then the test fails with their output."""
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            stdout, stderr = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+        pytest.fail(
+            f"{cmd[:4]} still running after {timeout_s} s:\n{stdout[-2000:]}{stderr[-2000:]}"
+        )
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
 @pytest.mark.slow
@@ -196,7 +221,7 @@ def test_resume_after_sigkill_matches_uninterrupted(lab, tmp_path):
         )
     runs = tmp_path / "runs"
     try:  # kill it as soon as its first checkpoint exists, however long start-up takes
-        last = wait_for_file(runs, "*/last.pt", proc, output, timeout_s=STARTUP_DEADLINE_S)
+        last = wait_for_file(runs, "*/last.pt", proc, output, timeout_s=HANG_DEADLINE_S)
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -329,13 +354,11 @@ def test_two_cpu_ranks_form_one_data_parallel_run_equal_to_one_process(lab, tmp_
 
     single = train(compose(*lab, "tracking.experiment=single", f"paths.runs_dir={tmp_path / 's'}"))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    out = subprocess.run(
+    out = run_launcher(
         [*cmd, "-m", "sweeps.train", *lab],
+        timeout_s=HANG_DEADLINE_S,
         cwd=ROOT,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
-        capture_output=True,
-        text=True,
-        timeout=240,
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     df = runs_df(lab)
