@@ -235,8 +235,11 @@ def test_conflicting_axes_fail_before_anything_starts(env):
         text=True,
         timeout=120,
     )
-    assert out.returncode != 0
+    assert out.returncode == 2
+    # one line naming the fields, no traceback
+    assert out.stderr.strip().splitlines()[-1].startswith("error: ")
     assert "model.size and model.d_model are both set" in out.stderr
+    assert "Traceback" not in out.stderr
     assert not (tmp / "mlruns.db").exists()
 
 

@@ -5,6 +5,7 @@ a job will see, through Hydra's own config loader) and a `launch` (the selected 
 joblib processes, submitit local or SLURM). Everything else lives in `sweeps.driver`.
 """
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,7 +56,17 @@ class PlanSweeper(Sweeper):
         return self.launcher.launch(batch, initial_job_idx=first_idx)
 
     def sweep(self, arguments: list[str]) -> Any:
+        from sweeps.config import ConfigError
         from sweeps.driver import drive
+        from sweeps.plan import PlanError
+        from sweeps.tracking import TrackingUnavailable
 
         assert self.config is not None
-        return drive(self.config, arguments, self.compose, self.launch)
+        try:
+            return drive(self.config, arguments, self.compose, self.launch)
+        except (PlanError, ConfigError, TrackingUnavailable) as e:
+            # Bad input: one line naming the field, as `python -m sweeps.train` prints, instead
+            # of Hydra's traceback (it cannot trim one raised in a sweeper). SystemExit is not
+            # an Exception, so Hydra passes it through.
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(2)
