@@ -12,6 +12,7 @@ import argparse
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -161,7 +162,9 @@ def _experiment(client, name: str):
 
 
 def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | None = None) -> Runs:
-    """FINISHED runs of an experiment (optionally only the children of sweep parent run `sweep`).
+    """FINISHED runs of an experiment, or of sweep parent run `sweep`'s plan: the latest run of
+    each run key in its `plan.csv` artifact, also those trained by another sweep of the
+    experiment (sweeps.run does not retrain them); the parent's children when it has no plan.
 
     Runs that are not FINISHED or have no final_val_loss are returned in `excluded`.
     """
@@ -170,7 +173,10 @@ def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | N
     client = MlflowClient(tracking_uri=tracking_uri)
     exp = _experiment(client, experiment)
     names = sorted(e.name for e in client.search_experiments())
-    query = f"tags.mlflow.parentRunId = '{sweep}'" if sweep else ""
+    plan_keys = _plan_run_keys(sweep, tracking_uri) if sweep else None
+    # A sweep's plan names its points by run key: select those, wherever they were trained.
+    # Without a plan artifact (a parent not written by sweeps.run): the parent's children.
+    query = f"tags.mlflow.parentRunId = '{sweep}'" if sweep and plan_keys is None else ""
     found, token = [], None
     while True:
         page = client.search_runs([exp.experiment_id], query, max_results=1000, page_token=token)
@@ -178,6 +184,8 @@ def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | N
         token = page.token
         if not token:
             break
+    if plan_keys is not None:
+        found = _latest_attempts(found, plan_keys)
     rows, excluded = [], []
     for run in found:
         p, t, m = run.data.params, run.data.tags, run.data.metrics
@@ -223,6 +231,39 @@ def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | N
     return Runs(frame=frame.reset_index(drop=True), excluded=excluded_frame, source=where)
 
 
+def _plan_run_keys(sweep: str, tracking_uri: str | None) -> set[str] | None:
+    """Run keys in the `plan.csv` artifact of sweep parent run `sweep` (sweeps.run rewrites it
+    on every rerun, so it is the latest plan); None when the parent has no plan."""
+    import tempfile
+
+    from mlflow.artifacts import download_artifacts
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one small file
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            path = download_artifacts(
+                run_id=sweep, artifact_path="plan.csv", dst_path=tmp, tracking_uri=tracking_uri
+            )
+        except Exception:  # MLflow raises several types for a missing artifact
+            return None
+        return set(pd.read_csv(path, usecols=["run_key"], dtype=str)["run_key"])
+
+
+def _latest_attempts(found: list, plan_keys: set[str]) -> list:
+    """One MLflow run per planned run key: its latest FINISHED run, else its latest attempt
+    (reported as excluded). Runs of keys no longer in the plan (a sweep rerun after its axes
+    changed) and older attempts are left out."""
+    best: dict[str, Any] = {}
+    for run in found:
+        key = run.data.tags.get("run_key")
+        if key not in plan_keys:
+            continue
+        rank = (run.info.status == "FINISHED", run.info.start_time or 0)
+        if key not in best or rank > best[key][0]:
+            best[key] = (rank, run)
+    return [run for _, run in best.values()]
+
+
 def load_curves(run_ids, tracking_uri: str | None = None, metric: str = "val_loss") -> pd.DataFrame:
     """Training curves: columns run_id, tokens (the metric step), metric (value).
 
@@ -257,7 +298,8 @@ def add_selection_args(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--experiment", action="append",
                      help="MLflow experiment name; repeatable")  # fmt: skip
     src.add_argument("--sweep", action="append",
-                     help="sweep parent run id: use only its child runs; repeatable, each looked "
+                     help="sweep parent run id: use only the runs of its plan (its children "
+                          "without a plan artifact); repeatable, each looked "
                           "up in the selected experiment that holds it (an experiment holding "
                           "none of them contributes all its runs)")  # fmt: skip
     src.add_argument("--tracking-uri", help="MLflow tracking URI, e.g. sqlite:////abs/mlruns.db")

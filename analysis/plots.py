@@ -153,8 +153,12 @@ def multipliers(ablation: dict):
     fig, ax = plt.subplots(figsize=(6, 4))
     palette = sns.color_palette("deep", n_colors=max(data["variant"].nunique(), 1))
     for color, (v, g) in zip(palette, data.groupby("variant", sort=True)):
-        ax.errorbar(g["C"], g["m"], yerr=[g["m"] - g["lo"], g["hi"] - g["m"]], fmt="o-",
-                    color=color, capsize=3, label=v)  # fmt: skip
+        ax.plot(g["C"], g["m"], "o-", color=color, label=v)
+        # The interval as drawn, not as error bars around the estimate: a bootstrap percentile
+        # interval of a poorly identified fit need not contain the full-data multiplier.
+        ax.vlines(g["C"], g["lo"], g["hi"], color=color, lw=1)
+        for end in ("lo", "hi"):
+            ax.scatter(g["C"], g[end], marker="_", color=color, s=60)
         ext = g[~g["measured"]]
         ax.scatter(ext["C"], ext["m"], facecolor="white", edgecolor=color, zorder=5, s=40)
     ax.axhline(1.0, color="gray", ls="--", lw=1)

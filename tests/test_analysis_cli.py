@@ -331,3 +331,23 @@ def test_fit_cli_can_count_all_parameters(tmp_path, capsys):
     runs.drop(columns="N_total").to_csv(path, index=False)
     assert fit.main([*args, "--params", "total"]) == 2
     assert "'N_total'" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_multiplier_figure_draws_an_interval_that_misses_its_estimate():
+    """A bootstrap percentile interval of a poorly identified fit may not contain the full-data
+    multiplier (the demo sweep produced one); the figure must still be drawn, showing the
+    interval as it is."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from analysis import plots
+
+    ablation = {"baseline": "base", "variants": {"base": {"multipliers": []}, "v": {"multipliers": [
+        {"C": 1e12, "multiplier": 5.0, "ci95": [0.5, 2.0], "measured": True},
+        {"C": 1e13, "multiplier": 3.0, "ci95": [1.5, 4.0], "measured": False},
+    ]}}}  # fmt: skip
+    fig = plots.multipliers(ablation)
+    from matplotlib.collections import LineCollection
+
+    (intervals,) = [c for c in fig.axes[0].collections if isinstance(c, LineCollection)]
+    assert [tuple(s[:, 1]) for s in intervals.get_segments()] == [(0.5, 2.0), (1.5, 4.0)]

@@ -178,3 +178,31 @@ def test_report_over_two_experiments(two_experiments, tmp_path):
     assert report.main([*regen, *common, "--out", str(again)]) == 0
     for name in ("fit.json", "report.md", "report.html", "runs.csv", "figures/isoflop.svg"):
         assert (again / name).read_bytes() == (out / name).read_bytes(), name
+
+
+def test_sweep_selects_the_runs_of_its_latest_plan(tmp_path):
+    """A sweep rerun after its axes changed keeps its parent: the report must read the points of
+    the current plan (also one trained by another sweep, which sweeps.run does not retrain),
+    not every child the parent ever had."""
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    exp_id = client.create_experiment("plan", artifact_location=(tmp_path / "art").as_uri())
+    runs = isoflop_runs(LAW, budgets=(1e17, 1e18, 1e19), sizes_per_budget=3, noise=0.005)
+    parent = client.create_run(exp_id, tags={"sweep_parent": "demo"}).info.run_id
+    other = client.create_run(exp_id, tags={"sweep_parent": "older"}).info.run_id
+    stale, kept, elsewhere = runs.iloc[:2], runs.iloc[2:5], runs.iloc[5]
+    for r in stale.itertuples():  # the first plan's points, no longer planned
+        _log_run(client, exp_id, parent, r, 0)
+    retried = _log_run(client, exp_id, parent, kept.iloc[0], 0, status="FAILED", final=False)
+    kept_ids = [_log_run(client, exp_id, parent, r, 0) for r in kept.itertuples()]
+    elsewhere_id = _log_run(client, exp_id, other, elsewhere, 0)
+    failed_only = _log_run(client, exp_id, parent, runs.iloc[6], 0, status="FAILED", final=False)
+    plan = pd.DataFrame({"run_key": [f"key-{r}" for r in [*kept.run_id, elsewhere.run_id,
+                                                         runs.iloc[6].run_id]]})  # fmt: skip
+    plan.to_csv(tmp_path / "plan.csv", index=False)
+    client.log_artifact(parent, str(tmp_path / "plan.csv"))
+
+    loaded = load_mlflow("plan", sweep=parent, tracking_uri=uri)
+    assert sorted(loaded.frame["run_id"]) == sorted([*kept_ids, elsewhere_id])
+    assert list(loaded.excluded["run_id"]) == [failed_only]  # the FINISHED retry supersedes
+    assert retried not in set(loaded.excluded["run_id"])
