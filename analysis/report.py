@@ -16,6 +16,7 @@ import html
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from analysis.fit import add_fit_args, check_fit_args, dumps, fit_all, summary
@@ -109,6 +110,14 @@ def _fit_blocks(result) -> list[tuple]:
                    f"sum of Huber losses (delta = {p['huber_delta']}) on log residuals, L-BFGS from "
                    "the 4,500-point grid of starts, best kept."))  # fmt: skip
     ci = p["ci95"]
+    infinite = [k for k in ("E", "A", "B", "alpha", "beta") if not np.isfinite(p[k])]
+    if infinite:
+        # The optimiser ran off to a boundary: e.g. loss not falling with N at fixed D, which
+        # this form cannot express. Say so before a table of inf/nan reads like a law.
+        b.append(("p", f"Not identified by these runs: the best fit has non-finite "
+                       f"{', '.join(infinite)} ({p.get('n_boot_converged', 0)} of "
+                       f"{p.get('n_boot', 0)} bootstrap refits converged). Read the table below "
+                       "as a failed fit, not a law."))  # fmt: skip
     b.append(("table", ["quantity", "estimate [95% CI]"],
               [[k, _est(p[k], ci.get(k))] for k in ("E", "A", "B", "alpha", "beta", "a", "b")]))  # fmt: skip
     rows = []

@@ -351,3 +351,23 @@ def test_multiplier_figure_draws_an_interval_that_misses_its_estimate():
 
     (intervals,) = [c for c in fig.axes[0].collections if isinstance(c, LineCollection)]
     assert [tuple(s[:, 1]) for s in intervals.get_segments()] == [(0.5, 2.0), (1.5, 4.0)]
+
+
+# Final losses of the 2017 block in the demo sweep (lr 2e-3, batch 1024): a plateau at small D
+# and loss rising with N at D = 1e6, which L = E + A/N^alpha + B/D^beta cannot express.
+PLATEAU = [(29316, 2.5e5, 5.879), (29316, 5e5, 5.693), (29316, 1e6, 4.145),
+           (99968, 2.5e5, 5.847), (99968, 5e5, 4.201), (99968, 1e6, 3.267),
+           (303968, 2.5e5, 5.863), (303968, 5e5, 4.565), (303968, 1e6, 3.700)]  # fmt: skip
+
+
+def test_report_says_when_approach_3_is_not_identified(tmp_path):
+    rows = [{"run_id": f"r{i}", "arch": "a", "N": n, "D": d, "C": 6 * n * d, "loss": loss}
+            for i, (n, d, loss) in enumerate(PLATEAU)]  # fmt: skip
+    src = tmp_path / "runs.csv"
+    pd.DataFrame(rows).to_csv(src, index=False)
+    out = tmp_path / "r"
+    assert report.main(["--csv", str(src), "--bootstrap", "20", "--out", str(out)]) == 0
+    fit = json.loads((out / "fit.json").read_text())["parametric"]
+    assert fit["A"] is None and fit["n_boot_converged"] == 0  # A ran off to inf (JSON null)
+    md = (out / "report.md").read_text()
+    assert "Not identified by these runs: the best fit has non-finite A (0 of 20" in md
