@@ -1,6 +1,6 @@
 """`python -m sweeps.run sweep=NAME [overrides]`: plan, launch and record a sweep of training runs.
 
-    python -m sweeps.run                                  # the demo sweep (about 15 min on 2 CPU cores)
+    python -m sweeps.run                                  # the demo sweep (about 6 min on 2 CPU cores)
     python -m sweeps.run sweep=isoflop sweep.dry_run=true # print the plan, train nothing
     python -m sweeps.run sweep=ablation sweep.jobs=2      # two runs at a time (joblib processes)
     python -m sweeps.run sweep=grid train.seed=0,1        # a comma list adds an axis
