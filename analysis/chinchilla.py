@@ -56,7 +56,8 @@ class Parametric:
     @classmethod
     def from_theta(cls, theta, n_points=0, objective=float("nan")) -> Parametric:
         a, b, e, alpha, beta = (float(v) for v in theta)
-        return cls(np.exp(e), np.exp(a), np.exp(b), alpha, beta, n_points, float(objective))
+        with np.errstate(over="ignore"):  # a fit run off to a boundary: A or B is inf, reported
+            return cls(np.exp(e), np.exp(a), np.exp(b), alpha, beta, n_points, float(objective))
 
     @property
     def theta(self) -> np.ndarray:
@@ -64,7 +65,8 @@ class Parametric:
 
     def predict(self, N, D):
         N, D = np.asarray(N, dtype=float), np.asarray(D, dtype=float)
-        return self.E + self.A / N**self.alpha + self.B / D**self.beta
+        with np.errstate(over="ignore", invalid="ignore"):  # such a fit predicts nan, reported
+            return self.E + self.A / N**self.alpha + self.B / D**self.beta
 
     @property
     def a(self) -> float:
