@@ -6,11 +6,11 @@ The allocator setting is process-wide and cannot be undone, so unlike ``benchmar
 the two variants cannot share a process: every repetition runs one fresh child process per
 setting (``system``: the C library's defaults; ``keep``: freed blocks kept), order flipped
 every repetition, and the reported speed-up is the median over repetitions of the
-per-repetition ratio ``time(system) / time(keep)``. Each child builds ``benchmarks.throughput``'s
-model (same shape and step: forward, loss, backward, AdamW), runs ``--warmup`` steps, times
-``--steps`` and prints ms per step and its peak RSS above the post-import RSS. Both our model and
-the Hugging Face one are measured, since code that allocates fresh logit-sized tensors every
-step gains most.
+per-repetition ratio ``time(system) / time(keep)``. Each child is ``benchmarks.throughput``'s
+fresh-process probe (same models, shape and step: forward, loss, backward, AdamW): ``--warmup``
+steps, then ``--steps`` timed, reporting ms per step and peak RSS above the post-import RSS.
+Both our model and the Hugging Face one are measured, since code that allocates fresh
+logit-sized tensors every step gains most.
 """
 
 from __future__ import annotations
@@ -18,42 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
-import time
 
 from benchmarks.interleave import median_ratio, repetitions
-from benchmarks.throughput import ROOT, Case, Shape
-
-
-def _child(payload: str) -> None:
-    import torch
-    import transformers  # noqa: F401  (every child pays the same imports)
-
-    from benchmarks.throughput import Runner, _proc_status_kb, set_malloc
-
-    p = json.loads(payload)
-    set_malloc(p["malloc"])
-    torch.set_num_threads(p["threads"])
-    base_kb = _proc_status_kb("VmRSS")
-    case = Case(p["family"], p["impl"], False, Shape(4096, p["d_model"], 4, 256, 8))
-    runner = Runner(case, torch.device("cpu"), "fp32")
-    runner.run(p["warmup"])
-    t0 = time.perf_counter()
-    runner.run(p["steps"])
-    ms = 1e3 * (time.perf_counter() - t0) / p["steps"]
-    peak_mb = (_proc_status_kb("VmHWM") - base_kb) / 1024
-    print(json.dumps({"ms_per_step": ms, "peak_mb": peak_mb}))
-
-
-def _run_child(**payload) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.allocator", "--child", json.dumps(payload)],
-        cwd=ROOT, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    if out.returncode != 0:
-        raise RuntimeError(f"child {payload} failed:\n{out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+from benchmarks.throughput import Case, Shape, probe
 
 
 def compare(family: str, impl: str, d_model: int, args) -> dict:
@@ -61,10 +28,8 @@ def compare(family: str, impl: str, d_model: int, args) -> dict:
     runs = {"system": [], "keep": []}
     for order in repetitions(runs, args.reps):
         for malloc in order:
-            runs[malloc].append(
-                _run_child(family=family, impl=impl, d_model=d_model, malloc=malloc,
-                           threads=args.threads, warmup=args.warmup, steps=args.steps)
-            )  # fmt: skip
+            case = Case(family, impl, False, Shape(4096, d_model, 4, 256, 8))
+            runs[malloc].append(probe(case, "fp32", args.threads, args.warmup, args.steps, malloc))
     row = {"family": family, "impl": impl, "d_model": d_model}
     for malloc, results in runs.items():
         row[f"ms_{malloc}"] = statistics.median(r["ms_per_step"] for r in results)
@@ -87,11 +52,7 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--warmup", default=2, type=int)
     p.add_argument("--threads", default=1, type=int)
     p.add_argument("--out", default=None, help="write the rows as JSON here")
-    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.child:
-        _child(args.child)
-        return []
     if args.reps < 1 or args.steps < 1 or args.warmup < 1:
         p.error("--reps, --steps and --warmup must be positive")
     print("| model | impl | d_model | ms/step system | ms/step keep | keep speed-up "
@@ -112,7 +73,7 @@ def main(argv=None) -> list[dict]:
 
         info = machine(torch.device("cpu"), args.threads, "system vs keep")
         with open(args.out, "w") as f:
-            json.dump({"args": {k: v for k, v in vars(args).items() if k != "child"},
+            json.dump({"args": vars(args),
                        "machine": info, "rows": rows}, f, indent=2)  # fmt: skip
             f.write("\n")
     return rows

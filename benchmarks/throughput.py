@@ -206,11 +206,10 @@ def _proc_status_kb(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def probe_memory(
-    case: Case, dtype: str, threads: int, warmup: int, steps: int, malloc: str
-) -> float:
-    """Peak RSS (MB) of ``case``'s training steps above the RSS after imports, measured in a
-    fresh Python process so no other model's allocations count."""
+def probe(case: Case, dtype: str, threads: int, warmup: int, steps: int, malloc: str) -> dict:
+    """``case``'s training steps in a fresh Python process, so no other model's allocations (or
+    allocator setting) count: {"peak_mb": peak RSS above the RSS after imports, "ms_per_step":
+    mean of the ``steps`` timed steps after ``warmup``}."""
     payload = json.dumps({"case": asdict(case), "dtype": dtype, "threads": threads,
                           "warmup": warmup, "steps": steps, "malloc": malloc})  # fmt: skip
     out = subprocess.run(
@@ -218,8 +217,23 @@ def probe_memory(
         cwd=ROOT, capture_output=True, text=True, check=False,
     )  # fmt: skip
     if out.returncode != 0:
-        raise RuntimeError(f"memory probe for {case.label} failed:\n{out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])["peak_mb"]
+        raise RuntimeError(f"probe of {case.label} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def probe_memory(
+    case: Case, dtype: str, threads: int, warmup: int, steps: int, malloc: str
+) -> float:
+    """Peak RSS (MB) of ``case``'s training steps, from `probe`."""
+    return probe(case, dtype, threads, warmup, steps, malloc)["peak_mb"]
+
+
+def set_malloc(malloc: str) -> None:
+    """``keep``: glibc keeps freed blocks (what ``sweeps.train`` does on the CPU,
+    sweeps/hostmem.py); ``system``: the C library's defaults, what a plain script gets. Both
+    implementations in the process run under the same setting."""
+    if malloc == "keep" and not keep_freed_memory():
+        raise SystemExit("--malloc keep: needs glibc (Linux); use --malloc system")
 
 
 def _probe_main(payload: str) -> None:
@@ -235,16 +249,9 @@ def _probe_main(payload: str) -> None:
     base_kb = _proc_status_kb("VmRSS")
     runner = Runner(case, torch.device("cpu"), p["dtype"])
     runner.run(p["warmup"])
-    runner.run(p["steps"])
-    print(json.dumps({"peak_mb": (_proc_status_kb("VmHWM") - base_kb) / 1024}))
-
-
-def set_malloc(malloc: str) -> None:
-    """``keep``: glibc keeps freed blocks (what ``sweeps.train`` does on the CPU,
-    sweeps/hostmem.py); ``system``: the C library's defaults, what a plain script gets. Both
-    implementations in the process run under the same setting."""
-    if malloc == "keep" and not keep_freed_memory():
-        raise SystemExit("--malloc keep: needs glibc (Linux); use --malloc system")
+    seconds = runner.run(p["steps"])
+    print(json.dumps({"peak_mb": (_proc_status_kb("VmHWM") - base_kb) / 1024,
+                      "ms_per_step": 1e3 * seconds / p["steps"]}))  # fmt: skip
 
 
 # ----- the benchmark ----------------------------------------------------------------------------
