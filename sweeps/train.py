@@ -109,17 +109,22 @@ def _make_optimizer(model, train: TrainConfig):
         return torch.optim.AdamW(groups, foreach=True, **kwargs)
 
 
+def _on_for(setting: bool | str, device, auto_device_type: str) -> bool:
+    """A true | false | auto knob: ``auto`` = on exactly when training on ``auto_device_type``."""
+    return device.type == auto_device_type if setting == "auto" else bool(setting)
+
+
 def use_compile(setting: bool | str, device) -> bool:
     """``train.compile``: true/false, or ``auto`` = on for CUDA, off on CPU and anything else.
     On CPU compiling was no clear win in fp32 (llama 1.02-1.13x, gpt2 0.95-0.96x per step) and
     costs ~40 s per new shape, ~8 s per later process (conf/train/default.yaml)."""
-    return device.type == "cuda" if setting == "auto" else bool(setting)
+    return _on_for(setting, device, "cuda")
 
 
 def use_keep_host_memory(setting: bool | str, device) -> bool:
     """``train.keep_host_memory``: true/false, or ``auto`` = on when training on the CPU, where
     activations and gradients live in malloc's memory (on CUDA the host only holds batches)."""
-    return device.type == "cpu" if setting == "auto" else bool(setting)
+    return _on_for(setting, device, "cpu")
 
 
 def _step_and_clip(accelerator, optimizer):
