@@ -1,9 +1,9 @@
 """Run keys: a short hash of the semantically relevant, resolved config.
 
 The same config always gives the same key, so a rerun finds its MLflow run and checkpoint and
-resumes instead of duplicating work. Knobs that change where results go or how progress is
-shown (tracking, paths, logging/eval/checkpoint cadence, progress bars, compile, the host allocator) are excluded:
-changing them must not start a different run.
+resumes instead of duplicating work. Knobs that change where results go, how progress is shown
+or how fast it runs (tracking, paths, logging/eval/checkpoint cadence, progress bars, compile,
+the host allocator) are excluded: changing them must not start a different run.
 """
 
 from __future__ import annotations
