@@ -12,10 +12,22 @@ FLOP convention: ``exact`` counts matrix-multiply FLOPs (2 per multiply-add) of 
 token, forward + backward = 3 x forward (backward computes input and weight gradients, one
 matmul each). The forward counts every matmul: fused qkv, attention scores QK^T and
 probabilities x V over the full T x T (as SDPA's math kernel computes them; a causal kernel
-may skip the upper triangle), output projection, MLP, LM head - the Chinchilla (Hoffmann et
-al. 2022, appendix F) terms without the small softmax/embedding-lookup terms. GQA/MQA shrink
-the key/value projections only; attention over query heads costs the same. ``six_n`` is the
-usual ``6 * non_embedding`` approximation.
+may skip the upper triangle), output projection, MLP, LM head. GQA/MQA shrink the key/value
+projections only; attention over query heads costs the same.
+
+Against Chinchilla (Hoffmann et al. 2022, appendix F) this leaves out two kinds of term. The
+attention softmax (3 n_heads T per layer and token) is small: 0.5-2.5% of the forward count at
+the shipped IsoFLOP sizes. The embedding term (2 V d_model per token, the lookup counted as a
+one-hot matmul) is left out because the lookup is a gather that does no matmul, *not* because
+it is small: it equals the LM head term, so at V 1024, d_model 32 (llama preset, 1 layer,
+N 11,328, seq_len 128) it would add 63% to the forward count (65,536 on 104,384 FLOPs per
+token; +46% at 2 layers, +36% at 3). Add it back before comparing with Chinchilla-style counts.
+
+``six_n`` is the usual ``6 * non_embedding`` approximation (Kaplan et al. 2020): it leaves out
+the LM head and attention over T, which dominate small models, so at the shipped IsoFLOP sizes
+(V 1024, seq_len 128) ``exact`` is 1.45-4.6x ``six_n`` (4.61x for the model above). C = 6 N D is
+a convention, not the FLOPs the machine pays: say which one a C is (``sweep.budget_flops`` sets
+IsoFLOP budgets in either; training logs ``flops_6nd`` and ``flops_exact``).
 """
 
 from __future__ import annotations

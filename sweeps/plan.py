@@ -6,8 +6,18 @@ tested, printed (`sweep.dry_run=true`) and diffed without starting a process.
 One sweep config describes every kind of grid by combining four optional parts:
   axes       override key -> list of values, crossed (grid; IsoFLOP sizes; seeds)
   variants   name -> overrides, one factor at a time against `base` (ablation)
-  budgets    compute budgets C; each point gets D = C / (6 N) from the factory's N (IsoFLOP)
+  budgets    compute budgets C; each point gets D = C / (6 N) from the factory's N (IsoFLOP),
+             or D = C / (exact FLOPs per token) with `budget_flops: exact`
   wsd        token budgets reached by decay branches off one stable WSD run per point
+
+Compute convention. A budget C is in the FLOPs that `budget_flops` names: `6nd` (default, the
+Kaplan/Chinchilla approximation C = 6 N_nonembed D, so D = C / (6 N)) or `exact` (the exact
+training FLOPs of `models.accounting.flops_per_token(...).exact` at the config's seq_len, F per
+token, so D = C / F). At the small reference sizes F is 1.45-4.6 x 6N (the LM head is 12-63% of
+the forward count at V 1024), so a `6nd` budget buys 1.45-4.6x more machine FLOPs than C says
+and a `6nd`-optimal size is optimal for a cost the machine does not pay. Every C the plan shows
+or records carries its convention: `PlannedRun.c` is 6 N D, `PlannedRun.c_exact` is F D, and
+`budget_flops` says which of the two the budget fixed.
 """
 
 from __future__ import annotations
@@ -22,7 +32,11 @@ from typing import Any
 LADDER_KEYS = ("model.n_layers", "model.d_model")
 TOKENS_KEY = "train.tokens"
 SIZE_KEY = "model.size"
-SPEC_FIELDS = {"axes", "variants", "budgets", "tokens_per_param", "wsd", "fixed"}
+SPEC_FIELDS = {"axes", "variants", "budgets", "budget_flops", "tokens_per_param", "wsd", "fixed"}
+# The FLOP count an IsoFLOP budget C is measured in (see the module docstring).
+BUDGET_FLOPS = ("6nd", "exact")
+# How the dry-run table and the summary name each convention next to a C.
+C_LABEL = {"6nd": "6ND", "exact": "exact"}
 
 
 class PlanError(ValueError):
@@ -50,6 +64,8 @@ class SweepSpec:
     axes: dict[str, list[Any]] = field(default_factory=dict)
     variants: dict[str, dict[str, Any]] = field(default_factory=lambda: {"base": {}})
     budgets: list[float] = field(default_factory=list)
+    # what a budget counts: "6nd" (D = C / 6N) or "exact" (D = C / exact FLOPs per token)
+    budget_flops: str = "6nd"
     # IsoFLOP only: run the points whose D/N lies in [lo, hi] (the neighbourhood of the optimum
     # a parabola needs); the far wings are listed as skipped. None: every point runs.
     tokens_per_param: tuple[float, float] | None = None
@@ -78,6 +94,16 @@ class SweepSpec:
         budgets = [float(c) for c in (d.get("budgets") or [])]
         if any(c <= 0 for c in budgets):
             raise PlanError(f"sweep.budgets: compute budgets must be positive FLOPs, got {budgets}")
+        budget_flops = d.get("budget_flops")
+        if budget_flops is None:
+            budget_flops = "6nd"
+        elif not isinstance(budget_flops, str) or budget_flops not in BUDGET_FLOPS:
+            raise PlanError(
+                f"sweep.budget_flops: expected one of {', '.join(BUDGET_FLOPS)} (the FLOPs a "
+                f"budget C counts), got {budget_flops!r}"
+            )
+        if budget_flops != "6nd" and not budgets:
+            raise PlanError("sweep.budget_flops only applies to IsoFLOP sweeps (budgets)")
         tpp = d.get("tokens_per_param")
         if tpp is not None:
             if not isinstance(tpp, (list, tuple)) or len(tpp) != 2 or not 0 < tpp[0] < tpp[1]:
@@ -102,6 +128,7 @@ class SweepSpec:
             axes={k: list(v) for k, v in axes.items()},
             variants=variants,
             budgets=budgets,
+            budget_flops=budget_flops,
             tokens_per_param=tpp,
             wsd_tokens=wsd_tokens,
             wsd_decay=decay,
@@ -260,6 +287,7 @@ class PlannedRun:
     stable_index: int | None = None
     est_s: float = 0.0
     skip: str | None = None  # why this point will not run
+    budget_flops: str = "6nd"  # the convention `budget` is in (sweep.budget_flops)
 
     @property
     def run_key(self) -> str:
@@ -279,9 +307,24 @@ class PlannedRun:
         return 6.0 * self.n * self.d
 
     @property
+    def c_exact(self) -> float:
+        """Exact training FLOPs of the run as logged: flops_per_token (fwd + bwd) x D."""
+        return self.facts.flops_per_token * self.d if self.facts else 0.0
+
+    @property
+    def c_budgeted(self) -> float:
+        """The run's C in its budget's convention: what `budget` is compared with."""
+        return self.c_exact if self.budget_flops == "exact" else self.c
+
+    @property
     def c_spent(self) -> float:
         """6 N x tokens this process actually trains: what the sweep pays for this point."""
         return 6.0 * self.n * self.tokens_trained
+
+    @property
+    def c_exact_spent(self) -> float:
+        """Exact training FLOPs of the tokens this process actually trains."""
+        return self.facts.flops_per_token * self.tokens_trained if self.facts else 0.0
 
 
 def resolve(
@@ -317,23 +360,34 @@ def _resolve_one(
     checkpoint_path: CheckpointPath,
 ) -> PlannedRun:
     run = PlannedRun(
-        i, p.overrides, p.variant, p.phase, None, p.budget, stable_index=p.stable_index
+        i,
+        p.overrides,
+        p.variant,
+        p.phase,
+        None,
+        p.budget,
+        stable_index=p.stable_index,
+        budget_flops=spec.budget_flops,
     )
     overrides = p.overrides
     try:
         if p.budget is not None:
-            shape = facts_of(overrides)  # N does not depend on D
-            exact_d = p.budget / (6.0 * shape.n_params_nonembed)
+            shape = facts_of(overrides)  # N and FLOPs per token do not depend on D
+            if spec.budget_flops == "exact":
+                per_token, formula = shape.flops_per_token, "C/F_exact"
+            else:
+                per_token, formula = 6.0 * shape.n_params_nonembed, "C/(6N)"
+            ideal_d = p.budget / per_token
             # a skipped point shows the D it would have had; it has no config, hence no run key
-            unplanned = replace(shape, tokens=exact_d, run_key="")
-            if exact_d < shape.batch_tokens:
+            unplanned = replace(shape, tokens=ideal_d, run_key="")
+            if ideal_d < shape.batch_tokens:
                 return replace(
                     run,
                     facts=unplanned,
-                    skip=f"D = C/(6N) = {exact_d:.3g} tokens is below one batch "
+                    skip=f"D = {formula} = {ideal_d:.3g} tokens is below one batch "
                     f"({shape.batch_tokens} tokens)",
                 )
-            ratio = exact_d / shape.n_params_nonembed
+            ratio = ideal_d / shape.n_params_nonembed
             if spec.tokens_per_param and not (
                 spec.tokens_per_param[0] <= ratio <= spec.tokens_per_param[1]
             ):
@@ -344,7 +398,7 @@ def _resolve_one(
                     skip=f"D/N = {ratio:.3g} is outside sweep.tokens_per_param [{lo:g}, {hi:g}]",
                 )
             # whole batches, so the run trains exactly the planned D
-            d = round(exact_d / shape.batch_tokens) * shape.batch_tokens
+            d = round(ideal_d / shape.batch_tokens) * shape.batch_tokens
             overrides = overrides + (f"{TOKENS_KEY}={d}",)
         start = 0
         if p.phase == "branch":

@@ -42,8 +42,10 @@ def plan_rows(runs: list[P.PlannedRun]) -> list[dict[str, Any]]:
                 "d_model": f.d_model if f else None,
                 "N": r.n,
                 "D": int(r.d),
-                "C": r.c,
+                "C": r.c,  # 6 N D
+                "C_exact": r.c_exact,  # exact training FLOPs: flops_per_token x D
                 "C_budget": r.budget,
+                "budget_flops": r.budget_flops,  # what C_budget counts: 6nd | exact
                 "tokens_per_param": r.d / r.n if r.n else None,
                 "est_s": round(r.est_s, 1),
                 "skip": r.skip or "",
@@ -60,9 +62,14 @@ def _dur(seconds: float) -> str:
 
 
 def print_plan(spec: P.SweepSpec, runs, jobs: int, records_read: bool, plan_s: float) -> None:
-    t = Table(title=f"sweep '{spec.name}' ({spec.kind}): {len(runs)} points", title_justify="left")
-    for col in ("#", "run key", "variant", "phase", "arch", "L", "d", "N", "D", "C", "D/N", "est"):
-        t.add_column(col, justify="right" if col in "#LdNDC D/N est" else "left")
+    kind = spec.kind
+    if spec.budgets:
+        kind += f", budgets C in {P.C_LABEL[spec.budget_flops]} FLOPs"
+    t = Table(title=f"sweep '{spec.name}' ({kind}): {len(runs)} points", title_justify="left")
+    left = ("run key", "variant", "phase", "arch")
+    cols = ("#", *left, "L", "d", "N", "D", "C (6ND)", "C (exact)", "D/N", "est")
+    for col in cols:
+        t.add_column(col, justify="left" if col in left else "right")
     t.add_column("status / skip reason")
     for r in runs:
         f = r.facts
@@ -77,6 +84,7 @@ def print_plan(spec: P.SweepSpec, runs, jobs: int, records_read: bool, plan_s: f
             P.human_count(r.n) if f else "",
             P.human_count(r.d) if f else "",
             f"{r.c:.2e}" if f else "",
+            f"{r.c_exact:.2e}" if f else "",
             f"{r.d / r.n:.1f}" if f and r.n else "",
             _dur(r.est_s) if not r.skip else "",
             r.skip or ("will run" if records_read else "will run (no store yet)"),
@@ -85,15 +93,17 @@ def print_plan(spec: P.SweepSpec, runs, jobs: int, records_read: bool, plan_s: f
     out.print(t)
     todo = [r for r in runs if not r.skip]
     spent = sum(r.c_spent for r in todo)
+    spent_exact = sum(r.c_exact_spent for r in todo)
     out.print(
-        f"{len(todo)} to run, {len(runs) - len(todo)} skipped; 6ND compute {spent:.3g} FLOPs; "
+        f"{len(todo)} to run, {len(runs) - len(todo)} skipped; compute {spent:.3g} FLOPs (6ND), "
+        f"{spent_exact:.3g} FLOPs (exact); "
         f"estimated wall time {_dur(P.total_estimate(todo, jobs))} with sweep.jobs={jobs} "
         f"(planned in {plan_s:.1f}s; dry run: nothing trained, no runs created)"
     )
     wsd_spent, cosine = P.wsd_compute(runs)
     if cosine:
         out.print(
-            f"WSD branches: {wsd_spent:.3g} FLOPs instead of {cosine:.3g} for independent cosine "
+            f"WSD branches: {wsd_spent:.3g} FLOPs (6ND) instead of {cosine:.3g} for independent cosine "
             f"runs of the same budgets: {100 * (1 - wsd_spent / cosine):.0f}% compute saved"
         )
 

@@ -6,6 +6,7 @@ the same rules through the real conf/ tree and the factory.
 """
 
 import hashlib
+from dataclasses import replace
 
 import pytest
 
@@ -109,6 +110,79 @@ def test_isoflop_tokens_per_param_window_skips_the_far_wings():
             assert r.est_s == 0.0 and r.run_key == ""
             assert abs(r.d - r.budget / (6 * r.n)) < 1  # the D it would have had, for the table
     assert any(r.skip for r in runs) and any(not r.skip for r in runs)
+
+
+HEAD = 3 * 2 * 64 * 1024  # fwd + bwd of a d_model 64, V 1024 head: the term 6N leaves out
+
+
+def head_facts(overrides):
+    """fake_facts with exact FLOPs per token above 6N, as for the real small models."""
+    f = fake_facts(overrides)
+    return replace(f, flops_per_token=6.0 * f.n_params_nonembed + HEAD)
+
+
+def exact_plan(d):
+    spec = SweepSpec.from_dict("t", d)
+    spec.check_conflicts(())
+    return spec, resolve(spec, expand(spec), head_facts, ckpt, flops_per_sec=1e9)
+
+
+def test_isoflop_exact_budgets_set_exact_training_flops_in_whole_batches():
+    d = {"axes": {"model.size": [1e5, 3e5]}, "budgets": [1e13, 3e13]}
+    spec, runs = exact_plan({**d, "budget_flops": "exact"})
+    _, six = exact_plan(d)
+    assert spec.budget_flops == "exact" and all(r.budget_flops == "exact" for r in runs)
+    for r, r6 in zip(runs, six):
+        per_token = 6.0 * r.n + HEAD
+        assert r.facts.flops_per_token == per_token
+        assert r.skip is None and r.d % BATCH == 0
+        assert f"train.tokens={int(r.d)}" in r.overrides
+        # exact FLOPs within rounding to whole batches of the budget; 6ND below it
+        assert r.c_exact == per_token * r.d
+        assert abs(r.c_exact - r.budget) <= per_token * BATCH / 2
+        assert r.c_budgeted == r.c_exact and r.c < r.budget
+        assert r.d < r6.d and r.run_key != r6.run_key  # fewer tokens than the 6ND plan
+        assert r6.budget_flops == "6nd" and r6.c_budgeted == r6.c
+
+
+def test_isoflop_exact_budgets_apply_the_window_and_batch_floor_to_the_exact_d():
+    d = {"axes": {"model.size": [1e5, 3e5]}, "budgets": [1e12], "budget_flops": "exact"}
+    _, runs = exact_plan({**d, "tokens_per_param": [5, 30]})
+    for r in runs:
+        ideal = r.budget / (6.0 * r.n + HEAD)
+        ok = 5 <= ideal / r.n <= 30
+        assert (r.skip is None) == ok, r.skip
+        if not ok:
+            assert "outside sweep.tokens_per_param" in r.skip and r.run_key == ""
+            assert abs(r.d - ideal) < 1  # the D it would have had, for the table
+    assert any(r.skip for r in runs) and any(not r.skip for r in runs)
+    _, runs = exact_plan({**d, "budgets": [1e8]})
+    assert all("D = C/F_exact" in r.skip and "below one batch" in r.skip for r in runs)
+
+
+def test_default_budget_convention_is_6nd_and_leaves_plans_unchanged():
+    d = {"axes": {"model.size": [1e5, 3e5]}, "budgets": [1e13, 3e13], "tokens_per_param": [1, 1e4]}
+    spec, default = exact_plan(d)
+    explicit_spec, explicit = exact_plan({**d, "budget_flops": "6nd"})
+    assert spec.budget_flops == explicit_spec.budget_flops == "6nd"
+    assert explicit == default
+    for r in default:  # D = C / 6N whatever the exact FLOPs per token are
+        assert r.d == round(r.budget / (6 * r.n) / BATCH) * BATCH
+        assert r.budget_flops == "6nd"
+
+
+@pytest.mark.parametrize("value", ["6ND", "flops", "", 6, True, ["exact"]])
+def test_a_bad_budget_convention_fails_with_one_line_naming_the_field(value):
+    with pytest.raises(PlanError) as e:
+        SweepSpec.from_dict("t", {"budgets": [1e12], "budget_flops": value})
+    msg = str(e.value)
+    assert msg.startswith("sweep.budget_flops: expected one of 6nd, exact")
+    assert "\n" not in msg and repr(value) in msg
+
+
+def test_exact_budget_convention_needs_budgets():
+    with pytest.raises(PlanError, match="sweep.budget_flops only applies to IsoFLOP"):
+        SweepSpec.from_dict("t", {"axes": {"train.tokens": [1e6]}, "budget_flops": "exact"})
 
 
 def test_size_the_ladder_cannot_build_is_skipped_not_raised():

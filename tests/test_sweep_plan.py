@@ -11,9 +11,10 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 
-from models import ModelConfig, count_params
+from models import ModelConfig, count_params, flops_per_token
 from sweeps import driver
 from sweeps import plan as P
+from sweeps.sweep_view import plan_rows
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 SWEEPS = sorted(p.stem for p in (CONF / "sweep").glob("*.yaml"))
@@ -67,6 +68,45 @@ def test_isoflop_tokens_use_the_factorys_non_embedding_count(comp):
         assert r.c == pytest.approx(r.budget, rel=0.05 if r.d > 8192 * 10 else 0.5)
 
 
+def test_exact_budgets_use_the_factorys_exact_flops_at_the_configs_seq_len(comp):
+    _, six = plan_of(comp, ["sweep=isoflop"])
+    spec, runs = plan_of(comp, ["sweep=isoflop", "+sweep.budget_flops=exact"])
+    assert spec.budget_flops == "exact"
+    llama = yaml.safe_load((CONF / "model" / "llama.yaml").read_text())
+    ran = 0
+    for r, r6 in zip(runs, six):
+        size = float(next(o.split("=")[1] for o in r.overrides if o.startswith("model.size=")))
+        cfg = ModelConfig.from_dict({**llama, "size": size, "vocab_size": 1024, "max_seq_len": 128})
+        per_token = flops_per_token(cfg, 128).exact  # isoflop.yaml: train.seq_len 128
+        assert r.facts.flops_per_token == per_token > 6 * r.n
+        if r.skip:
+            assert "D = C/F_exact" in r.skip
+            continue
+        ran += 1
+        assert r.d % 8192 == 0 and abs(r.c_exact - r.budget) <= per_token * 8192 / 2
+        assert r.d < r6.d  # the 6ND plan trains more tokens than its budget pays for
+    assert ran >= 4
+    rows = plan_rows(runs)
+    assert {row["budget_flops"] for row in rows} == {"exact"}
+    assert all(row["C_exact"] == r.c_exact and row["C"] == r.c for row, r in zip(rows, runs))
+    assert {row["budget_flops"] for row in plan_rows(six)} == {"6nd"}
+
+
+def test_default_budget_convention_keeps_every_d_and_run_key(comp):
+    _, default = plan_of(comp, ["sweep=isoflop"])
+    _, explicit = plan_of(comp, ["sweep=isoflop", "+sweep.budget_flops=6nd"])
+    same = [(r.run_key, r.d, r.skip) for r in explicit]
+    assert same == [(r.run_key, r.d, r.skip) for r in default]
+    for r in default:
+        if not r.skip:
+            assert r.d == round(r.budget / (6 * r.n) / 8192) * 8192
+
+
+def test_a_bad_budget_convention_fails_the_plan_naming_the_field(comp):
+    with pytest.raises(P.PlanError, match=r"^sweep.budget_flops: expected one of 6nd, exact"):
+        plan_of(comp, ["sweep=isoflop", "+sweep.budget_flops=chinchilla"])
+
+
 def test_cached_compose_gives_the_same_config_as_a_full_compose(comp):
     _, runs = plan_of(comp, ["sweep=ablation"])
     for r in runs[:: max(1, len(runs) // 5)]:
@@ -110,3 +150,12 @@ def test_dry_run_creates_no_store(comp, tmp_store, capsys):
     out = capsys.readouterr().out
     assert "compute saved" in out and "dry run: nothing trained" in out
     assert not (tmp_store / "mlruns.db").exists() and not (tmp_store / "runs").exists()
+
+
+def test_dry_run_names_the_convention_next_to_every_c(comp, capsys):
+    args = ["sweep=isoflop", "sweep.dry_run=true", "+sweep.budget_flops=exact"]
+    assert driver.drive(comp(args), args, comp, launch=None) == []
+    out = capsys.readouterr().out
+    assert "budgets C in exact FLOPs" in out
+    assert "C (6ND)" in out and "C (exact)" in out
+    assert "FLOPs (6ND)" in out and "FLOPs (exact)" in out
