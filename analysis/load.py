@@ -1,9 +1,9 @@
 """Runs into a DataFrame: from MLflow (schema in docs/contracts.md) or from a CSV.
 
 One row per FINISHED run with columns run_id, run_key, arch, variant, sweep, seed, N
-(non-embedding parameters), N_total, D (tokens), C (= 6 N D), C_exact, loss (final validation
-loss), plus the `model.*` axes. Several sources (CSVs, or experiments and sweeps) are concatenated
-by `combine`. Everything a user can get wrong raises `InputError` with one line naming it.
+(non-embedding parameters), N_total, D (tokens trained), C (= 6 N D), C_exact, loss (final
+validation loss), plus the `model.*` axes; from MLflow, one run per run key (`run_of_key`).
+Several sources (CSVs, or experiments and sweeps) are concatenated by `combine`. Everything a user can get wrong raises `InputError` with one line naming it.
 """
 
 from __future__ import annotations
@@ -161,12 +161,34 @@ def _experiment(client, name: str):
     return exp
 
 
-def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | None = None) -> Runs:
-    """FINISHED runs of an experiment, or of sweep parent run `sweep`'s plan: the latest run of
-    each run key in its `plan.csv` artifact, also those trained by another sweep of the
-    experiment (sweeps.run does not retrain them); the parent's children when it has no plan.
+def trained_tokens(params: dict[str, str]) -> float | None:
+    """D, the tokens a run trained: `tokens_trained`; in stores written before it was logged,
+    `steps * batch_tokens` (training runs whole batches), else the `tokens` budget."""
+    if "tokens_trained" in params:
+        return float(params["tokens_trained"])
+    try:
+        return float(params["steps"]) * float(params["batch_tokens"])
+    except (KeyError, ValueError):
+        return float(params["tokens"]) if "tokens" in params else None
 
-    Runs that are not FINISHED or have no final_val_loss are returned in `excluded`.
+
+def exact_flops(params: dict[str, str], D: float) -> float:
+    """C_exact over the trained tokens: `flops_exact` where `tokens_trained` is logged (both
+    count what was trained); older stores computed it from the budget, so recompute it from
+    `flops_per_token_exact` when that is logged."""
+    if "tokens_trained" not in params and "flops_per_token_exact" in params:
+        return float(params["flops_per_token_exact"]) * D
+    return float(params.get("flops_exact", np.nan))
+
+
+def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | None = None) -> Runs:
+    """FINISHED runs of an experiment, one per run key (`run_of_key`), or of sweep parent run
+    `sweep`'s plan: the run of each run key in its `plan.csv` artifact, also those trained by
+    another sweep of the experiment (sweeps.run does not retrain them); the parent's children
+    (one per run key) when it has no plan.
+
+    Runs that are not FINISHED or have no final_val_loss are returned in `excluded`; older or
+    unfinished runs of a key that has a later FINISHED run are left out (superseded).
     """
     from mlflow import MlflowClient  # lazy: ~2.5 s import
 
@@ -184,26 +206,25 @@ def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | N
         token = page.token
         if not token:
             break
-    if plan_keys is not None:
-        found = _latest_attempts(found, plan_keys)
+    if sweep is None:  # sweep parent runs and anything else that is not a training run
+        found = [run for run in found if "n_params_nonembed" in run.data.params]
+    found = _latest_attempts(found, plan_keys)
     rows, excluded = [], []
     for run in found:
         p, t, m = run.data.params, run.data.tags, run.data.metrics
-        if sweep is None and "n_params_nonembed" not in p:
-            continue  # a sweep parent run or something else that is not a training run
         reason = None
         if run.info.status != "FINISHED":
             reason = t.get("failure_reason", f"status {run.info.status}")
         elif "final_val_loss" not in m:
             reason = "no final_val_loss metric"
-        elif "n_params_nonembed" not in p or "tokens" not in p:
+        elif "n_params_nonembed" not in p or trained_tokens(p) is None:
             reason = "missing param n_params_nonembed or tokens"
         if reason:
             excluded.append(
                 {"run_id": run.info.run_id, "status": run.info.status, "reason": reason}
             )
             continue
-        N, D = float(p["n_params_nonembed"]), float(p["tokens"])
+        N, D = float(p["n_params_nonembed"]), trained_tokens(p)
         row = {
             "run_id": run.info.run_id,
             "run_key": t.get("run_key", ""),
@@ -215,7 +236,7 @@ def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | N
             "N_total": float(p.get("n_params", np.nan)),
             "D": D,
             "C": 6.0 * N * D,
-            "C_exact": float(p.get("flops_exact", np.nan)),
+            "C_exact": exact_flops(p, D),
             "loss": float(m["final_val_loss"]),
         }
         row.update({k: _number(v) for k, v in sorted(p.items()) if k.startswith("model.")})
@@ -249,19 +270,29 @@ def _plan_run_keys(sweep: str, tracking_uri: str | None) -> set[str] | None:
         return set(pd.read_csv(path, usecols=["run_key"], dtype=str)["run_key"])
 
 
-def _latest_attempts(found: list, plan_keys: set[str]) -> list:
-    """One MLflow run per planned run key: its latest FINISHED run, else its latest attempt
-    (reported as excluded). Runs of keys no longer in the plan (a sweep rerun after its axes
-    changed) and older attempts are left out."""
-    best: dict[str, Any] = {}
+def _rank(run) -> tuple:
+    return (run.info.status == "FINISHED", run.info.start_time or 0, run.info.run_id)
+
+
+def run_of_key(runs: list) -> Any:
+    """The run of a run key (docs/contracts.md, "The run of a run key"): its latest FINISHED
+    run, else its latest run of any status; latest = largest start_time, then largest run_id.
+    The same rule as `sweeps.tracking.run_of_key` (a copy: analysis never imports sweeps), so
+    a report uses the run that `sweeps.train` reuses and `sweeps.run` counts as done."""
+    return max(runs, key=_rank, default=None)
+
+
+def _latest_attempts(found: list, plan_keys: set[str] | None = None) -> list:
+    """One MLflow run per run key (`run_of_key`; an unfinished one is then reported as
+    excluded), in the order of `found`. With `plan_keys`, only the planned keys: runs of keys
+    no longer in the plan (a sweep rerun after its axes changed) are left out. A run without a
+    run_key tag (not written by sweeps.train) is its own key."""
+    by_key: dict[str, list] = {}
     for run in found:
-        key = run.data.tags.get("run_key")
-        if key not in plan_keys:
-            continue
-        rank = (run.info.status == "FINISHED", run.info.start_time or 0)
-        if key not in best or rank > best[key][0]:
-            best[key] = (rank, run)
-    return [run for _, run in best.values()]
+        key = run.data.tags.get("run_key") or f"run:{run.info.run_id}"
+        if plan_keys is None or key in plan_keys:
+            by_key.setdefault(key, []).append(run)
+    return [run_of_key(runs) for runs in by_key.values()]
 
 
 def load_curves(run_ids, tracking_uri: str | None = None, metric: str = "val_loss") -> pd.DataFrame:

@@ -7,6 +7,10 @@ Layout under `<runs_dir>/<run_key>/`:
     last.pt               periodic resume checkpoint (train.checkpoint_every)
     tokens_<T>.pt         named branch checkpoints (train.save_at_tokens)
     config.yaml           the resolved config
+
+The folder is shared by every experiment and tracking store that trains the run key: each
+checkpoint records the MLflow run that wrote it (`mlflow_run_id`, `mlflow_experiment_id`), and a
+run resumes only a checkpoint of its own (`owner`); a foreign one is trained over from step 0.
 """
 
 from __future__ import annotations
@@ -18,10 +22,11 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 LAST = "last.pt"
+BRANCH_PREFIX, SUFFIX = "tokens_", ".pt"
 
 
 def branch_name(tokens: int) -> str:
-    return f"tokens_{tokens}.pt"
+    return f"{BRANCH_PREFIX}{tokens}{SUFFIX}"
 
 
 def _fsync_dir(path: Path) -> None:
@@ -70,3 +75,45 @@ def run_dir(runs_dir: Path, run_key: str) -> Path:
 def branch_checkpoint_path(runs_dir: Path, run_key: str, tokens: int) -> Path:
     """Where the run `run_key` saves its `train.save_at_tokens` checkpoint for `tokens`."""
     return run_dir(runs_dir, run_key) / branch_name(int(tokens))
+
+
+def _peek(path: Path) -> dict[str, Any]:
+    """A checkpoint's small entries without reading its tensors (memory-mapped load)."""
+    import torch
+
+    try:
+        state = torch.load(Path(path), map_location="cpu", weights_only=True, mmap=True)
+    except RuntimeError:  # not a zip-format checkpoint: mmap unsupported, read it all
+        state = load_checkpoint(path)
+    return {k: v for k, v in state.items() if isinstance(v, (str, int, float, type(None)))}
+
+
+def owner(path: Path) -> str | None:
+    """The MLflow run id that wrote the checkpoint at `path` (None: not recorded)."""
+    return _peek(path).get("mlflow_run_id")
+
+
+def identity(path: str | Path, batch_tokens: int) -> str:
+    """What the run key records of `train.init_from`: the checkpoint's run key and step
+    (`<run_key>@<step>`), not its path. A checkpoint that does not exist yet (a WSD branch
+    planned before its stable run has trained) is read from the layout:
+    `<anything>/<run_key>/tokens_<T>.pt` -> step ceil(T / batch_tokens), the step that
+    `train.save_at_tokens=[T]` saves it at. A file without a recorded run key: its sha256."""
+    path = Path(path)
+    if path.is_file():
+        info = _peek(path)
+        if isinstance(info.get("run_key"), str) and isinstance(info.get("step"), int):
+            return f"{info['run_key']}@{info['step']}"
+        import hashlib
+
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        return f"sha256:{h.hexdigest()[:16]}"
+    name = path.name
+    if name.startswith(BRANCH_PREFIX) and name.endswith(SUFFIX):
+        tokens = name[len(BRANCH_PREFIX) : -len(SUFFIX)]
+        if tokens.isdigit() and path.parent.name:
+            return f"{path.parent.name}@{-(-int(tokens) // batch_tokens)}"
+    raise FileNotFoundError(str(path))

@@ -244,6 +244,7 @@ class RunSpec:
     tracking: TrackingConfig
     paths: PathsConfig
     run_key: str
+    data_source: str = ""  # sweeps.data.source_fingerprint: the corpus as the run key sees it
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved config (what is logged as params and as config.yaml)."""
@@ -276,7 +277,11 @@ def build_model_config(model_section: dict, vocab_size: int, seq_len: int):
 
 def resolve_config(cfg: Any) -> RunSpec:
     """Validate a composed config (DictConfig or dict with model/data/train/tracking/paths) and
-    compute its run key. Fails with ConfigError before any data or model work."""
+    compute its run key. Fails with ConfigError before any data or model work: it only hashes
+    the corpus files (`sweeps.data.source_fingerprint`) and reads the run key and step of a
+    `train.init_from` checkpoint (see sweeps/keys.py), nothing is decoded or tokenized."""
+    from sweeps.checkpoint import identity
+    from sweeps.data import source_fingerprint
     from sweeps.keys import run_key
 
     if not isinstance(cfg, dict):
@@ -294,10 +299,24 @@ def resolve_config(cfg: Any) -> RunSpec:
     model_section = dict(cfg.get("model") or {})
     model = build_model_config(model_section, planned_vocab_size(data), train.seq_len)
     size = model_section.get("size")
-    payload = {"model": model.to_dict(), "data": data.to_dict(), "train": train.to_dict()}
+    fingerprint = source_fingerprint(data)
+    init_from = None
+    if train.init_from:
+        try:
+            init_from = identity(train.init_from, train.batch_tokens)
+        except FileNotFoundError:
+            raise ConfigError(
+                f"train.init_from: {train.init_from} is not a checkpoint file"
+            ) from None
+    payload = {
+        "model": model.to_dict(),
+        "data": {**data.to_dict(), "fingerprint": fingerprint},
+        "train": {**train.to_dict(), "init_from": init_from},
+    }
     return RunSpec(
         model=model,
         model_size=None if size is None else float(size),
         run_key=run_key(payload),
+        data_source=fingerprint,
         **sections,
     )

@@ -104,7 +104,10 @@ def _jsonl_docs(path: Path, rel: str, text_field: str) -> Iterator[tuple[str, st
             yield f"{rel}:{lineno}", str(record[text_field])
 
 
-def load_text(cfg: DataConfig) -> Corpus:
+def text_files(cfg: DataConfig) -> tuple[Path, list[tuple[str, Path]]]:
+    """(root, [(name, file)]) of a text corpus, sorted: the file itself, or every .txt/.jsonl
+    file under the folder. The names (the file's name, paths relative to the folder) key the
+    documents, so they decide the train/val split."""
     root = Path(cfg.path).expanduser().resolve()
     if root.is_file():
         files = [root]
@@ -114,9 +117,13 @@ def load_text(cfg: DataConfig) -> Corpus:
         raise ConfigError(f"data.path: {cfg.path} does not exist (a .txt/.jsonl file or a folder)")
     if not files or any(p.suffix not in (".txt", ".jsonl") for p in files):
         raise ConfigError(f"data.path: {cfg.path} holds no .txt or .jsonl files")
+    return root, [(p.name if root.is_file() else p.relative_to(root).as_posix(), p) for p in files]
+
+
+def load_text(cfg: DataConfig) -> Corpus:
+    root, files = text_files(cfg)
     docs: list[tuple[str, str]] = []
-    for p in files:
-        rel = p.name if root.is_file() else p.relative_to(root).as_posix()
+    for rel, p in files:
         if p.suffix == ".jsonl":
             docs.extend(_jsonl_docs(p, rel, cfg.text_field))
         else:
@@ -159,6 +166,75 @@ def load_corpus(cfg: DataConfig) -> Corpus:
     if not corpus.documents:
         raise ConfigError(f"data.source={cfg.source}: the corpus is empty")
     return corpus
+
+
+# ---------------------------------------------------------------- source fingerprints (run keys)
+RACY_S = 2.0  # a file modified this recently is hashed again every time (its mtime may repeat)
+_hashed: dict[tuple, str] = {}  # file signatures -> digest, for this process
+
+
+def _hash_files(files: list[tuple[str, Path]]) -> str:
+    """sha256 (16 hex) of every (name, bytes) pair. Remembered per process by the files' size,
+    mtime and inode while no file is younger than RACY_S seconds, so a plan resolving 48 points
+    on one corpus reads it once and an edit (new mtime, or a file still being written) is seen."""
+    stats = [(rel, str(p), p.stat()) for rel, p in files]
+    signature = tuple((rel, path, st.st_size, st.st_mtime_ns, st.st_ino) for rel, path, st in stats)
+    if signature in _hashed:
+        return _hashed[signature]
+    h = hashlib.sha256()
+    for rel, p in files:
+        h.update(rel.encode("utf-8", "surrogatepass") + b"\0")
+        with open(p, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        h.update(b"\0")
+    digest = h.hexdigest()[:16]
+    newest = max((st.st_mtime_ns for _, _, st in stats), default=0) / 1e9
+    if time.time() - newest > RACY_S:
+        _hashed[signature] = digest
+    return digest
+
+
+def _local_files(spec: str) -> list[tuple[str, Path]]:
+    """Files named by `spec` (a file, a folder, or a glob) on this machine, sorted; [] if none."""
+    import glob
+
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return [(path.name, path)]
+    if path.is_dir():
+        return sorted((p.relative_to(path).as_posix(), p) for p in path.rglob("*") if p.is_file())
+    return sorted((Path(m).name, Path(m)) for m in glob.glob(str(path)) if Path(m).is_file())
+
+
+def source_fingerprint(cfg: DataConfig) -> str:
+    """The corpus as the run key sees it: a hash of the bytes the documents are read from, and
+    of the names that key them (which decide the train/val split), not of the path string.
+
+    Cheap enough for plan time (no decoding, no tokenizer; the stdlib takes ~0.06 s): editing a
+    file behind `data.path` gives a new fingerprint, the same files under another folder the
+    same one. stdlib: the running Python's stdlib files (another Python's stdlib differs).
+    hf: a `save_to_disk` folder by its Arrow files (of `data.split` for a DatasetDict), local
+    `data_files` by their bytes; a hub dataset cannot be read without downloading it, so it is
+    identified by name, config and data_files only (an upstream change keeps its fingerprint).
+    Distinct from `Corpus.fingerprint`, which hashes the decoded documents and keys token caches.
+    """
+    if cfg.source == "stdlib":
+        return "stdlib-" + _hash_files(stdlib_files())
+    if cfg.source == "text":
+        return "text-" + _hash_files(text_files(cfg)[1])
+    if cfg.from_disk:
+        root = Path(cfg.from_disk).expanduser()
+        if (root / "dataset_dict.json").is_file() and (root / cfg.split).is_dir():
+            root = root / cfg.split
+        if not root.is_dir():
+            raise ConfigError(f"data.from_disk: {cfg.from_disk} is not a save_to_disk folder")
+        arrow = sorted((p.name, p) for p in root.glob("*.arrow"))
+        return "hf-disk-" + _hash_files(arrow or _local_files(str(root)))
+    local = _local_files(cfg.data_files) if cfg.data_files else []
+    if local:
+        return "hf-files-" + _hash_files(local)
+    return "hf-hub-" + _sha([str(cfg.name), str(cfg.config), str(cfg.data_files)])[:16]
 
 
 def _is_val(key: str, val_fraction: float) -> bool:

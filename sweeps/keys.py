@@ -1,9 +1,22 @@
-"""Run keys: a short hash of the semantically relevant, resolved config.
+"""Run keys: a short hash of what decides a run's result, from the resolved config.
 
 The same config always gives the same key, so a rerun finds its MLflow run and checkpoint and
 resumes instead of duplicating work. Knobs that change where results go, how progress is shown
 or how fast it runs (tracking, paths, logging/eval/checkpoint cadence, progress bars, compile,
-the host allocator) are excluded: changing them must not start a different run.
+the host allocator, `train.micro_batch`: gradient accumulation splits the same global batch)
+are excluded: changing them must not start a different run.
+
+Inputs that name data by where it is are keyed by what it is (`sweeps.config.resolve_config`
+fills both in before hashing):
+- the corpus: `data.fingerprint` = `sweeps.data.source_fingerprint`, a hash of the bytes the
+  documents are read from and of their names inside `data.path` (these decide the train/val
+  split). `data.path`, `data.from_disk` and `data.data_files` are not hashed. So editing the
+  files behind a path gives a new key, and the same files under another folder (a moved or
+  copied corpus, another machine's checkout) give the same key: the run trains on identical
+  tokens there. The stdlib corpus is the running Python's: another Python, another key.
+- `train.init_from`: the checkpoint's run key and step (`sweeps.checkpoint.identity`), not its
+  absolute path, so a branch planned before its stable run exists has the key it trains under,
+  and the same branch from another runs folder is the same run.
 """
 
 from __future__ import annotations
@@ -26,7 +39,10 @@ EXCLUDED_TRAIN_KEYS = {
     "save_final_checkpoint",
     "compile",
     "keep_host_memory",
+    "micro_batch",
 }
+# data.* fields that say where the corpus is; `data.fingerprint` says what it is.
+EXCLUDED_DATA_KEYS = {"path", "from_disk", "data_files"}
 KEY_LENGTH = 16
 
 
@@ -35,6 +51,8 @@ def key_payload(cfg: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in cfg.items() if k not in EXCLUDED_SECTIONS}
     if isinstance(out.get("train"), dict):
         out["train"] = {k: v for k, v in out["train"].items() if k not in EXCLUDED_TRAIN_KEYS}
+    if isinstance(out.get("data"), dict):
+        out["data"] = {k: v for k, v in out["data"].items() if k not in EXCLUDED_DATA_KEYS}
     return out
 
 

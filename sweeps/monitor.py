@@ -16,15 +16,20 @@ _MEASURED_PEAK: dict[str, float] = {}
 
 
 def measured_peak_flops(device, dtype=None) -> float:
-    """Best FLOP/s of a few square matmuls on `device` (cached per device and dtype)."""
+    """Best FLOP/s of a few square matmuls on `device` (cached per device and dtype).
+
+    The operands come from a private generator: drawing them from the global RNG (which
+    dropout uses) made the first run of a process train differently from the same config
+    run after it (measured once per process, between seeding and the first step)."""
     import torch
 
     dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
     key = f"{device}-{dtype}"
     if key not in _MEASURED_PEAK:
         n = 4096 if device.type == "cuda" else 1024
-        a = torch.randn(n, n, device=device, dtype=dtype)
-        b = torch.randn(n, n, device=device, dtype=dtype)
+        gen = torch.Generator(device=device).manual_seed(0)
+        a = torch.randn(n, n, device=device, dtype=dtype, generator=gen)
+        b = torch.randn(n, n, device=device, dtype=dtype, generator=gen)
         best = float("inf")
         for _ in range(5):
             if device.type == "cuda":

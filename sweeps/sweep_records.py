@@ -5,9 +5,10 @@ when the sweep is rerun) and every point is a child run (`mlflow.parentRunId`, t
 `variant`, written by `sweeps.train` from `tracking.parent_run_id` / `tracking.tags`). The
 parent is tagged `sweep_parent`, not `sweep`, so queries on `tags.sweep` return only the points.
 
-Resumability is read from run keys: the latest run with a key decides what the sweep does with
-the point (FINISHED: skip; FAILED: skip unless retry_failed; RUNNING/KILLED: relaunch, and
-`sweeps.train` resumes it from its checkpoint into the same MLflow run).
+Resumability is read from run keys: the run of a key (`tracking.run_of_key`: its latest
+FINISHED run, else its latest run) decides what the sweep does with the point (FINISHED: skip;
+FAILED: skip unless retry_failed; RUNNING/KILLED: relaunch, and `sweeps.train` resumes it from
+its checkpoint into the same MLflow run).
 """
 
 from __future__ import annotations
@@ -33,32 +34,34 @@ class RunRecord:
 
 
 def latest_by_key(uri: str, experiment_id: str, filter_string: str = "") -> dict[str, RunRecord]:
-    """The most recent run of every run key in the experiment (optionally filtered)."""
+    """The run of every run key in the experiment (optionally filtered): `tracking.run_of_key`,
+    its latest FINISHED run, else its latest run of any status."""
     c = tracking.client(uri)
-    out: dict[str, RunRecord] = {}
+    by_key: dict[str, list] = {}
     token = None
     while True:
         page = c.search_runs(
-            [experiment_id],
-            filter_string=filter_string,
-            order_by=["attributes.start_time DESC"],
-            max_results=1000,
-            page_token=token,
+            [experiment_id], filter_string=filter_string, max_results=1000, page_token=token
         )
         for r in page:
             key = r.data.tags.get("run_key")
-            if key and key not in out:
-                t = r.data.tags
-                out[key] = RunRecord(
-                    r.info.run_id,
-                    r.info.status,
-                    t.get("failure_reason", ""),
-                    t.get("sweep", ""),
-                    t.get("mlflow.parentRunId", ""),
-                )
+            if key:
+                by_key.setdefault(key, []).append(r)
         token = page.token
         if not token:
-            return out
+            break
+    out: dict[str, RunRecord] = {}
+    for key, runs in by_key.items():
+        r = tracking.run_of_key(runs)
+        t = r.data.tags
+        out[key] = RunRecord(
+            r.info.run_id,
+            r.info.status,
+            t.get("failure_reason", ""),
+            t.get("sweep", ""),
+            t.get("mlflow.parentRunId", ""),
+        )
+    return out
 
 
 def children_by_key(uri: str, experiment_id: str, parent_run_id: str) -> dict[str, RunRecord]:

@@ -9,7 +9,12 @@ so many runs in one process (a Hydra sweep) never leak an active run into each o
   (MLflow's own client would retry with backoff for minutes).
 - `ensure_experiment`: creates the store and experiment once, under a file lock for SQLite (two
   processes migrating a fresh SQLite store at once is a known MLflow race). Sweeps call it
-  before launching jobs; `train()` calls it again, which is then a cheap lookup.
+  before launching jobs; `train()` calls it again, which is then a cheap lookup. It tags the
+  experiment `mlflow.experimentKind=custom_model_development` (also an existing one without the
+  tag), so MLflow 3's UI opens it on its training runs, not on the GenAI traces overview.
+- `run_of_key` / `find_run_by_key`: THE run of a run key in an experiment (rule below), shared
+  by `sweeps.train` (reuse or resume) and `sweeps.sweep_records` (skip or relaunch);
+  `analysis.load` keeps its own copy of the rule (analysis never imports sweeps).
 - `MetricBuffer`: collects metrics and writes them with `log_batch` every N steps.
 """
 
@@ -30,6 +35,8 @@ from sweeps.paths import PROJECT_ROOT, default_tracking_uri
 MAX_PARAMS_PER_BATCH = 100  # MLflow log_batch limits
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAM_VALUE_CHARS = 6000
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"  # MLflow 3's UI: which view an experiment opens on
+EXPERIMENT_KIND = "custom_model_development"  # "Training runs" (not "genai_development")
 
 
 class TrackingUnavailable(RuntimeError):
@@ -99,22 +106,48 @@ def ensure_experiment(uri: str, name: str) -> str:
         c = client(uri)
         exp = c.get_experiment_by_name(name)
         if exp is not None:
+            if EXPERIMENT_KIND_TAG not in exp.tags:  # a kind chosen in the UI is kept
+                c.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
             return exp.experiment_id
         db = sqlite_path(uri)
         # Fix artifacts next to the database (absolute), not relative to some job's cwd.
         location = (db.parent / "mlartifacts").as_uri() if db is not None else None
-        return c.create_experiment(name, artifact_location=location)
+        return c.create_experiment(
+            name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
+        )
+
+
+def _rank(run) -> tuple:
+    return (run.info.status == "FINISHED", run.info.start_time or 0, run.info.run_id)
+
+
+def run_of_key(runs) -> Any:
+    """The run of a run key among `runs` (all tagged with that key, in one experiment): its
+    latest FINISHED run; if none FINISHED, its latest run of any status. Latest = the largest
+    start_time, ties broken by the larger run_id. None for no runs.
+
+    One rule for every reader (docs/contracts.md, "The run of a run key"): `sweeps.train`
+    returns that FINISHED run instead of training (or resumes the unfinished one),
+    `sweeps.run` skips the point as done, and `analysis.load` reports that run, so the three
+    name the same MLflow run. A later rerun that did not finish (`train.resume=false`, then
+    FAILED or interrupted) does not hide a FINISHED result."""
+    return max(runs, key=_rank, default=None)
 
 
 def find_run_by_key(uri: str, experiment_id: str, run_key: str):
-    """The most recent run tagged `run_key` in the experiment, or None."""
-    runs = client(uri).search_runs(
-        [experiment_id],
-        filter_string=f"tags.run_key = '{run_key}'",
-        order_by=["attributes.start_time DESC"],
-        max_results=1,
-    )
-    return runs[0] if runs else None
+    """The run of `run_key` in the experiment (`run_of_key`), or None."""
+    c, found, token = client(uri), [], None
+    while True:
+        page = c.search_runs(
+            [experiment_id],
+            filter_string=f"tags.run_key = '{run_key}'",
+            max_results=1000,
+            page_token=token,
+        )
+        found.extend(page)
+        token = page.token
+        if not token:
+            return run_of_key(found)
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -3,9 +3,10 @@
 A run is a pure function of its resolved config (see sweeps/config.py): the config fixes the
 run key, the data, the model, the optimizer and the schedule. The run writes an MLflow run
 (schema in docs/contracts.md) and checkpoints under `<runs_dir>/<run_key>/`; rerunning the same
-config resumes from the last checkpoint into the same MLflow run, or returns at once if that run
-already FINISHED. Sweeps call `train()` many times in one process, so all state (the
-Accelerator, MLflow clients) is created inside it.
+config in the same experiment resumes from the last checkpoint into the same MLflow run, or
+returns at once if that run already FINISHED (in another experiment it trains in full). Sweeps
+call `train()` many times in one process, so all state (the Accelerator, MLflow clients) is
+created inside it.
 
 Order of work: validate everything (config, model shape, batch geometry, tracking server) ->
 data -> model -> loop. A user error fails in the first phase with one line naming the field.
@@ -182,20 +183,39 @@ def evaluate(model, windows, micro_batch: int, accelerator) -> float:
 # ---------------------------------------------------------------- run identity / resume
 def _decide(spec: RunSpec, uri: str, experiment_id: str, rdir: Path) -> dict[str, Any]:
     """Main process: reuse a FINISHED run, resume a checkpoint, or start fresh (and in which
-    MLflow run). `train.resume`: auto = resume when a checkpoint exists; true = require one;
-    false = start over in a new MLflow run."""
+    MLflow run). `train.resume`: auto = resume when a checkpoint of this run exists; true =
+    require one; false = start over in a new MLflow run.
+
+    The run of the key in this experiment (`tracking.find_run_by_key`) decides. The folder
+    `<runs_dir>/<run_key>/` is shared by every experiment (and store) that trains the key, so
+    `last.pt` is resumed only when it records that MLflow run's id: another experiment's final
+    checkpoint is not this run's progress, and resuming it would train nothing."""
     existing = trk.find_run_by_key(uri, experiment_id, spec.run_key)
     last = rdir / ckpt.LAST
     resume = spec.train.resume
     if existing is not None and existing.info.status == "FINISHED" and resume is not False:
         return {"action": "reuse", "run_id": existing.info.run_id}
-    if resume is True and not last.exists():
-        raise ConfigError(f"train.resume=true: no checkpoint at {last}")
     if resume is False:
         last.unlink(missing_ok=True)
         return {"action": "fresh", "run_id": None}
     run_id = existing.info.run_id if existing is not None else None
-    return {"action": "resume" if last.exists() else "fresh", "run_id": run_id}
+    owner = ckpt.owner(last) if last.exists() else None
+    mine = owner is not None and owner == run_id
+    if resume is True and not last.exists():
+        raise ConfigError(f"train.resume=true: no checkpoint at {last}")
+    if resume is True and not mine:
+        raise ConfigError(
+            f"train.resume=true: {last} was written by MLflow run {owner}, not by run key "
+            f"{spec.run_key}'s run in experiment '{spec.tracking.experiment}' "
+            f"({run_id or 'none yet'})"
+        )
+    if last.exists() and not mine:
+        log.warning(
+            "%s was written by MLflow run %s, not by run key %s's run in experiment '%s': "
+            "training from step 0",
+            last, owner, spec.run_key, spec.tracking.experiment,
+        )  # fmt: skip
+    return {"action": "resume" if mine else "fresh", "run_id": run_id}
 
 
 def _reused_result(spec: RunSpec, uri: str, run_id: str, rdir: Path) -> TrainResult:
@@ -228,14 +248,15 @@ def _derived_params(spec: RunSpec, model_cfg, geo: Geometry) -> dict[str, Any]:
 
     pc = count_params(model_cfg)
     fl = flops_per_token(model_cfg, spec.train.seq_len)
-    tokens = spec.train.tokens
+    trained = geo.total_steps * spec.train.batch_tokens  # whole batches: >= train.tokens
     return {
         "n_params": pc.total,
         "n_params_nonembed": pc.non_embedding,
         "n_params_embed": pc.embedding,
-        "tokens": tokens,
-        "flops_6nd": 6 * pc.non_embedding * tokens,
-        "flops_exact": fl.exact * tokens,
+        "tokens": spec.train.tokens,  # the budget asked for
+        "tokens_trained": trained,  # D: what the run trains (a branch: its stable prefix too)
+        "flops_6nd": 6 * pc.non_embedding * trained,
+        "flops_exact": fl.exact * trained,
         "flops_per_token_exact": fl.exact,
         "seq_len": spec.train.seq_len,
         "batch_tokens": spec.train.batch_tokens,
@@ -413,7 +434,8 @@ def train(cfg: Any) -> TrainResult:
             "run_key": spec.run_key,
             "branched_from": branched_from,
             "branch_step": branch_step,
-            "mlflow_run_id": run_id,
+            "mlflow_run_id": run_id,  # whose progress this is: only that run resumes it
+            "mlflow_experiment_id": experiment_id,
             "wall_time_s": elapsed_before + train_time,
         }
         ckpt.save_checkpoint(path, state)
@@ -537,6 +559,7 @@ def _open_run(spec, uri, experiment_id, run_id, model_cfg, geo, data, branched_f
         "arch": model_cfg.arch,
         "run_key": spec.run_key,
         "data_fingerprint": data.fingerprint,
+        "data_source": spec.data_source,
         "git_commit": trk.git_commit(),
         "branched_from": branched_from,
         **spec.tracking.tags,

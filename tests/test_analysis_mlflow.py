@@ -22,7 +22,8 @@ def _log_run(client, exp_id, parent, row, seed, status="FINISHED", final=True, s
     params = {"n_params_nonembed": N, "n_params": N + 4096, "n_params_embed": 4096, "tokens": D,
               "flops_6nd": 6 * N * D, "flops_exact": 7 * N * D, "train.seed": seed,
               "model.d_model": 64, "model.norm": "rmsnorm"}  # fmt: skip
-    tags = {"arch": "pre-rmsnorm-rope", "run_key": f"key-{row.run_id}", "variant": row.variant,
+    key = f"key-{row.run_id}" + (f"-seed{seed}" if seed else "")  # the seed is in the key
+    tags = {"arch": "pre-rmsnorm-rope", "run_key": key, "variant": row.variant,
             "sweep": sweep, "mlflow.parentRunId": parent}  # fmt: skip
     run = client.create_run(exp_id, tags=tags)
     steps = np.linspace(D / 4, D, 4).astype(int)
@@ -206,3 +207,36 @@ def test_sweep_selects_the_runs_of_its_latest_plan(tmp_path):
     assert sorted(loaded.frame["run_id"]) == sorted([*kept_ids, elsewhere_id])
     assert list(loaded.excluded["run_id"]) == [failed_only]  # the FINISHED retry supersedes
     assert retried not in set(loaded.excluded["run_id"])
+
+
+def test_without_sweep_a_rerun_counts_once_and_d_is_what_was_trained(tmp_path):
+    """A rerun of a run key (train.resume=false) is one row, the latest FINISHED run; D and C
+    are the tokens trained (whole batches), also from stores that logged only the budget."""
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    exp_id = client.create_experiment("trained")
+    N, fpt = 30_000, 250_000.0  # non-embedding params, exact FLOPs per token
+
+    def run(key, start, loss, **params):
+        run_id = client.create_run(exp_id, start_time=start, tags={"run_key": key}).info.run_id
+        params = {"n_params_nonembed": N, "n_params": N + 4096, "tokens": 500_000, **params}
+        client.log_batch(run_id, metrics=[Metric("final_val_loss", loss, 0, 0)],
+                         params=[Param(k, str(v)) for k, v in params.items()])  # fmt: skip
+        client.set_terminated(run_id, "FINISHED")
+        return run_id
+
+    new = {"tokens_trained": 500_736, "flops_6nd": 6 * N * 500_736,
+           "flops_exact": fpt * 500_736, "flops_per_token_exact": fpt}  # fmt: skip
+    old = {"steps": 489, "batch_tokens": 1024, "flops_exact": fpt * 500_000,
+           "flops_per_token_exact": fpt}  # fmt: skip
+    first = run("k-new", 1000, 2.6, **new)
+    rerun = run("k-new", 2000, 2.5, **new)
+    older_store = run("k-old", 1000, 2.7, **old)
+    budget_only = run("k-budget", 1000, 2.8)
+    df = load_mlflow("trained", tracking_uri=uri).frame.set_index("run_id")
+    assert first not in df.index and sorted(df.index) == sorted([rerun, older_store, budget_only])
+    assert df.loc[rerun, "loss"] == 2.5
+    assert df.loc[rerun, "D"] == df.loc[older_store, "D"] == 500_736  # 489 batches of 1024
+    assert df.loc[budget_only, "D"] == 500_000  # nothing else logged: the budget
+    np.testing.assert_allclose(df["C"], 6 * N * df["D"])
+    assert df.loc[rerun, "C_exact"] == df.loc[older_store, "C_exact"] == fpt * 500_736

@@ -14,6 +14,7 @@ from hydra import compose, initialize_config_dir
 from models import ModelConfig, count_params, flops_per_token
 from sweeps import driver
 from sweeps import plan as P
+from sweeps.checkpoint import branch_checkpoint_path
 from sweeps.sweep_view import plan_rows
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -46,7 +47,7 @@ def plan_of(comp, arguments):
         spec,
         P.expand(spec),
         lambda ov: driver.facts(fast([*fixed, *ov])),
-        lambda key, t: f"/ckpt/{key}/{t}",
+        lambda key, t: str(branch_checkpoint_path(Path("/ckpt"), key, t)),  # the runs layout
         flops_per_sec=1e9,
     )
     return spec, runs

@@ -260,3 +260,13 @@ def test_wsd_branches_start_from_the_stable_run_checkpoint(env):
     assert stable["params.tokens"] == "6144" and branch["params.tokens"] == "3072"
     assert branch["tags.branched_from"] == stable["tags.run_key"]
     assert branch["params.train.init_from"].endswith("tokens_2048.pt")  # 0.75 * 3072 -> 2 batches
+    # The branch was keyed at plan time, before its checkpoint existed, by the stable run's key
+    # and step; training read them from the checkpoint: the same key, so the plan finds its run.
+    import mlflow
+    import pandas as pd
+
+    parent = runs(tmp).dropna(subset=["tags.sweep_parent"]).iloc[0]["run_id"]
+    plan = mlflow.artifacts.download_artifacts(
+        run_id=parent, artifact_path="plan.csv", dst_path=str(tmp)
+    )
+    assert set(pd.read_csv(plan, dtype=str)["run_key"]) == set(kids["tags.run_key"])

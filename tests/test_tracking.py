@@ -122,3 +122,56 @@ def test_real_mlflow_server_round_trip(tmp_path):
             server.wait()
     with pytest.raises(trk.TrackingUnavailable, match="not reachable"):
         trk.check_reachable(uri, timeout_s=1)
+
+
+def test_experiments_open_on_training_runs_in_the_mlflow_ui(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'kind.db'}"
+    c = trk.client(uri)
+    new = trk.ensure_experiment(uri, "new")
+    assert c.get_experiment(new).tags["mlflow.experimentKind"] == "custom_model_development"
+    older = c.create_experiment("older")  # made before the suite tagged its experiments
+    assert "mlflow.experimentKind" not in c.get_experiment(older).tags
+    assert trk.ensure_experiment(uri, "older") == older
+    assert c.get_experiment(older).tags["mlflow.experimentKind"] == "custom_model_development"
+    chosen = c.create_experiment("chosen", tags={"mlflow.experimentKind": "genai_development"})
+    trk.ensure_experiment(uri, "chosen")  # a kind the user chose in the UI is kept
+    assert c.get_experiment(chosen).tags["mlflow.experimentKind"] == "genai_development"
+
+
+def test_one_rule_names_the_run_of_a_key_for_train_sweeps_and_analysis(tmp_path):
+    """The latest FINISHED run of a key, else its latest run (ties: the larger run id), in
+    sweeps.tracking (train), sweeps.sweep_records (sweeps.run) and analysis.load (reports)."""
+    from analysis.load import load_mlflow
+    from sweeps import sweep_records
+
+    uri = f"sqlite:///{tmp_path / 'rule.db'}"
+    exp = trk.ensure_experiment(uri, "rule")
+    c = trk.client(uri)
+
+    def run(key: str, status: str, start: int, loss: float = 2.0) -> str:
+        run_id = c.create_run(exp, start_time=start, tags={"run_key": key}).info.run_id
+        trk.log_params(uri, run_id, {"n_params_nonembed": 1000, "tokens": 4096})
+        if status == "FINISHED":
+            c.log_metric(run_id, "final_val_loss", loss, step=4096)
+        if status != "RUNNING":
+            c.set_terminated(run_id, status)
+        return run_id
+
+    run("rerun", "FINISHED", 1000, 2.5)
+    rerun = run("rerun", "FINISHED", 2000, 2.4)  # train.resume=false: counted once, the latest
+    kept = run("kept", "FINISHED", 1000)
+    run("kept", "FAILED", 3000)  # a later rerun that failed does not hide the result
+    run("kept", "RUNNING", 4000)
+    run("open", "FAILED", 1000)
+    killed = run("open", "KILLED", 2000)  # no FINISHED run: the latest attempt
+    tied = sorted([run("tie", "FINISHED", 5000), run("tie", "FINISHED", 5000)])
+    expected = {"rerun": rerun, "kept": kept, "open": killed, "tie": tied[-1]}
+
+    assert {k: trk.find_run_by_key(uri, exp, k).info.run_id for k in expected} == expected
+    records = sweep_records.latest_by_key(uri, exp)
+    assert {k: r.run_id for k, r in records.items()} == expected
+    assert records["open"].status == "KILLED" and records["kept"].status == "FINISHED"
+    loaded = load_mlflow("rule", tracking_uri=uri)
+    assert sorted(loaded.frame["run_id"]) == sorted([rerun, kept, tied[-1]])
+    assert loaded.frame.set_index("run_id").loc[rerun, "loss"] == 2.4
+    assert list(loaded.excluded["run_id"]) == [killed]

@@ -189,20 +189,42 @@ def test_tiny_run_records_schema(lab, schedule):
 
 
 @pytest.mark.slow
-def test_same_config_same_losses_and_rerun_reuses(lab, tmp_path):
+def test_same_config_in_a_second_experiment_trains_in_full_and_rerun_reuses(lab):
+    """Checkpoints are shared by run key (one runs folder for every experiment): the second
+    experiment's run trains every step instead of resuming the first one's final checkpoint,
+    with the same losses; a rerun in the first experiment reuses its run. D is what was
+    trained: 8000 tokens asked for are 32 whole batches of 256 = 8192."""
+    from analysis.load import load_mlflow
+    from sweeps.checkpoint import owner
+    from sweeps.config import ConfigError
     from sweeps.train import train
 
-    first = train(compose(*lab, "model.dropout=0.1", "train.label_smoothing=0.1"))
-    other = [*lab, "tracking.experiment=elsewhere", f"paths.runs_dir={tmp_path / 'b'}"]
-    second = train(compose(*other, "model.dropout=0.1", "train.label_smoothing=0.1"))
-    assert second.run_key == first.run_key  # tracking/paths are not part of the key
-    a = history(uri_of(lab), first.run_id, "train_loss")
-    b = history(uri_of(lab), second.run_id, "train_loss")
+    cfg = [*lab, "model.dropout=0.1", "train.label_smoothing=0.1", "train.tokens=8000"]
+    first = train(compose(*cfg))
+    other = [*cfg, "tracking.experiment=elsewhere"]  # the same paths.runs_dir
+    second = train(compose(*other))
+    assert second.run_key == first.run_key  # tracking is not part of the key
+    assert not second.reused and second.run_id != first.run_id
+    assert second.steps == 32 and second.tokens_consumed == 8192
+    uri = uri_of(lab)
+    a, b = history(uri, first.run_id, "train_loss"), history(uri, second.run_id, "train_loss")
+    assert [s for s, _ in b] == [256 * k for k in range(4, 33, 4)]  # every step trained
     assert a == b and first.final_val_loss == second.final_val_loss
-    again = train(compose(*lab, "model.dropout=0.1", "train.label_smoothing=0.1"))
+    assert [s for s, _ in history(uri, second.run_id, "val_loss")] == [2048, 4096, 6144, 8192]
+    assert owner(Path(second.run_dir) / "last.pt") == second.run_id
+    again = train(compose(*cfg))
     assert again.reused and again.run_id == first.run_id
     assert again.final_val_loss == first.final_val_loss
     assert len(runs_df(lab)) == 1
+    with pytest.raises(ConfigError, match=f"train.resume=true: .* written by MLflow run "
+                                          f"{second.run_id}, not by run key"):  # fmt: skip
+        train(compose(*cfg, "tracking.experiment=third", "train.resume=true"))
+    row = runs_df(other).iloc[0]
+    assert row["params.tokens"] == "8000" and row["params.tokens_trained"] == "8192"
+    assert int(row["params.flops_6nd"]) == 6 * int(row["params.n_params_nonembed"]) * 8192
+    assert row["tags.data_source"].startswith("text-")
+    loaded = load_mlflow("elsewhere", tracking_uri=uri).frame
+    assert list(loaded["D"]) == [8192] and list(loaded["run_id"]) == [second.run_id]
 
 
 @pytest.mark.slow
