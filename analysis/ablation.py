@@ -8,7 +8,17 @@ per compute budget). The effective compute multiplier of variant v at compute C 
 i.e. how much more compute the baseline needs to reach the loss the variant reaches with C
 (m > 1: the variant is better). It is reported at every measured budget and extrapolated to
 larger ones, with percentile intervals from a bootstrap that resamples runs within each variant.
-When an interval contains 1 the data cannot tell the variant from the baseline.
+
+Verdicts (better / worse / cannot tell) are given at measured budgets only, and control the
+family-wise error over all of them (every variant x measured budget) with Holm's step-down
+procedure. Each cell's p-value is the percentile bootstrap's, dual to its interval: twice the
+smaller fraction of finite replicates on either side of m = 1 (so the unadjusted p < 0.05
+exactly when the 95% interval excludes 1); a cell is decided when its Holm-adjusted p is below
+0.05. p resolves steps of 2/R, so with m cells Holm can decide only when R > 2m/0.05 (1,000
+replicates for up to 25 cells; more for larger families).
+With ~40 cells at 95% each, an uncorrected reading would call about two differences that are
+not there. A cell whose laws are not identified (a frontier exponent outside the plausible
+range, or fewer than 80% finite replicates) gets the verdict "not identified".
 """
 
 from __future__ import annotations
@@ -17,8 +27,11 @@ import numpy as np
 import pandas as pd
 
 from analysis.bootstrap import percentile_interval, resample_counts
-from analysis.chinchilla import budget_groups, envelope
+from analysis.chinchilla import budget_groups, envelope, padded
+from analysis.identification import MIN_CONVERGED, PLAUSIBLE_EXPONENT
 from analysis.powerlaw import PowerLaw, fit_power_laws, theta_of
+
+FAMILY_LEVEL = 0.05  # family-wise error rate of the verdicts
 
 
 def seed_spread(runs: pd.DataFrame) -> pd.DataFrame:
@@ -40,19 +53,11 @@ def _frontier_laws(runs: pd.DataFrame, counts: np.ndarray | None, irreducible: b
     if counts is None:
         f = _frontier(runs)
         return fit_power_laws(f["C"], f["loss"], irreducible=irreducible)
-    fronts = []
-    for w in counts:
-        sample = runs.iloc[np.repeat(np.arange(len(runs)), w.astype(int))]
-        fronts.append(_frontier(sample))
-    width = max(len(f) for f in fronts)
-    x, y, mask = (
-        np.ones((len(fronts), width)),
-        np.ones((len(fronts), width)),
-        np.zeros((len(fronts), width)),
-    )
-    for i, f in enumerate(fronts):
-        x[i, : len(f)], y[i, : len(f)], mask[i, : len(f)] = f["C"], f["loss"], 1.0
-    return fit_power_laws(x, y, irreducible=irreducible, weights=mask, x0=warm)
+    fronts = [_frontier(runs.iloc[np.repeat(np.arange(len(runs)), w.astype(int))]) for w in counts]
+    x, y, mask = padded(fronts)
+    laws = fit_power_laws(x, y, irreducible=irreducible, weights=mask, x0=warm)
+    laws[mask.sum(axis=1) < 2] = np.nan  # a replicate whose frontier is one point has no law
+    return laws
 
 
 def _multiplier(base: np.ndarray, variant: np.ndarray, C: np.ndarray) -> np.ndarray:
@@ -63,6 +68,36 @@ def _multiplier(base: np.ndarray, variant: np.ndarray, C: np.ndarray) -> np.ndar
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         c_base = np.where(target > Eb, ((target - Eb) / Ab) ** (-1.0 / gb), np.nan)
     return c_base / C[None, :]
+
+
+def holm_adjust(p: np.ndarray) -> np.ndarray:
+    """Holm's step-down adjusted p-values (nan stays nan and is not counted in the family)."""
+    p = np.asarray(p, dtype=float)
+    out = np.full(p.shape, np.nan)
+    ok = np.flatnonzero(np.isfinite(p))
+    order = ok[np.argsort(p[ok], kind="stable")]
+    m = order.size
+    adjusted = np.maximum.accumulate((m - np.arange(m)) * p[order])
+    out[order] = np.minimum(adjusted, 1.0)
+    return out
+
+
+def percentile_p(point: float, boot: np.ndarray) -> float:
+    """Two-sided bootstrap p-value of m = 1: twice the smaller fraction of finite replicates on
+    either side of 1 (capped at 1); nan when the estimate or too many replicates are not finite."""
+    finite = boot[np.isfinite(boot)]
+    if not np.isfinite(point) or finite.size < max(10, MIN_CONVERGED * boot.size):
+        return np.nan
+    tail = min(np.mean(finite <= 1.0), np.mean(finite >= 1.0))
+    return float(min(1.0, 2 * tail))
+
+
+def _law_problem(law: np.ndarray) -> str | None:
+    lo, hi = PLAUSIBLE_EXPONENT
+    gamma = law[0, 1]
+    if not np.isfinite(gamma) or not lo < gamma <= hi:
+        return f"frontier exponent gamma = {gamma:.3g} outside ({lo:g}, {hi:g}]"
+    return None
 
 
 def compare_variants(
@@ -92,21 +127,29 @@ def compare_variants(
     top = float(runs["C"].max())
     extrapolate_to = extrapolate_to or [10 * top, 100 * top]
     out: dict = {"baseline": baseline, "irreducible": irreducible, "variants": {}}
+    cells = []  # (variant, row) of every measured budget of every variant: the Holm family
     for v in variants:
         measured = np.sort(_frontier(per_variant[v])["C"].to_numpy(dtype=float))
         budgets = np.concatenate([measured, np.asarray(extrapolate_to, dtype=float)])
         point = _multiplier(laws[baseline], laws[v], budgets)[0]
         boot = _multiplier(reps[baseline], reps[v], budgets)
+        problem = _law_problem(laws[baseline]) or _law_problem(laws[v])
         rows = []
         for k, C in enumerate(budgets):
             ci = percentile_interval(boot[:, k])
-            rows.append({
+            row = {
                 "C": float(C),
                 "measured": bool(k < measured.size),
                 "multiplier": float(point[k]),
                 "ci95": ci,
-                "separable": None if ci is None else not (ci[0] <= 1.0 <= ci[1]),
-            })  # fmt: skip
+                "p": percentile_p(point[k], boot[:, k]) if problem is None else float("nan"),
+                "p_holm": float("nan"),
+                "verdict": None,  # measured budgets only, after the Holm step below
+                "separable": None,
+            }  # fmt: skip
+            if row["measured"] and v != baseline:
+                cells.append((v, row, problem))
+            rows.append(row)
         A, gamma, E = laws[v][0]
         out["variants"][v] = {
             "n_runs": int(len(per_variant[v])),
@@ -116,8 +159,22 @@ def compare_variants(
                 for j, name in enumerate(("A", "gamma", "E"))
                 if irreducible or name != "E"
             },
+            "not_identified": [] if problem is None else ["multipliers"],
+            "why_not_identified": {} if problem is None else {"multipliers": problem},
             "multipliers": rows,
         }
+    adjusted = holm_adjust(np.array([row["p"] for _, row, _ in cells]))
+    for (_, row, _), p_holm in zip(cells, adjusted):
+        row["p_holm"] = float(p_holm)
+        if not np.isfinite(p_holm):
+            row["verdict"] = "not identified"
+        elif p_holm < FAMILY_LEVEL:
+            row["verdict"] = "better" if row["multiplier"] > 1 else "worse"
+        else:
+            row["verdict"] = "cannot tell"
+        row["separable"] = None if not np.isfinite(p_holm) else bool(p_holm < FAMILY_LEVEL)
+    out["n_comparisons"] = int(np.isfinite(adjusted).sum())
+    out["family_level"] = FAMILY_LEVEL
     spread = seed_spread(runs)
     out["seed_spread"] = spread.to_dict(orient="records")
     out["seed_std_median"] = {

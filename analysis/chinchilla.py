@@ -4,9 +4,11 @@ Approach 3 follows Hoffmann et al. (2022, appendix D.2) as replicated by Besirog
 "Chinchilla Scaling: A replication attempt"): parameters theta = (a, b, e, alpha, beta) with
 A = exp(a), B = exp(b), E = exp(e); prediction log L = logsumexp(a - alpha log N, b - beta log D, e);
 objective = SUM over runs of Huber_delta(log L_obs - prediction) with delta = 1e-3; L-BFGS from
-every point of Hoffmann's grid, best kept. Bootstrap replicates are warm-started from the point
-estimate. (Epoch's replication found the original fit's tiny intervals came from a too-early stop
-of the optimizer, hence the tight tolerances here.)
+every point of Hoffmann's grid, best kept. Each bootstrap replicate finds its own optimum, from
+the point estimate and 9 points of the grid (`bootstrap_starts`). (Epoch's replication found the
+original fit's tiny intervals came from a too-early stop of the optimizer, hence the tight
+tolerances here.) Every quantity is either given an interval or listed as not identified
+(`analysis.identification`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import minimize
 
+from analysis import identification
 from analysis.bootstrap import intervals, resample_counts
 from analysis.lbfgs import chunked, minimize_batched
 
@@ -103,8 +106,66 @@ def allocation(theta: np.ndarray, budgets: np.ndarray) -> dict[str, np.ndarray]:
     }
 
 
-def parametric_quantities(theta: np.ndarray, budgets) -> dict[str, np.ndarray]:
-    """Every reported quantity for R parameter vectors (R, 5): {name: (R,)}."""
+@dataclass(frozen=True)
+class FlopsPerToken:
+    """Exact training FLOPs per token as a function of N: f(N) = 6 N + c N^q.
+
+    Fitted to the runs' exact counts (C_exact / D): 6N is the non-embedding matmuls, c N^q the
+    head, embedding-side and attention terms, which grow slower than N along a size ladder. The
+    form tends to 6N at large N, so extrapolated allocations approach the 6ND ones.
+    """
+
+    c: float
+    q: float
+
+    @classmethod
+    def fit(cls, N, C_exact, D) -> FlopsPerToken:
+        N, per_token = np.asarray(N, dtype=float), np.asarray(C_exact, float) / np.asarray(D, float)
+        extra = per_token - 6 * N
+        if not (extra > 0).all() or np.unique(N).size < 2:
+            raise ValueError("exact FLOPs per token must exceed 6N at two or more sizes")
+        q, log_c = np.polyfit(np.log(N), np.log(extra), 1)
+        return cls(float(np.exp(log_c)), float(q))
+
+    def __call__(self, N):
+        N = np.asarray(N, dtype=float)
+        return 6 * N + self.c * N**self.q
+
+
+def allocation_exact(theta: np.ndarray, budgets, flops: FlopsPerToken) -> dict[str, np.ndarray]:
+    """Compute-optimal allocation under C = f(N) D (exact FLOPs): arrays (R, K).
+
+    No closed form: L(N, C / f(N)) is minimised over a grid of log N (6ND optimum +- 6 decades,
+    1,201 points) and refined by a parabola through the best grid point and its neighbours.
+    """
+    budgets = np.asarray(budgets, dtype=float)
+    centre = np.log(allocation(theta, budgets)["N_opt"])  # (R, K)
+    centre = np.where(np.isfinite(centre), centre, np.nan)
+    steps = np.linspace(-6 * np.log(10), 6 * np.log(10), 1201)
+    h = steps[1] - steps[0]
+    log_n = centre[..., None] + steps  # (R, K, G)
+    E, A, B = (np.exp(theta[:, i])[:, None, None] for i in (2, 0, 1))
+    alpha, beta = theta[:, 3][:, None, None], theta[:, 4][:, None, None]
+    with np.errstate(all="ignore"):
+        log_d = np.log(budgets)[None, :, None] - np.log(flops(np.exp(log_n)))
+        loss = E + A * np.exp(-alpha * log_n) + B * np.exp(-beta * log_d)
+        loss = np.where(np.isfinite(loss), loss, np.inf)
+        k = np.clip(np.argmin(loss, axis=-1), 1, steps.size - 2)[..., None]
+        y0, y1, y2 = (np.take_along_axis(loss, k + j, axis=-1)[..., 0] for j in (-1, 0, 1))
+        shift = np.clip(0.5 * (y0 - y2) / (y0 - 2 * y1 + y2), -1, 1)
+        shift = np.where(np.isfinite(shift), shift, 0.0)
+        best = np.take_along_axis(log_n, k, axis=-1)[..., 0] + h * shift
+        n_opt = np.exp(best)
+        d_opt = budgets[None, :] / flops(n_opt)
+    n_opt = np.where(np.isfinite(centre), n_opt, np.nan)
+    return {"N_opt": n_opt, "D_opt": d_opt, "tokens_per_param": d_opt / n_opt}
+
+
+def parametric_quantities(
+    theta: np.ndarray, budgets, flops: FlopsPerToken | None = None
+) -> dict[str, np.ndarray]:
+    """Every reported quantity for R parameter vectors (R, 5): {name: (R,)}. With `flops`, the
+    allocation is under exact FLOPs (C = f(N) D), else under C = 6ND."""
     with np.errstate(all="ignore"):
         out = {
             "E": np.exp(theta[:, 2]),
@@ -115,7 +176,8 @@ def parametric_quantities(theta: np.ndarray, budgets) -> dict[str, np.ndarray]:
             "a": theta[:, 4] / (theta[:, 3] + theta[:, 4]),
             "b": theta[:, 3] / (theta[:, 3] + theta[:, 4]),
         }
-        alloc = allocation(theta, np.asarray(budgets, dtype=float))
+        budgets = np.asarray(budgets, dtype=float)
+        alloc = allocation(theta, budgets) if flops is None else allocation_exact(theta, budgets, flops)
     for k, C in enumerate(budgets):
         for name, values in alloc.items():
             out[f"{name}@{C:.3g}"] = values[:, k]
@@ -153,35 +215,64 @@ def huber_objective(theta, rows, log_N, log_D, log_L, weights, delta=HUBER_DELTA
     return huber.sum(axis=1), grad
 
 
+def fixed_theta(fixed: dict[str, float] | None) -> tuple[np.ndarray, np.ndarray]:
+    """(values (5,), free (5,) bool) in THETA order for parameters held fixed by name
+    (E, A, B, alpha, beta; E, A, B in linear scale), e.g. {"E": 1.7}."""
+    values, free = np.zeros(len(THETA)), np.ones(len(THETA), dtype=bool)
+    for name, value in (fixed or {}).items():
+        if name not in FIXABLE:
+            raise ValueError(f"cannot fix '{name}'; choose from {sorted(FIXABLE)}")
+        i, log_scale = FIXABLE[name]
+        values[i], free[i] = (np.log(value) if log_scale else value), False
+    return values, free
+
+
+# name -> (index in THETA, stored as a log)
+FIXABLE = {"A": (0, True), "B": (1, True), "E": (2, True), "alpha": (3, False), "beta": (4, False)}
+
+
+def _with_fixed(starts: np.ndarray, fixed: dict[str, float] | None) -> np.ndarray:
+    """Starts with the fixed coordinates set, duplicates removed."""
+    if not fixed:
+        return starts
+    values, free = fixed_theta(fixed)
+    starts = np.where(free[None, :], starts, values[None, :])
+    return np.unique(starts, axis=0)
+
+
 def fit_parametric(
-    N, D, loss, *, starts: np.ndarray | None = None, delta: float = HUBER_DELTA, polish: int = 3
+    N, D, loss, *, starts: np.ndarray | None = None, delta: float = HUBER_DELTA, polish: int = 3,
+    fixed: dict[str, float] | None = None,
 ) -> Parametric:
     """Approach 3 point estimate: batched L-BFGS from every start, L-BFGS-B polish of the best.
 
     `starts` (S, 5) defaults to Hoffmann's 4,500-point grid. The `polish` best distinct results
     are re-run with scipy's L-BFGS-B (jac=True, tight tolerances) and the lowest objective kept.
+    `fixed` holds named parameters at given values (e.g. {"E": 1.7}): they are not fitted.
     """
     log_N, log_D, log_L = (np.log(np.asarray(v, dtype=float)) for v in (N, D, loss))
-    starts = hoffmann_grid() if starts is None else np.atleast_2d(starts)
+    starts = _with_fixed(hoffmann_grid() if starts is None else np.atleast_2d(starts), fixed)
+    _, free = fixed_theta(fixed)
 
     def batch(x, rows):
         return huber_objective(x, rows, log_N, log_D, log_L, None, delta)
 
     with np.errstate(all="ignore"):  # trial steps may overflow; rejected
-        res = minimize_batched(chunked(batch, log_N.size), starts)
+        res = minimize_batched(chunked(batch, log_N.size), starts, free=free)
     order = np.argsort(np.where(np.isfinite(res.fun), res.fun, np.inf))
     candidates = _distinct(res.x[order], polish)
 
     def single(x):
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             f, g = batch(x[None, :], np.zeros(1, dtype=int))
-        return f[0], g[0]
+        return f[0], g[0] * free
 
     best_x, best_f = candidates[0], single(candidates[0])[0]
+    bounds = [(None, None) if f else (x, x) for f, x in zip(free, best_x)]
     for x0 in candidates:
         with np.errstate(all="ignore"):  # trial steps may overflow; rejected
             r = minimize(
-                single, x0, jac=True, method="L-BFGS-B",
+                single, x0, jac=True, method="L-BFGS-B", bounds=bounds,
                 options={"maxiter": 500, "ftol": 1e-13, "gtol": 1e-10},
             )  # fmt: skip
         if np.isfinite(r.fun) and r.fun < best_f:
@@ -200,34 +291,85 @@ def _distinct(xs: np.ndarray, k: int, tol: float = 1e-3) -> list[np.ndarray]:
     return picked
 
 
+def bootstrap_starts() -> np.ndarray:
+    """Starts of every bootstrap replicate besides the warm start: 9 points of Hoffmann's grid
+    (a, b in {0, 10, 20}; e = 0.5; alpha = beta = 0.5).
+
+    Why: a warm start at a point estimate on a boundary (E -> 0, where the gradient in log E
+    vanishes) cannot leave it, so every replicate would copy the estimate and the interval
+    collapse. Measured on results/ref_ladder_v2 (40 replicates, against a restart of each from
+    the full 4,500-point grid): the warm start alone missed the replicate's best objective in
+    58% of them, warm + these 9 in none.
+    """
+    return np.array(
+        [[a, b, 0.5, 0.5, 0.5] for a in (0.0, 10.0, 20.0) for b in (0.0, 10.0, 20.0)]
+    )
+
+
 def bootstrap_parametric(
-    N, D, loss, point: Parametric, counts: np.ndarray, delta: float = HUBER_DELTA
-) -> np.ndarray:
-    """Refit every bootstrap replicate (counts (R, n)) warm-started at `point`: thetas (R, 5)."""
+    N, D, loss, point: Parametric, counts: np.ndarray, delta: float = HUBER_DELTA,
+    fixed: dict[str, float] | None = None, screen_iter: int = 40, keep: int = 2,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Refit every bootstrap replicate (counts (R, n)) from its own starts: the warm start at
+    `point` and `bootstrap_starts()`. Returns thetas (R, 5), nan where the replicate's best
+    start did not converge, and the converged flags (R,).
+
+    Two stages keep the cost down: every start runs `screen_iter` iterations, then the `keep`
+    best of each replicate run to convergence.
+    """
     log_N, log_D, log_L = (np.log(np.asarray(v, dtype=float)) for v in (N, D, loss))
+    starts = np.vstack([point.theta[None, :], _with_fixed(bootstrap_starts(), fixed)])
+    _, free = fixed_theta(fixed)
+    n_rep, n_start = counts.shape[0], starts.shape[0]
 
-    def batch(x, rows):
-        return huber_objective(x, rows, log_N, log_D, log_L, counts, delta)
+    def run(x0, owner, max_iter):
+        def batch(x, rows):
+            return huber_objective(x, owner[rows], log_N, log_D, log_L, counts, delta)
 
-    x0 = np.repeat(point.theta[None, :], counts.shape[0], axis=0)
-    with np.errstate(all="ignore"):  # trial steps may overflow; rejected
-        res = minimize_batched(chunked(batch, log_N.size), x0)
-    thetas = res.x.copy()
-    thetas[~res.converged] = np.nan
-    return thetas
+        with np.errstate(all="ignore"):  # trial steps may overflow; rejected
+            return minimize_batched(chunked(batch, log_N.size), x0, max_iter=max_iter, free=free)
+
+    owner = np.repeat(np.arange(n_rep), n_start)
+    screen = run(np.tile(starts, (n_rep, 1)), owner, screen_iter)
+    f = np.where(np.isfinite(screen.fun), screen.fun, np.inf).reshape(n_rep, n_start)
+    best = np.argsort(f, axis=1, kind="stable")[:, :keep]  # (R, keep) start index per replicate
+    rows = (best + n_start * np.arange(n_rep)[:, None]).ravel()
+    final = run(screen.x[rows], owner[rows], 500)
+    f = np.where(np.isfinite(final.fun), final.fun, np.inf).reshape(n_rep, keep)
+    pick = np.argmin(f, axis=1)
+    chosen = pick + keep * np.arange(n_rep)
+    thetas = final.x[chosen].copy()
+    converged = final.converged[chosen] & np.isfinite(f[np.arange(n_rep), pick])
+    thetas[~converged] = np.nan
+    return thetas, converged
 
 
 def parametric_report(
-    runs: pd.DataFrame, budgets, n_boot: int, seed: int, starts: np.ndarray | None = None
+    runs: pd.DataFrame, budgets, n_boot: int, seed: int, starts: np.ndarray | None = None,
+    fixed: dict[str, float] | None = None, flops: FlopsPerToken | None = None,
 ) -> tuple[Parametric, dict]:
-    """Approach 3 point estimate plus 95% intervals for every reported quantity."""
-    fit = fit_parametric(runs["N"], runs["D"], runs["loss"], starts=starts)
-    point = {k: float(v[0]) for k, v in parametric_quantities(fit.theta[None, :], budgets).items()}
+    """Approach 3 point estimate plus 95% intervals and identification for every quantity.
+
+    `fixed` holds named parameters at given values; `flops` puts the allocation under exact
+    training FLOPs (C = f(N) D) instead of C = 6ND (a and b stay the 6ND exponents, which the
+    exact allocation approaches at large N).
+    """
+    fit = fit_parametric(runs["N"], runs["D"], runs["loss"], starts=starts, fixed=fixed)
+    quantities = parametric_quantities(fit.theta[None, :], budgets, flops)
+    point = {k: float(v[0]) for k, v in quantities.items()}
     counts = resample_counts(len(runs), n_boot, seed)
-    thetas = bootstrap_parametric(runs["N"], runs["D"], runs["loss"], fit, counts)
-    ci = intervals(parametric_quantities(thetas, budgets))
+    thetas, converged = bootstrap_parametric(
+        runs["N"], runs["D"], runs["loss"], fit, counts, fixed=fixed
+    )
+    replicates = parametric_quantities(thetas, budgets, flops)
+    ci = intervals(replicates)
+    for name in fixed or {}:
+        ci[name] = None
     section = {
         **{k: point[k] for k in ("E", "A", "B", "alpha", "beta", "a", "b")},
+        "fixed": dict(fixed or {}),
+        "compute": "6nd" if flops is None else "exact",
+        "flops_per_token": None if flops is None else {"c": flops.c, "q": flops.q},
         "n_points": int(len(runs)),
         "objective": fit.objective,
         "huber_delta": HUBER_DELTA,
@@ -239,9 +381,14 @@ def parametric_report(
             for C in budgets
         ],
         "n_boot": int(n_boot),
-        "n_boot_converged": int(np.isfinite(thetas[:, 0]).sum()),
+        "n_boot_converged": int(converged.sum()),
         "ci95": ci,
     }
+    reasons = identification.parametric(
+        point, ci, converged, loss_min=float(runs["loss"].min()), fixed=fixed or {}
+    )
+    section["not_identified"] = list(reasons)
+    section["why_not_identified"] = reasons
     return fit, section
 
 
@@ -391,8 +538,10 @@ def _loglog_line(x, y) -> tuple[float, float]:
 
 def frontier_exponents(optima: pd.DataFrame) -> dict | None:
     """a, b and coefficients of N_opt = k_N C^a, D_opt = k_D C^b from per-budget optima."""
-    ok = optima.dropna(subset=["N_opt"])
-    if len(ok) < 2:
+    n_opt, d_opt = optima["N_opt"].to_numpy(float), optima["D_opt"].to_numpy(float)
+    # A nearly flat parabola puts its minimum at exp(huge) = inf: not a point to fit a line to.
+    ok = optima[np.isfinite(n_opt) & np.isfinite(d_opt) & (n_opt > 0)]
+    if len(ok) < 2 or ok["C"].nunique() < 2:
         return None
     a, k_N = _loglog_line(ok["C"], ok["N_opt"])
     b, k_D = _loglog_line(ok["C"], ok["D_opt"])
@@ -414,60 +563,105 @@ def isoflop_report(runs: pd.DataFrame, n_boot: int, seed: int, rtol: float = 0.1
         optima.insert(0, "sweep", [profiles.sweep(k) for k in profiles.ids])
     point = frontier_exponents(optima)
     if point is None:  # profiles exist, but fewer than 2 have a minimum: say so
-        return {"per_budget": optima.to_dict(orient="records"), "n_boot": 0}
+        why = "fewer than two budgets have a convex parabola in log N"
+        section = {"per_budget": optima.to_dict(orient="records"), "n_boot": 0}
+        return identification.with_reasons(section, {"a": why, "b": why})
     counts = resample_counts(len(runs), n_boot, seed, strata=labels)
     reps: dict[str, list[float]] = {k: [] for k in ("a", "b", "k_N", "k_D")}
     for w in counts:
         rep = frontier_exponents(isoflop_optima(runs["N"], runs["C"], runs["loss"], labels, w))
         for k in reps:
             reps[k].append(np.nan if rep is None else rep[k])
-    return {
+    section = {
         **point,
         "per_budget": optima.to_dict(orient="records"),
         "n_boot": int(n_boot),
         "ci95": intervals({k: np.array(v) for k, v in reps.items()}),
     }
+    reasons = identification.allocation_exponents(section)
+    n_interior = int(optima["interior"].sum())
+    if n_interior < 2:
+        why = (f"only {n_interior} budget(s) have their minimum inside the measured sizes; the "
+               "others are extrapolated parabolas")  # fmt: skip
+        reasons = {"a": why, "b": why, **reasons}
+    return identification.with_reasons(section, reasons)
 
 
 # ---------------------------------------------------------------- approach 1: lower envelope
 
 
 def envelope(points: pd.DataFrame, n_bins: int | None = None) -> pd.DataFrame:
-    """Lowest-loss point per bin of log C: the compute frontier and who attains it.
+    """The compute frontier (lower envelope of loss vs C) and who attains it.
 
-    points: columns N, C, loss (one row per run end, or per logged evaluation when training
-    curves are used). Bins are equal-width in log C; default one bin per ~3 points (3..30).
+    A point is on the envelope only if no cheaper point reaches a loss at least as low (a
+    running minimum of loss over increasing C; of points at equal C only the lowest counts).
+    Then, so that a dense stretch of C does not outweigh the rest in a log-log fit, the
+    envelope is thinned to its lowest-loss point per bin of log C: equal-width bins over the
+    range of all points, default one bin per ~3 points (3..30). A bin holding only dominated
+    points contributes nothing. points: columns N, C, loss (one row per run end, or per logged
+    evaluation when training curves are used).
     """
     if n_bins is None:
         n_bins = int(np.clip(len(points) // 3, 3, 30))
+    ordered = points.sort_values(["C", "loss"], kind="stable")
+    best_before = ordered["loss"].cummin().shift(1, fill_value=np.inf)
+    front = ordered[ordered["loss"].to_numpy() < best_before.to_numpy()]
     log_c = np.log(points["C"].to_numpy(dtype=float))
     edges = np.linspace(log_c.min(), log_c.max(), n_bins + 1)
-    bins = np.clip(np.digitize(log_c, edges[1:-1]), 0, n_bins - 1)
-    best = points.assign(_bin=bins).sort_values(["_bin", "loss"], kind="stable")
+    bins = np.clip(np.digitize(np.log(front["C"].to_numpy(dtype=float)), edges[1:-1]), 0, n_bins - 1)
+    best = front.assign(_bin=bins).sort_values(["_bin", "loss"], kind="stable")
     return best.groupby("_bin", sort=True).head(1).drop(columns="_bin").reset_index(drop=True)
+
+
+def resampled_envelopes(
+    points: pd.DataFrame, counts: np.ndarray, n_bins: int | None = None
+) -> list[pd.DataFrame]:
+    """The envelope of every bootstrap resample of runs: counts (R, n_runs) over the sorted
+    unique `run_id`s of `points` (a run's every row, e.g. its logged evaluations, goes with it).
+    The frontier is recomputed inside each replicate, so a replicate that lacks a frontier run
+    gets the next-best one, as a new set of runs would."""
+    run_ids = points["run_id"].to_numpy()
+    _, run_index = np.unique(run_ids, return_inverse=True)
+    rows = np.arange(len(points))
+    return [
+        envelope(points.iloc[np.repeat(rows, w[run_index].astype(int))], n_bins) for w in counts
+    ]
+
+
+def padded(fronts: list[pd.DataFrame], x: str = "C", y: str = "loss"):
+    """Ragged frontiers as (R, width) arrays x, y and a 0/1 weight mask (1 = a real point)."""
+    width = max(len(f) for f in fronts)
+    xs, ys, mask = (np.ones((len(fronts), width)) for _ in range(3))
+    mask[:] = 0.0
+    for i, f in enumerate(fronts):
+        xs[i, : len(f)], ys[i, : len(f)], mask[i, : len(f)] = f[x], f[y], 1.0
+    return xs, ys, mask
+
+
+def _tokens(points: pd.DataFrame) -> pd.Series:
+    """D of each point: its column D when present (any compute convention), else C / 6N."""
+    return points["D"] if "D" in points.columns else points["C"] / (6 * points["N"])
 
 
 def envelope_report(
     points: pd.DataFrame, n_boot: int, seed: int, n_bins: int | None = None
 ) -> dict | None:
     """Approach 1: power laws of N_opt and D_opt along the envelope, bootstrap over runs."""
-    front = envelope(points, n_bins).assign(D_opt=lambda f: f["C"] / (6 * f["N"]))
+    front = envelope(points, n_bins).assign(D_opt=lambda f: _tokens(f))
     point = frontier_exponents(front.rename(columns={"N": "N_opt"}))
     if point is None or front["N"].nunique() < 2:
         return None
-    run_ids = points["run_id"].to_numpy()
-    unique_runs, run_index = np.unique(run_ids, return_inverse=True)
-    counts = resample_counts(unique_runs.size, n_boot, seed)
+    counts = resample_counts(points["run_id"].nunique(), n_boot, seed)
     reps: dict[str, list[float]] = {k: [] for k in ("a", "b", "k_N", "k_D")}
-    for w in counts:
-        sample = points.iloc[np.repeat(np.arange(len(points)), w[run_index].astype(int))]
-        f = envelope(sample, n_bins).assign(D_opt=lambda f: f["C"] / (6 * f["N"]))
+    for f in resampled_envelopes(points, counts, n_bins):
+        f = f.assign(D_opt=_tokens(f))
         rep = frontier_exponents(f.rename(columns={"N": "N_opt"})) if f["N"].nunique() > 1 else None
         for k in reps:
             reps[k].append(np.nan if rep is None else rep[k])
-    return {
+    section = {
         **point,
         "envelope": front[["C", "N", "D_opt", "loss"]].to_dict(orient="records"),
         "n_boot": int(n_boot),
         "ci95": intervals({k: np.array(v) for k, v in reps.items()}),
     }
+    return identification.with_reasons(section, identification.allocation_exponents(section))

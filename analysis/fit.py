@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import chinchilla
+from analysis import chinchilla, identification
 from analysis.bootstrap import intervals, resample_counts
 from analysis.load import (
     InputError,
@@ -33,6 +33,8 @@ from analysis.powerlaw import PowerLaw, fit_power_laws, theta_of
 MIN_POINTS_IRREDUCIBLE = 5  # a 3-parameter law needs spare points; fewer -> pure power law
 # approach 2 with --params total: a planned budget holds 6 N D fixed for non-embedding N only
 NOT_ISO = "the sweep's IsoFLOP budgets are iso in 6 N D for non-embedding N only"
+NOT_ISO_EXACT = ("the runs do not say their IsoFLOP budgets were planned in exact FLOPs "
+                 "(column budget_flops = exact); 6ND budgets are not iso in exact FLOPs")  # fmt: skip
 
 
 def default_budgets(runs: pd.DataFrame) -> list[float]:
@@ -44,8 +46,15 @@ def default_budgets(runs: pd.DataFrame) -> list[float]:
 # ---------------------------------------------------------------- single-variable laws
 
 
-def law_section(x, y, n_boot: int, seed: int, irreducible: bool | None = None) -> dict | None:
-    """Power law y = E + A x^-alpha with bootstrap intervals over the points."""
+def law_section(
+    x, y, n_boot: int, seed: int, irreducible: bool | None = None, resampled=None
+) -> dict | None:
+    """Power law y = E + A x^-alpha with bootstrap intervals over the points.
+
+    `resampled` (xs, ys, mask), padded (R, width) arrays as `chinchilla.padded` makes them,
+    replaces the resampling of the points themselves: e.g. the frontier recomputed in every
+    resample of runs. A replicate with fewer distinct x than the law needs gives no value.
+    """
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if np.unique(x).size < 3:
         return None
@@ -55,17 +64,25 @@ def law_section(x, y, n_boot: int, seed: int, irreducible: bool | None = None) -
     if not np.isfinite(alpha):
         return None
     law = PowerLaw(float(A), float(alpha), float(E))
-    counts = resample_counts(x.size, n_boot, seed)
     warm = theta_of(law) if irreducible else None
-    reps = fit_power_laws(x, y, irreducible=irreducible, weights=counts, x0=warm)
+    if resampled is None:
+        xs, ys, mask = x, y, resample_counts(x.size, n_boot, seed)
+    else:
+        xs, ys, mask = resampled
+    reps = fit_power_laws(xs, ys, irreducible=irreducible, weights=mask, x0=warm)
+    needed = MIN_POINTS_IRREDUCIBLE if irreducible else 3
+    distinct = [np.unique(np.broadcast_to(xs, mask.shape)[i][mask[i] > 0]).size for i in range(len(mask))]
+    reps[np.asarray(distinct) < needed] = np.nan
     names = ("A", "alpha", "E") if irreducible else ("A", "alpha")
-    return {
+    section = {
         **{k: getattr(law, k) for k in names},
         "irreducible": bool(irreducible),
         "n_points": int(x.size),
         "points": [{"x": float(a), "y": float(b)} for a, b in zip(x, y)],
         "ci95": intervals({k: reps[:, i] for i, k in enumerate(names)}),
     }
+    reasons = identification.power_law(section, y_min=float(y.min()))
+    return identification.with_reasons(section, reasons)
 
 
 def _at_largest(runs: pd.DataFrame, fixed: str, rtol: float = 0.05) -> pd.DataFrame:
@@ -76,13 +93,18 @@ def _at_largest(runs: pd.DataFrame, fixed: str, rtol: float = 0.05) -> pd.DataFr
 def kaplan_section(runs: pd.DataFrame, n_boot: int, seed: int) -> dict:
     """L(N) at the largest D, L(D) at the largest N, and L(C) along the compute frontier."""
     at_d, at_n = _at_largest(runs, "D"), _at_largest(runs, "N")
-    front = chinchilla.envelope(runs[["run_id", "N", "C", "loss"]])
+    points = runs[["run_id", "N", "C", "loss"]]
+    front = chinchilla.envelope(points)
+    # Resample runs and recompute the frontier in each replicate (as approach 1 does), not the
+    # frontier points: those were selected by the very losses being resampled.
+    counts = resample_counts(points["run_id"].nunique(), n_boot, seed)
+    fronts = chinchilla.padded(chinchilla.resampled_envelopes(points, counts))
     return {
         "L_N": law_section(at_d["N"], at_d["loss"], n_boot, seed),
         "L_N_at_D": float(at_d["D"].median()),
         "L_D": law_section(at_n["D"], at_n["loss"], n_boot, seed),
         "L_D_at_N": float(at_n["N"].median()),
-        "L_C": law_section(front["C"], front["loss"], n_boot, seed),
+        "L_C": law_section(front["C"], front["loss"], n_boot, seed, resampled=fronts),
     }
 
 
@@ -101,7 +123,9 @@ def default_holdout_threshold(runs: pd.DataFrame, rtol: float = 0.1) -> float:
     return float(C[C >= lowest / (1 + rtol)].min() * 0.999)
 
 
-def extrapolation_section(runs: pd.DataFrame, threshold: float | None) -> dict:
+def extrapolation_section(
+    runs: pd.DataFrame, threshold: float | None, fixed: dict[str, float] | None = None
+) -> dict:
     """Fit approach 3 below a compute threshold, predict the held-out larger runs."""
     if threshold is None:
         threshold = default_holdout_threshold(runs)
@@ -113,7 +137,7 @@ def extrapolation_section(runs: pd.DataFrame, threshold: float | None) -> dict:
         return {**section, "skipped": str(err)}
     if test.empty:
         return {**section, "skipped": "no runs at or above the threshold"}
-    law = chinchilla.fit_parametric(train["N"], train["D"], train["loss"])
+    law = chinchilla.fit_parametric(train["N"], train["D"], train["loss"], fixed=fixed)
     pred = law.predict(test["N"], test["D"])
     rel = (pred - test["loss"].to_numpy()) / test["loss"].to_numpy()
     section["fit"] = {k: getattr(law, k) for k in ("E", "A", "B", "alpha", "beta")}
@@ -140,6 +164,8 @@ def fit_all(
     intermediate: bool = False,
     holdout_threshold: float | None = None,
     isoflop: bool = True,
+    compute: str = "6nd",
+    fixed: dict[str, float] | None = None,
 ) -> dict:
     """Every section of fit.json for one set of runs (validated with `check_fittable`).
 
@@ -148,18 +174,38 @@ def fit_all(
     (e.g. constant): a cosine run's intermediate losses sit above those of a run planned for
     that many tokens, so by default only the final point of each run is used.
     `isoflop=False` skips approach 2 (its budgets are not iso in the compute being fitted).
+    `compute`: "6nd" (C = 6 N D, Kaplan's and Chinchilla's convention) or "exact" (C = the
+    runs' exact training FLOPs, column C_exact, which count the head, embedding side and
+    attention): every C below, budgets included, is then exact, and approach 3's allocation
+    minimises L under C = f(N) D with f fitted to the runs (`chinchilla.FlopsPerToken`).
+    Approach 2 then uses only budgets that are iso in exact FLOPs (`budget_flops: exact` plans).
+    `fixed` holds approach-3 parameters at given values (e.g. {"E": 1.7}), reported as fixed.
     """
     check_fittable(runs)
+    flops = None
+    if compute == "exact":
+        check_exact_compute(runs)
+        runs = runs.assign(C=runs["C_exact"].astype(float))
+        flops = chinchilla.FlopsPerToken.fit(runs["N"], runs["C"], runs["D"])
     budgets = budgets or default_budgets(runs)
+    if compute == "exact" and not _planned_exact(runs):
+        isoflop = False  # a 6ND profile is not iso in exact FLOPs (its small sizes cost more)
     iso = chinchilla.isoflop_report(runs, n_boot, seed) if isoflop else {"skipped": NOT_ISO}
-    law, parametric = chinchilla.parametric_report(runs, budgets, n_boot, seed)
-    points = runs[["run_id", "N", "C", "loss"]]
+    if compute == "exact" and not isoflop:
+        iso = {"skipped": NOT_ISO_EXACT}
+    law, parametric = chinchilla.parametric_report(
+        runs, budgets, n_boot, seed, fixed=fixed, flops=flops
+    )
+    points = runs[["run_id", "N", "D", "C", "loss"]]
     if intermediate and curves is not None and not curves.empty:
-        extra = curves.merge(runs[["run_id", "N"]], on="run_id")
-        extra = extra.assign(C=6 * extra["N"] * extra["tokens"], loss=extra["val_loss"])
-        points = pd.concat([points, extra[["run_id", "N", "C", "loss"]]], ignore_index=True)
+        # an evaluation after `tokens` tokens cost the run's FLOPs per token (C / D) times that
+        extra = curves.merge(runs.assign(per_token=runs["C"] / runs["D"])[["run_id", "N", "per_token"]], on="run_id")
+        extra = extra.assign(D=extra["tokens"], C=extra["per_token"] * extra["tokens"],
+                             loss=extra["val_loss"])  # fmt: skip
+        points = pd.concat([points, extra[["run_id", "N", "D", "C", "loss"]]], ignore_index=True)
     return {
         "n_runs": int(len(runs)),
+        "compute": compute,
         "budgets": budgets,
         "parametric": parametric,
         "isoflop": iso,
@@ -168,8 +214,28 @@ def fit_all(
             "uses_intermediate_points": bool(intermediate and curves is not None),
         },
         "kaplan": kaplan_section(runs, n_boot, seed),
-        "extrapolation": extrapolation_section(runs, holdout_threshold),
+        "extrapolation": extrapolation_section(runs, holdout_threshold, fixed),
     }
+
+
+def _planned_exact(runs: pd.DataFrame) -> bool:
+    """Whether every run says its IsoFLOP budget was planned in exact FLOPs (`budget_flops`)."""
+    return "budget_flops" in runs.columns and bool((runs["budget_flops"] == "exact").all())
+
+
+def check_exact_compute(runs: pd.DataFrame) -> None:
+    """--compute exact needs a positive C_exact above 6 N D for every run."""
+    if "C_exact" not in runs.columns:
+        raise InputError("--compute exact: no column 'C_exact' (exact training FLOPs) in the runs")
+    c_exact = pd.to_numeric(runs["C_exact"], errors="coerce").to_numpy(dtype=float)
+    bad = ~(c_exact > 6 * runs["N"].to_numpy(float) * runs["D"].to_numpy(float))
+    if bad.any():
+        raise InputError(
+            f"--compute exact: column 'C_exact' has {int(bad.sum())} missing value(s) or value(s) "
+            "not above 6 N D (exact training FLOPs include the head and attention)"
+        )
+    if runs["N"].nunique() < 2:
+        raise InputError("--compute exact: needs runs at two or more sizes N")
 
 
 def jsonable(obj):
@@ -192,10 +258,19 @@ def dumps(result: dict) -> str:
 # ---------------------------------------------------------------- readable summary
 
 
-def _ci(section: dict, key: str, fmt: str = ".4g") -> str:
-    lo_hi = section.get("ci95", {}).get(key)
+def _ci(section: dict, key: str, fmt: str = ".4g", name: str | None = None) -> str:
+    """'value [lo, hi]', or 'value (fixed)' / 'value (not identified)' where that applies.
+    `name` is the key in the section's ci95 and not_identified lists (default: key)."""
+    name = name or key
+    if key in section.get("fixed", {}):
+        return f"{section[key]:{fmt}} (fixed)"
+    value = section[key]
+    text = "nan" if value is None else f"{value:{fmt}}"
+    if name in section.get("not_identified", []):
+        return f"{text} (not identified)"
+    lo_hi = section.get("ci95", {}).get(name)
     interval = f" [{lo_hi[0]:{fmt}}, {lo_hi[1]:{fmt}}]" if lo_hi else " [no interval]"
-    return f"{section[key]:{fmt}}{interval}"
+    return text + interval
 
 
 def summary(result: dict, title: str = "") -> str:
@@ -206,18 +281,22 @@ def summary(result: dict, title: str = "") -> str:
         f" + {_ci(p, 'B')} / D^{_ci(p, 'beta')}"
     )
     lines.append(f"  N_opt ~ C^a, a = {_ci(p, 'a', '.3f')};  D_opt ~ C^b, b = {_ci(p, 'b', '.3f')}")
+    convention = "6ND" if p.get("compute", "6nd") == "6nd" else "exact FLOPs"
     for row in p["allocation"]:
         tag = f"@{row['C']:.3g}"
-        q = {k: row[k] for k in ("N_opt", "D_opt", "tokens_per_param")}
-        q["ci95"] = {k: p["ci95"].get(f"{k}{tag}") for k in q}
+        q = {**p, **{k: row[k] for k in ("N_opt", "D_opt", "tokens_per_param")}}
+        cell = {k: _ci(q, k, ".3g", f"{k}{tag}") for k in ("N_opt", "D_opt", "tokens_per_param")}
         lines.append(
-            f"  C = {row['C']:.3g}: N_opt = {_ci(q, 'N_opt', '.3g')}, "
-            f"D_opt = {_ci(q, 'D_opt', '.3g')}, D/N = {_ci(q, 'tokens_per_param', '.3g')}"
+            f"  C = {row['C']:.3g} ({convention}): N_opt = {cell['N_opt']}, "
+            f"D_opt = {cell['D_opt']}, D/N = {cell['tokens_per_param']}"
         )
     for name, key in (("approach 2 (IsoFLOP)", "isoflop"), ("approach 1 (envelope)", "envelope")):
         s = result.get(key)
         if s and "a" in s:
             lines.append(f"{name}: a = {_ci(s, 'a', '.3f')}, b = {_ci(s, 'b', '.3f')}")
+    if p.get("not_identified"):
+        lines.append("not identified by these runs (approach 3):")
+        lines += [f"  {k}: {why}" for k, why in p["why_not_identified"].items() if "@" not in k]
     ext = result["extrapolation"]
     if "mean_abs_rel_error" in ext:
         lines.append(
@@ -239,11 +318,45 @@ def add_fit_args(parser: argparse.ArgumentParser) -> None:
         help="compute budget (FLOPs) for N_opt/D_opt; repeatable (default: max C and 100x)",
     )  # fmt: skip
     parser.add_argument("--holdout-above", type=float, help="extrapolation threshold C")
+    parser.add_argument(
+        "--compute", choices=("6nd", "exact"), default="6nd",
+        help="what C counts: 6nd = 6 N D (default; Kaplan/Chinchilla) or exact = the runs' "
+             "exact training FLOPs (column C_exact: head, embedding side, attention included)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--fix", action="append", default=[], metavar="NAME=VALUE",
+        help="hold an approach-3 parameter fixed instead of fitting it, e.g. --fix E=1.7 "
+             f"(one of {', '.join(chinchilla.FIXABLE)}); repeatable",
+    )  # fmt: skip
+
+
+def parse_fixed(items: list[str]) -> dict[str, float]:
+    """['E=1.7'] -> {'E': 1.7}; one clear line for anything else."""
+    fixed: dict[str, float] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or name not in chinchilla.FIXABLE:
+            raise InputError(
+                f"--fix {item}: expected NAME=VALUE with NAME one of {', '.join(chinchilla.FIXABLE)}"
+            )
+        try:
+            number = float(value)
+        except ValueError:
+            raise InputError(f"--fix {item}: '{value}' is not a number") from None
+        log_scale = chinchilla.FIXABLE[name][1]
+        if not np.isfinite(number) or (log_scale and number <= 0) or number < 0:
+            raise InputError(f"--fix {item}: {name} must be a finite, positive number")
+        if name in fixed:
+            raise InputError(f"--fix: {name} given twice")
+        fixed[name] = number
+    return fixed
 
 
 def check_fit_args(args: argparse.Namespace) -> None:
     if args.bootstrap < 10:
         raise InputError(f"--bootstrap must be at least 10 (got {args.bootstrap})")
+    args.fixed = parse_fixed(getattr(args, "fix", []) or [])
     for c in args.budget or []:
         if not c > 0:
             raise InputError(f"--budget must be a positive number of FLOPs (got {c})")
@@ -253,14 +366,19 @@ def fit_groups(runs: pd.DataFrame, group: str | None, args: argparse.Namespace) 
     kwargs = dict(
         n_boot=args.bootstrap, seed=args.seed, budgets=args.budget,
         holdout_threshold=args.holdout_above, isoflop=getattr(args, "params", "") != "total",
+        compute=args.compute, fixed=args.fixed,
     )  # fmt: skip
     if group is None:
+        if args.compute == "exact":
+            check_exact_compute(runs)  # before any work
         return fit_all(runs, **kwargs)
     if group not in runs.columns:
         raise InputError(f"--group: no column '{group}'; columns: {sorted(map(str, runs.columns))}")
     groups = {str(k): g for k, g in runs.groupby(group, sort=True)}
     for name, g in groups.items():  # validate every group before fitting any
         check_fittable(g, f"group {group}={name}")
+        if args.compute == "exact":
+            check_exact_compute(g)
     return {"group_by": group, "groups": {k: fit_all(g, **kwargs) for k, g in groups.items()}}
 
 

@@ -21,12 +21,19 @@ import numpy as np
 Objective = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
+# Why each row stopped (BatchResult.status).
+GTOL, FTOL, LINE_SEARCH_FAILED, MAX_ITER, NOT_FINITE = (
+    "gtol", "ftol", "line_search_failed", "max_iter", "not_finite"
+)  # fmt: skip
+
+
 @dataclass
 class BatchResult:
     x: np.ndarray  # (S, P) final parameters
     fun: np.ndarray  # (S,) final objective values
     n_iter: np.ndarray  # (S,) iterations used
-    converged: np.ndarray  # (S,) bool
+    converged: np.ndarray  # (S,) bool: a tolerance was met (see `status`)
+    status: np.ndarray  # (S,) why the row stopped: GTOL, FTOL, LINE_SEARCH_FAILED, ...
 
 
 def minimize_batched(
@@ -38,11 +45,28 @@ def minimize_batched(
     ftol: float = 1e-12,
     gtol: float = 1e-10,
     max_backtracks: int = 30,
+    stall_gtol: float = 1e-6,
+    free: np.ndarray | None = None,
 ) -> BatchResult:
-    """L-BFGS with Armijo backtracking, independently per row of `x0` (S, P)."""
+    """L-BFGS with Armijo backtracking, independently per row of `x0` (S, P).
+
+    A row is converged when its gradient (max-abs) falls below `gtol` or its objective stops
+    changing (`ftol`, relative). A line search that finds no decrease stops the row; it counts
+    as converged only where the gradient is already below `stall_gtol` (a numerical minimum:
+    rounding, not a bad direction, defeats the search), else it is reported as not converged.
+    `free` (P,) bool keeps the parameters marked False at their starting values (fixed).
+    """
     x = np.array(x0, dtype=float, copy=True)
     n_starts, n_par = x.shape
     all_rows = np.arange(n_starts)
+    if free is not None:  # a zero gradient component never moves its parameter
+        mask = np.asarray(free, dtype=float)
+        inner = fun
+
+        def fun(x, rows):
+            f, g = inner(x, rows)
+            return f, g * mask
+
     f, g = fun(x, all_rows)
     s_hist = np.zeros((n_starts, history, n_par))  # steps x_{k+1} - x_k, ring buffer
     y_hist = np.zeros((n_starts, history, n_par))  # gradient changes
@@ -50,6 +74,9 @@ def minimize_batched(
     n_iter = np.zeros(n_starts, dtype=int)
     active = np.isfinite(f) & (np.abs(g).max(axis=1) > gtol)
     converged = ~active & np.isfinite(f)
+    status = np.full(n_starts, MAX_ITER, dtype=object)
+    status[converged] = GTOL
+    status[~np.isfinite(f)] = NOT_FINITE
 
     for it in range(max_iter):
         rows = np.flatnonzero(active)
@@ -79,9 +106,11 @@ def minimize_batched(
             step[todo] *= 0.5
 
         moved = np.isfinite(f_new)
-        stalled = rows[~moved]  # line search failed: the row sits at a (numerical) minimum
+        stalled = rows[~moved]  # line search failed: no decrease along the direction
         active[stalled] = False
-        converged[stalled] = True
+        at_minimum = np.abs(g[stalled]).max(axis=1) <= stall_gtol
+        converged[stalled] = at_minimum
+        status[stalled] = LINE_SEARCH_FAILED
         rows, x_new, f_new, g_new = rows[moved], x_new[moved], f_new[moved], g_new[moved]
 
         s = x_new - x[rows]
@@ -97,13 +126,15 @@ def minimize_batched(
         f_change = np.abs(f[rows] - f_new)
         x[rows], f[rows], g[rows] = x_new, f_new, g_new
         n_iter[rows] += 1
-        stop = (f_change <= ftol * np.maximum(np.abs(f_new), 1.0)) | (
-            np.abs(g_new).max(axis=1) <= gtol
-        )
+        small_g = np.abs(g_new).max(axis=1) <= gtol
+        small_f = f_change <= ftol * np.maximum(np.abs(f_new), 1.0)
+        stop = small_g | small_f
         active[rows[stop]] = False
         converged[rows[stop]] = True
+        status[rows[small_f]] = FTOL
+        status[rows[small_g]] = GTOL
 
-    return BatchResult(x=x, fun=f, n_iter=n_iter, converged=converged)
+    return BatchResult(x=x, fun=f, n_iter=n_iter, converged=converged, status=status)
 
 
 def _two_loop(g, s_hist, y_hist, rho, newest):

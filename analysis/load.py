@@ -46,7 +46,8 @@ def complete_axes(df: pd.DataFrame) -> pd.DataFrame:
         )
     df = df.copy()
     for col in ["loss", *present]:
-        df[col] = pd.to_numeric(df[col], errors="coerce")
+        # as float: int64 N * D overflows past 9.2e18 (6 N D of a 400M model on 13B tokens)
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
         bad = ~(df[col] > 0)  # catches NaN, non-numeric, zero and negative
         if bad.any():
             rows = ", ".join(str(i) for i in df.index[bad][:5])

@@ -81,29 +81,31 @@ def fit_power_laws(x, y, *, irreducible: bool, weights=None, x0=None) -> np.ndar
     def batch(theta, rows):
         return _objective(theta, rows, log_x, log_y, w)
 
-    if x0 is not None:  # warm start (bootstrap): one start per fit
-        starts, owner = np.repeat(np.atleast_2d(x0), n_fits, axis=0), np.arange(n_fits)
-    else:  # grid of exponents and irreducible fractions of the smallest y, per fit
-        ymin = np.where(w > 0, log_y, np.inf).min(1)
-        xmid = (w * log_x).sum(1) / w.sum(1)
-        grid = list(itertools.product([0.05, 0.1, 0.2, 0.4, 0.8], [0.05, 0.3, 0.6, 0.9]))
-        owner = np.repeat(np.arange(n_fits), len(grid))
-        alpha = np.tile([g[0] for g in grid], n_fits)
-        le = ymin[owner] + np.log(np.tile([g[1] for g in grid], n_fits))
-        # log A so that the power-law term carries the rest of the loss at the middle of x.
-        la = np.log(np.maximum(np.exp(ymin[owner]) - np.exp(le), 1e-12)) + alpha * xmid[owner]
-        starts = np.stack([la, alpha, le], axis=1)
+    # A grid of exponents and irreducible fractions of the smallest y, per fit; plus the warm
+    # start x0 when given (bootstrap). Every fit keeps its best start: a replicate warm-started
+    # alone at an estimate with E -> 0 cannot leave it (no gradient in log E there).
+    ymin = np.where(w > 0, log_y, np.inf).min(1)
+    xmid = (w * log_x).sum(1) / w.sum(1)
+    grid = list(itertools.product([0.05, 0.1, 0.2, 0.4, 0.8], [0.05, 0.3, 0.6, 0.9]))
+    owner = np.repeat(np.arange(n_fits), len(grid))
+    alpha = np.tile([g[0] for g in grid], n_fits)
+    le = ymin[owner] + np.log(np.tile([g[1] for g in grid], n_fits))
+    # log A so that the power-law term carries the rest of the loss at the middle of x.
+    la = np.log(np.maximum(np.exp(ymin[owner]) - np.exp(le), 1e-12)) + alpha * xmid[owner]
+    starts = np.stack([la, alpha, le], axis=1)
+    if x0 is not None:
+        starts = np.vstack([np.repeat(np.atleast_2d(x0), n_fits, axis=0), starts])
+        owner = np.concatenate([np.arange(n_fits), owner])
 
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         res = minimize_batched(chunked(lambda t, r: batch(t, owner[r]), log_x.shape[1]), starts)
     fun = np.where(res.converged & np.isfinite(res.fun), res.fun, np.inf)
+    order = np.lexsort((fun, owner))  # by fit, then objective: each fit's best start first
+    best = order[np.searchsorted(owner[order], np.arange(n_fits))]
     out = np.full((n_fits, 3), np.nan)
-    for i in range(n_fits):
-        mine = np.flatnonzero(owner == i)
-        best = mine[np.argmin(fun[mine])]
-        if np.isfinite(fun[best]):
-            la, alpha, le = res.x[best]
-            out[i] = [np.exp(la), alpha, np.exp(le)]
+    ok = np.isfinite(fun[best])
+    la, alpha, le = res.x[best[ok]].T
+    out[ok] = np.stack([np.exp(la), alpha, np.exp(le)], axis=1)
     return out
 
 

@@ -16,10 +16,16 @@ import html
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from analysis.fit import add_fit_args, check_fit_args, dumps, fit_all, summary
+from analysis.fit import (
+    add_fit_args,
+    check_exact_compute,
+    check_fit_args,
+    dumps,
+    fit_all,
+    summary,
+)
 from analysis.load import InputError, add_selection_args, check_fittable, load_selected
 
 # ---------------------------------------------------------------- content as blocks
@@ -32,6 +38,34 @@ def _fmt(x, spec=".4g") -> str:
 def _est(value, ci, spec=".4g") -> str:
     interval = f" [{_fmt(ci[0], spec)}, {_fmt(ci[1], spec)}]" if ci else " [no interval]"
     return _fmt(value, spec) + interval
+
+
+def _cell(section: dict, key: str, spec=".4g", name: str | None = None, value=None) -> str:
+    """An estimate as the report shows it: 'v [lo, hi]', 'v (fixed)' or 'not identified'."""
+    name = name or key
+    value = section[key] if value is None else value
+    if key in section.get("fixed", {}):
+        return f"{_fmt(value, spec)} (fixed)"
+    if name in section.get("not_identified", []):
+        return "not identified"
+    return _est(value, section.get("ci95", {}).get(name), spec)
+
+
+def _not_identified_block(section: dict, what: str) -> list[tuple]:
+    """One paragraph naming every quantity of a section that the runs do not determine."""
+    reasons = {k: v for k, v in section.get("why_not_identified", {}).items() if "@" not in k}
+    if not reasons:
+        return []
+    by_reason: dict[str, list[str]] = {}
+    for k, why in reasons.items():
+        by_reason.setdefault(why, []).append(k)
+    text = "; ".join(f"{', '.join(names)}: {why}" for why, names in by_reason.items())
+    return [("p", f"Not identified by these runs ({what}): {text}. Those entries are shown as "
+                  "'not identified', not as a law.")]  # fmt: skip
+
+
+def _convention(result) -> str:
+    return "6ND" if result.get("compute", "6nd") == "6nd" else "exact FLOPs"
 
 
 def build_blocks(runs, excluded, result, ablation, figures, title, source="") -> list[tuple]:
@@ -109,28 +143,29 @@ def _fit_blocks(result) -> list[tuple]:
     b.append(("p", "Hoffmann et al. / Besiroglu et al. (2024) procedure: log-sum-exp prediction, "
                    f"sum of Huber losses (delta = {p['huber_delta']}) on log residuals, L-BFGS from "
                    "the 4,500-point grid of starts, best kept."))  # fmt: skip
-    ci = p["ci95"]
-    infinite = [k for k in ("E", "A", "B", "alpha", "beta") if not np.isfinite(p[k])]
-    if infinite:
-        # The optimiser ran off to a boundary: e.g. loss not falling with N at fixed D, which
-        # this form cannot express. Say so before a table of inf/nan reads like a law.
-        b.append(("p", f"Not identified by these runs: the best fit has non-finite "
-                       f"{', '.join(infinite)} ({p.get('n_boot_converged', 0)} of "
-                       f"{p.get('n_boot', 0)} bootstrap refits converged). Read the table below "
-                       "as a failed fit, not a law."))  # fmt: skip
+    if p.get("fixed"):
+        b.append(("p", "Held fixed, not fitted: " + ", ".join(
+            f"{k} = {v:g}" for k, v in p["fixed"].items()) + "."))  # fmt: skip
+    b.extend(_not_identified_block(p, "approach 3"))
     b.append(("table", ["quantity", "estimate [95% CI]"],
-              [[k, _est(p[k], ci.get(k))] for k in ("E", "A", "B", "alpha", "beta", "a", "b")]))  # fmt: skip
+              [[k, _cell(p, k)] for k in ("E", "A", "B", "alpha", "beta", "a", "b")]))  # fmt: skip
+    conv = _convention(result)
     rows = []
     for r in p["allocation"]:
         t = f"@{r['C']:.3g}"
-        rows.append([f"{r['C']:.3g}"] + [_est(r[q], ci.get(q + t), ".3g")
+        rows.append([f"{r['C']:.3g}"] + [_cell(p, q, ".3g", q + t, r[q])
                                           for q in ("N_opt", "D_opt", "tokens_per_param")])  # fmt: skip
-    b.append(("table", ["C (FLOPs)", "N_opt", "D_opt", "tokens per parameter"], rows))
+    b.append(("table", [f"C (FLOPs, {conv})", "N_opt", "D_opt", "tokens per parameter"], rows))
+    if conv != "6ND":
+        f = p["flops_per_token"]
+        b.append(("p", "Allocation under exact training FLOPs: L(N, C / f(N)) minimised over N, "
+                       f"with f(N) = 6N + {f['c']:.3g} N^{f['q']:.3f} fitted to the runs' exact "
+                       "FLOPs per token; a and b are the 6ND exponents it approaches at large N."))  # fmt: skip
     for key, name in (("isoflop", "Approach 2: IsoFLOP profiles"),
                       ("envelope", "Approach 1: lower envelope of loss vs compute")):  # fmt: skip
         s = result.get(key)
         b.append(("h2", name))
-        if key == "isoflop" and s and "a" not in s:
+        if key == "isoflop" and s and "a" not in s and "per_budget" in s:
             b.append(("p", "Fewer than two budgets have a convex parabola in log N, so no "
                            "N_opt(C) law is fitted. Per budget (the optimum lies outside the "
                            "measured sizes where the loss falls monotonically towards one end):"))  # fmt: skip
@@ -140,11 +175,15 @@ def _fit_blocks(result) -> list[tuple]:
                         _fmt(o["N_best"], ".3g"), _fmt(o["N_opt"], ".3g")]
                        for o in s["per_budget"]]))  # fmt: skip
             continue
+        if s and "skipped" in s:
+            b.append(("p", f"Skipped: {s['skipped']}."))
+            continue
         if not s or "a" not in s:
             b.append(("p", "Not enough points per compute budget for this approach."))
             continue
-        b.append(("p", f"N_opt ~ C^a with a = {_est(s['a'], s['ci95']['a'], '.3f')}; "
-                       f"D_opt ~ C^b with b = {_est(s['b'], s['ci95']['b'], '.3f')}."))  # fmt: skip
+        b.append(("p", f"N_opt ~ C^a with a = {_cell(s, 'a', '.3f')}; "
+                       f"D_opt ~ C^b with b = {_cell(s, 'b', '.3f')}."))  # fmt: skip
+        b.extend(_not_identified_block(s, name.split(":")[0].lower()))
         if key == "isoflop":
             b.append(_with_sweep(s, ["C", "points", "N_opt", "D_opt", "loss at optimum", "inside range"],
                       [[_fmt(o["C"], ".3g"), o["n_points"], _fmt(o["N_opt"], ".3g"),
@@ -157,17 +196,22 @@ def _fit_blocks(result) -> list[tuple]:
                 ": a cosine run's intermediate losses are not those of a run planned that short.")))  # fmt: skip
     b.append(("h2", "Single-variable laws (Kaplan style), y = E + A x^-alpha"))
     k = result["kaplan"]
-    rows = []
+    rows, notes = [], []
     for law, label in (("L_N", f"L(N) at D = {k['L_N_at_D']:.3g}"),
                        ("L_D", f"L(D) at N = {k['L_D_at_N']:.3g}"), ("L_C", "L(C) frontier")):  # fmt: skip
         s = k[law]
         if s is None:
             rows.append([label, "too few points", "", "", ""])
             continue
-        e = _est(s["E"], s["ci95"].get("E")) if s["irreducible"] else "0 (not fitted)"
-        rows.append([label, _est(s["A"], s["ci95"]["A"]), _est(s["alpha"], s["ci95"]["alpha"], ".3f"),
-                     e, s["n_points"]])  # fmt: skip
+        e = _cell(s, "E") if s["irreducible"] else "0 (not fitted)"
+        rows.append([label, _cell(s, "A"), _cell(s, "alpha", ".3f"), e, s["n_points"]])
+        for q, why in s.get("why_not_identified", {}).items():
+            notes.append(f"{label}, {q}: {why}")
     b.append(("table", ["law", "A", "alpha", "E", "points"], rows))
+    b.append(("p", "L(C) is fitted to the compute frontier (runs that no cheaper run matches); "
+                   "its intervals resample runs and recompute the frontier in each replicate."))  # fmt: skip
+    if notes:
+        b.append(("p", "Not identified by these runs: " + "; ".join(notes) + "."))
     ext = result["extrapolation"]
     b.append(("h2", "Extrapolation check"))
     if "runs" not in ext:
@@ -194,18 +238,29 @@ def _with_sweep(section, header, rows) -> tuple:
 def _ablation_blocks(ablation) -> list[tuple]:
     b: list[tuple] = []
     b.append(("h2", f"Ablations: effective compute multiplier vs '{ablation['baseline']}'"))
+    n_cells = ablation.get("n_comparisons", 0)
     b.append(("p", "m > 1: the baseline needs m times more compute to match the variant. "
-                   "'separable = no' means the 95% interval contains 1: these runs cannot "
-                   "tell the variant from the baseline."))  # fmt: skip
+                   "Verdicts are given at measured budgets only and control the family-wise "
+                   f"error over all {n_cells} of them at {ablation.get('family_level', 0.05):g} "
+                   "(Holm): 'p' is the bootstrap p-value of m = 1 (below 0.05 exactly when the "
+                   "95% interval excludes 1), 'p (Holm)' the adjusted one the verdict uses. "
+                   "Extrapolated budgets carry an interval and no verdict."))  # fmt: skip
     rows = []
     for v, res in ablation["variants"].items():
         if v == ablation["baseline"]:
             continue
+        bad = res.get("why_not_identified", {}).get("multipliers")
         for m in res["multipliers"]:
-            sep = {True: "yes", False: "no", None: "n/a"}[m["separable"]]
+            verdict = m.get("verdict") or "n/a (extrapolated)"
+            p_raw = _fmt(m.get("p"), ".3f") if m["measured"] else ""
+            p_holm = _fmt(m.get("p_holm"), ".3f") if m["measured"] else ""
+            estimate = "not identified" if bad else _est(m["multiplier"], m["ci95"], ".3g")
             rows.append([v, _fmt(m["C"], ".3g"), "measured" if m["measured"] else "extrapolated",
-                         _est(m["multiplier"], m["ci95"], ".3g"), sep])  # fmt: skip
-    b.append(("table", ["variant", "C", "scale", "multiplier [95% CI]", "separable"], rows))
+                         estimate, p_raw, p_holm, verdict])  # fmt: skip
+        if bad:
+            b.append(("p", f"{v}: not identified ({bad})."))
+    b.append(("table", ["variant", "C", "scale", "multiplier [95% CI]", "p", "p (Holm)", "verdict"],
+              rows))  # fmt: skip
     spread = ablation["seed_std_median"]
     if spread:
         b.append(("p", "Seed-to-seed loss std (median over configurations): " + ", ".join(
@@ -327,6 +382,9 @@ def main(argv: list[str] | None = None) -> int:
         runs = runs.assign(variant=runs["variant"].astype(str))
         if args.baseline not in variants:
             raise InputError(f"--baseline: no variant '{args.baseline}'; variants: {variants}")
+        if args.compute == "exact":  # every C below (fits, multipliers, figures) is exact
+            check_exact_compute(runs)
+            runs = runs.assign(C=runs["C_exact"].astype(float))
         base = runs[runs["variant"] == args.baseline].reset_index(drop=True)
         if "arch" in base.columns and base["arch"].nunique() > 1:
             archs = sorted(base["arch"].astype(str).unique())
@@ -339,6 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         law_fit = len(variants) == 1 or (base["N"].nunique() > 1 and base["D"].nunique() > 1)
         if law_fit:
             check_fittable(base, f"baseline variant '{args.baseline}'")
+
         curves = _curves(args, runs)
         from analysis import chinchilla
         from analysis.ablation import compare_variants
@@ -347,7 +406,8 @@ def main(argv: list[str] | None = None) -> int:
         if law_fit:
             result = fit_all(base, n_boot=args.bootstrap, seed=args.seed, budgets=args.budget,
                              curves=curves, intermediate=args.intermediate,
-                             holdout_threshold=args.holdout_above)  # fmt: skip
+                             holdout_threshold=args.holdout_above, compute=args.compute,
+                             fixed=args.fixed)  # fmt: skip
         ablation = None
         if len(variants) > 1:
             ablation = compare_variants(runs, baseline=args.baseline, n_boot=args.bootstrap,

@@ -4,6 +4,7 @@ import argparse
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -361,6 +362,10 @@ PLATEAU = [(29316, 2.5e5, 5.879), (29316, 5e5, 5.693), (29316, 1e6, 4.145),
 
 
 def test_report_says_when_approach_3_is_not_identified(tmp_path):
+    """A plateau near the unigram loss (loss rising with N at the smallest D): whatever finite or
+    infinite optimum the fit lands on (A = inf or 4.6e151, alpha 34 or 70 across installs), the
+    exponent is implausible, so alpha, A and everything derived from them are not identified,
+    in fit.json and in the report, and no allocation is printed as a law."""
     rows = [{"run_id": f"r{i}", "arch": "a", "N": n, "D": d, "C": 6 * n * d, "loss": loss}
             for i, (n, d, loss) in enumerate(PLATEAU)]  # fmt: skip
     src = tmp_path / "runs.csv"
@@ -368,6 +373,80 @@ def test_report_says_when_approach_3_is_not_identified(tmp_path):
     out = tmp_path / "r"
     assert report.main(["--csv", str(src), "--bootstrap", "20", "--out", str(out)]) == 0
     fit = json.loads((out / "fit.json").read_text())["parametric"]
-    assert fit["A"] is None and fit["n_boot_converged"] == 0  # A ran off to inf (JSON null)
+    assert {"alpha", "A", "a", "b"} <= set(fit["not_identified"])
+    assert "outside the plausible range" in fit["why_not_identified"]["alpha"]
+    assert all(f"N_opt@{c:.3g}" in fit["not_identified"] for c in [r["C"] for r in fit["allocation"]])
     md = (out / "report.md").read_text()
-    assert "Not identified by these runs: the best fit has non-finite A (0 of 20" in md
+    assert "Not identified by these runs (approach 3)" in md and "outside the plausible range" in md
+    table = md[md.index("| quantity |") : md.index("| C (FLOPs, 6ND)")]
+    assert "| alpha | not identified |" in table and "| a | not identified |" in table
+    html = (out / "report.html").read_text()
+    assert "not identified" in html
+
+
+def test_e_on_its_bound_is_not_identified_and_fixing_it_is_reported(tmp_path):
+    """The reference ladder puts E at ~0 over 1.5 decades: E is 'not identified' with what would
+    identify it; --fix E=1.2 fits the rest with E held, reported as fixed (no interval)."""
+    src = Path(__file__).parent.parent / "results" / "ref_ladder_v2" / "runs.csv"
+    out = tmp_path / "fit.json"
+    assert fit.main(["--csv", str(src), "--bootstrap", "20", "--out", str(out)]) == 0
+    p = json.loads(out.read_text())["parametric"]
+    assert "E" in p["not_identified"] and "--fix E=" in p["why_not_identified"]["E"]
+    assert fit.main(["--csv", str(src), "--bootstrap", "20", "--fix", "E=1.2", "--out", str(out)]) == 0
+    p = json.loads(out.read_text())["parametric"]
+    assert p["E"] == pytest.approx(1.2) and p["fixed"] == {"E": 1.2} and p["ci95"]["E"] is None
+    assert "E" not in p["not_identified"] and p["ci95"]["alpha"] is not None
+
+
+@pytest.mark.parametrize("bad", ["E", "E=abc", "Q=1", "E=-1", "E=0"])
+def test_bad_fix_is_one_line_naming_the_flag(tmp_path, capsys, bad):
+    src = Path(__file__).parent.parent / "results" / "ref_ladder_v2" / "runs.csv"
+    out = tmp_path / "fit.json"
+    assert fit.main(["--csv", str(src), "--fix", bad, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --fix") and not out.exists()
+
+
+def test_sizes_by_token_multipliers_grid_with_integer_columns_fits(tmp_path):
+    """4 sizes x 8 token multipliers (10M-400M parameters, 0.25x-32x of 20 tokens/parameter),
+    N and D written as integers as published tables do: 6 N D overflowed int64 and approach 1
+    crashed in numpy's SVD. Any well-formed CSV must give a fit."""
+    from analysis.synthetic import HOFFMANN
+
+    rng = np.random.default_rng(0)
+    rows = [{"N": int(n), "D": int(20 * n * m),
+             "loss": float(HOFFMANN.predict(n, 20 * n * m) * np.exp(0.01 * rng.standard_normal()))}
+            for n in (10e6, 40e6, 100e6, 400e6) for m in (0.25, 0.5, 1, 2, 4, 8, 16, 32)]  # fmt: skip
+    src = tmp_path / "grid.csv"
+    pd.DataFrame(rows).to_csv(src, index=False)
+    out = tmp_path / "fit.json"
+    assert fit.main(["--csv", str(src), "--bootstrap", "20", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["envelope"]["a"] == pytest.approx(0.37, abs=0.1)  # a finite frontier law
+    assert 0.2 < result["parametric"]["alpha"] < 0.5
+
+
+def test_compute_exact_fits_in_exact_flops_and_names_the_convention(tmp_path, capsys):
+    src = Path(__file__).parent.parent / "results" / "ref_ladder_v2" / "runs.csv"
+    runs = pd.read_csv(src)
+    out = tmp_path / "fit.json"
+    args = ["--csv", str(src), "--bootstrap", "20", "--compute", "exact", "--out", str(out)]
+    assert fit.main(args) == 0
+    assert "(exact FLOPs)" in capsys.readouterr().out
+    result = json.loads(out.read_text())
+    p = result["parametric"]
+    assert result["compute"] == "exact" and p["compute"] == "exact"
+    assert result["budgets"][0] == pytest.approx(runs["C_exact"].max(), rel=1e-2)
+    # the allocation spends the budget: f(N_opt) D_opt = C with the fitted f(N) = 6N + c N^q
+    f = p["flops_per_token"]
+    for row in p["allocation"]:
+        spent = (6 * row["N_opt"] + f["c"] * row["N_opt"] ** f["q"]) * row["D_opt"]
+        assert spent == pytest.approx(row["C"], rel=1e-6)
+    assert "skipped" in result["isoflop"]  # the ladder's budgets are iso in 6ND only
+    # without C_exact: one line, nothing written
+    src2 = tmp_path / "no_exact.csv"
+    runs.drop(columns="C_exact").to_csv(src2, index=False)
+    out2 = tmp_path / "fit2.json"
+    assert fit.main(["--csv", str(src2), "--compute", "exact", "--out", str(out2)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "C_exact" in err[0] and not out2.exists()

@@ -1,0 +1,133 @@
+"""Is a fitted quantity identified by the runs? Reasons for every one that is not.
+
+A fit always returns numbers; whether the data determine them is a separate question. Every
+section of fit.json lists the names it cannot vouch for under `not_identified`, with the reason
+under `why_not_identified`, and the report shows them as such instead of as a law. The rules:
+
+- the estimate is not finite (the optimiser ran off to a boundary);
+- it sits on a bound: E below E_ZERO_FRACTION of the lowest loss is E -> 0, i.e. the runs do
+  not show the loss levelling off, and E cannot be told from a slower power law;
+- an exponent outside PLAUSIBLE_EXPONENT (e.g. alpha = 34 fits a plateau, not a law);
+- a scale parameter or derived quantity whose ingredients are not identified (A goes with
+  alpha, B with beta, a and b and the allocation with both);
+- no interval (fewer than 10 finite replicates) or an interval collapsed to the point;
+- too few bootstrap refits converged (MIN_CONVERGED of them).
+
+Each rule returns `{name: reason}`; an empty dict means everything has a real interval.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+PLAUSIBLE_EXPONENT = (0.0, 2.5)  # alpha, beta, gamma of a loss law; published ones are 0.05-0.8
+E_ZERO_FRACTION = 1e-3  # E below this fraction of the lowest measured loss is "E -> 0"
+MIN_CONVERGED = 0.8  # fraction of bootstrap refits that must converge
+COLLAPSE_RTOL = 1e-9  # an interval narrower than this (relative) has collapsed to its point
+
+E_ADVICE = (
+    "more decades of compute, up to where the loss visibly levels off, would identify it; "
+    "or fix it to a value you trust (--fix E=VALUE)"
+)
+
+
+def _interval(name: str, value: float, ci) -> str | None:
+    """Reason the estimate or its interval is unusable, or None."""
+    if value is None or not np.isfinite(value):
+        return "the estimate is not finite (the fit ran off to a boundary)"
+    if ci is None:
+        return "no interval: fewer than 10 bootstrap replicates gave a finite value"
+    lo, hi = ci
+    if hi - lo <= COLLAPSE_RTOL * max(abs(value), 1e-300):
+        return "its interval collapsed to the point: no replicate could leave it"
+    return None
+
+
+def _exponent(name: str, value: float) -> str | None:
+    lo, hi = PLAUSIBLE_EXPONENT
+    if np.isfinite(value) and not lo < value <= hi:
+        return f"{name} = {value:.3g} is outside the plausible range ({lo:g}, {hi:g}]"
+    return None
+
+
+def parametric(
+    point: dict, ci: dict, converged: np.ndarray, loss_min: float, fixed: dict
+) -> dict[str, str]:
+    """Approach 3: E, A, B, alpha, beta, a, b and every allocation quantity (`name@C`)."""
+    reasons: dict[str, str] = {}
+    n_ok, n_all = int(np.sum(converged)), int(np.size(converged))
+    if n_all and n_ok < MIN_CONVERGED * n_all:
+        failed = f"only {n_ok} of {n_all} bootstrap refits converged"
+        return {k: failed for k in point if k not in fixed}
+    for name in ("E", "alpha", "beta"):
+        if name in fixed:
+            continue
+        why = _interval(name, point[name], ci.get(name))
+        if name == "E" and np.isfinite(point["E"]) and point["E"] < E_ZERO_FRACTION * loss_min:
+            why = (f"E = {point['E']:.2g} sits on its lower bound 0 (the runs do not show the "
+                   f"loss levelling off); {E_ADVICE}")  # fmt: skip
+        elif name != "E":
+            why = _exponent(name, point[name]) or why
+        if why:
+            reasons[name] = why
+    for scale, exponent in (("A", "alpha"), ("B", "beta")):
+        if scale in fixed:
+            continue
+        why = _interval(scale, point[scale], ci.get(scale))
+        if exponent in reasons:
+            why = f"it trades off against {exponent}, which is not identified"
+        if why:
+            reasons[scale] = why
+    bad_exponents = [k for k in ("alpha", "beta") if k in reasons]
+    for name in [k for k in point if k in ("a", "b") or "@" in k]:
+        why = _interval(name, point[name], ci.get(name))
+        if bad_exponents:
+            why = f"it depends on {' and '.join(bad_exponents)}, not identified"
+        elif "@" in name and ("A" in reasons or "B" in reasons):
+            why = "it depends on A and B, not identified"
+        if why:
+            reasons[name] = why
+    return reasons
+
+
+def power_law(section: dict, y_min: float, exponent: str = "alpha") -> dict[str, str]:
+    """A single-variable law y = E + A x^-alpha (E only when fitted)."""
+    reasons: dict[str, str] = {}
+    ci = section.get("ci95", {})
+    why = _exponent(exponent, section[exponent]) or _interval(
+        exponent, section[exponent], ci.get(exponent)
+    )
+    if why:
+        reasons[exponent] = why
+    if section.get("irreducible"):
+        E = section["E"]
+        why = _interval("E", E, ci.get("E"))
+        if np.isfinite(E) and E < E_ZERO_FRACTION * y_min:
+            why = f"E = {E:.2g} sits on its lower bound 0; {E_ADVICE.split('; or')[0]}"
+        if why:
+            reasons["E"] = why
+    why = _interval("A", section["A"], ci.get("A"))
+    if exponent in reasons:
+        why = f"it trades off against {exponent}, which is not identified"
+    if why:
+        reasons["A"] = why
+    return reasons
+
+
+def allocation_exponents(section: dict) -> dict[str, str]:
+    """Approaches 1 and 2: N_opt ~ C^a, D_opt ~ C^b (a + b = 1 under C = 6ND)."""
+    reasons: dict[str, str] = {}
+    ci = section.get("ci95", {})
+    for name in ("a", "b"):
+        why = _interval(name, section[name], ci.get(name))
+        if np.isfinite(section[name]) and not 0.0 <= section[name] <= 1.0:
+            why = (f"{name} = {section[name]:.3g} is outside [0, 1] (N_opt or D_opt would shrink "
+                   "as compute grows)")  # fmt: skip
+        if why:
+            reasons[name] = why
+    return reasons
+
+
+def with_reasons(section: dict, reasons: dict[str, str]) -> dict:
+    """The section with `not_identified` (names) and `why_not_identified` (name: reason)."""
+    return {**section, "not_identified": list(reasons), "why_not_identified": reasons}
