@@ -7,7 +7,8 @@ per compute budget). The effective compute multiplier of variant v at compute C 
 
 i.e. how much more compute the baseline needs to reach the loss the variant reaches with C
 (m > 1: the variant is better). It is reported at every measured budget and extrapolated to
-larger ones, with percentile intervals from a bootstrap that resamples runs within each variant.
+larger ones, with percentile intervals from a bootstrap that resamples runs within each variant
+and compute budget.
 
 Verdicts (better / worse / cannot tell) are given at measured budgets only, and control the
 family-wise error over all of them (every variant x measured budget) with Holm's step-down
@@ -122,7 +123,10 @@ def compare_variants(
     for i, (v, r) in enumerate(per_variant.items()):
         laws[v] = _frontier_laws(r, None, irreducible)
         warm = theta_of(PowerLaw(*laws[v][0])) if irreducible else None
-        counts = resample_counts(len(r), n_boot, seed + i)
+        # within each compute budget: the design fixes which budgets were run, so every
+        # replicate keeps them all (an unstratified resample can drop a budget, leaving a
+        # frontier of one point and no multiplier)
+        counts = resample_counts(len(r), n_boot, seed + i, strata=budget_groups(r["C"]))
         reps[v] = _frontier_laws(r, counts, irreducible, warm)
     top = float(runs["C"].max())
     extrapolate_to = extrapolate_to or [10 * top, 100 * top]
@@ -144,10 +148,12 @@ def compare_variants(
                 "ci95": ci,
                 "p": percentile_p(point[k], boot[:, k]) if problem is None else float("nan"),
                 "p_holm": float("nan"),
+                "why_not_identified": problem,
                 "verdict": None,  # measured budgets only, after the Holm step below
                 "separable": None,
             }  # fmt: skip
             if row["measured"] and v != baseline:
+                row["_boot"] = boot[:, k]
                 cells.append((v, row, problem))
             rows.append(row)
         A, gamma, E = laws[v][0]
@@ -168,11 +174,16 @@ def compare_variants(
         row["p_holm"] = float(p_holm)
         if not np.isfinite(p_holm):
             row["verdict"] = "not identified"
+            finite = int(np.isfinite(row.pop("_boot")).sum()) if "_boot" in row else None
+            row["why_not_identified"] = row["why_not_identified"] or (
+                f"only {finite} of {n_boot} bootstrap replicates gave a multiplier"
+            )
         elif p_holm < FAMILY_LEVEL:
             row["verdict"] = "better" if row["multiplier"] > 1 else "worse"
         else:
             row["verdict"] = "cannot tell"
         row["separable"] = None if not np.isfinite(p_holm) else bool(p_holm < FAMILY_LEVEL)
+        row.pop("_boot", None)
     out["n_comparisons"] = int(np.isfinite(adjusted).sum())
     out["family_level"] = FAMILY_LEVEL
     spread = seed_spread(runs)

@@ -39,7 +39,8 @@ def _interval(name: str, value: float, ci) -> str | None:
         return "no interval: fewer than 10 bootstrap replicates gave a finite value"
     lo, hi = ci
     if hi - lo <= COLLAPSE_RTOL * max(abs(value), 1e-300):
-        return "its interval collapsed to the point: no replicate could leave it"
+        return ("its interval collapsed to the point: every usable bootstrap replicate gives "
+                "the same value (too few distinct points, or none could leave the estimate)")
     return None
 
 

@@ -43,8 +43,11 @@ def _loglog(ax, xlabel: str, ylabel: str = "validation loss"):
     ax.set_ylabel(ylabel)
 
 
-def loss_vs_compute(runs: pd.DataFrame, frontier_law: dict | None):
-    """Every run's final loss against C = 6ND, coloured by N, with the fitted L(C) frontier."""
+COMPUTE_LABELS = {"6nd": "compute C = 6ND (FLOPs)", "exact": "compute C = exact training FLOPs"}
+
+
+def loss_vs_compute(runs: pd.DataFrame, frontier_law: dict | None, compute: str = "6nd"):
+    """Every run's final loss against C (6ND or exact), coloured by N, with the fitted L(C)."""
     fig, ax = plt.subplots(figsize=(6, 4))
     sns.scatterplot(data=runs, x="C", y="loss", hue="N", hue_norm=matplotlib.colors.LogNorm(),
                     palette="viridis", ax=ax, legend=False)  # fmt: skip
@@ -53,7 +56,7 @@ def loss_vs_compute(runs: pd.DataFrame, frontier_law: dict | None):
         y = frontier_law.get("E", 0.0) + frontier_law["A"] * c ** -frontier_law["alpha"]
         ax.plot(c, y, color="black", lw=1.5, label=f"frontier, C^-{frontier_law['alpha']:.3f}")
         ax.legend()
-    _loglog(ax, "compute C = 6ND (FLOPs)")
+    _loglog(ax, COMPUTE_LABELS[compute])
     fig.colorbar(plt.cm.ScalarMappable(matplotlib.colors.LogNorm(runs["N"].min(), runs["N"].max()),
                                        "viridis"), ax=ax, label="N (non-embedding)")  # fmt: skip
     return fig
@@ -139,7 +142,7 @@ def training_curves(curves: pd.DataFrame, runs: pd.DataFrame):
     return fig
 
 
-def multipliers(ablation: dict):
+def multipliers(ablation: dict, compute: str = "6nd"):
     """Effective compute multiplier of each variant over the baseline, with 95% intervals."""
     rows = []
     for v, res in ablation["variants"].items():
@@ -164,7 +167,7 @@ def multipliers(ablation: dict):
     ax.axhline(1.0, color="gray", ls="--", lw=1)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("compute C (FLOPs); open markers extrapolated")
+    ax.set_xlabel(f"{COMPUTE_LABELS[compute]}; open markers extrapolated")
     ax.set_ylabel(f"compute multiplier vs {ablation['baseline']}")
     ax.legend(fontsize=7)
     return fig

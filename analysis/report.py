@@ -169,7 +169,7 @@ def _fit_blocks(result) -> list[tuple]:
             b.append(("p", "Fewer than two budgets have a convex parabola in log N, so no "
                            "N_opt(C) law is fitted. Per budget (the optimum lies outside the "
                            "measured sizes where the loss falls monotonically towards one end):"))  # fmt: skip
-            b.append(_with_sweep(s, ["C", "points", "N measured", "lowest loss at N", "parabola N_opt"],
+            b.append(_with_sweep(s, [f"C ({conv})", "points", "N measured", "lowest loss at N", "parabola N_opt"],
                       [[_fmt(o["C"], ".3g"), o["n_points"],
                         f"{_fmt(o['N_min'], '.3g')} - {_fmt(o['N_max'], '.3g')}",
                         _fmt(o["N_best"], ".3g"), _fmt(o["N_opt"], ".3g")]
@@ -185,7 +185,7 @@ def _fit_blocks(result) -> list[tuple]:
                        f"D_opt ~ C^b with b = {_cell(s, 'b', '.3f')}."))  # fmt: skip
         b.extend(_not_identified_block(s, name.split(":")[0].lower()))
         if key == "isoflop":
-            b.append(_with_sweep(s, ["C", "points", "N_opt", "D_opt", "loss at optimum", "inside range"],
+            b.append(_with_sweep(s, [f"C ({conv})", "points", "N_opt", "D_opt", "loss at optimum", "inside range"],
                       [[_fmt(o["C"], ".3g"), o["n_points"], _fmt(o["N_opt"], ".3g"),
                         _fmt(o["D_opt"], ".3g"), _fmt(o["loss_opt"]), o["interior"]]
                        for o in s["per_budget"]]))  # fmt: skip
@@ -217,7 +217,7 @@ def _fit_blocks(result) -> list[tuple]:
     if "runs" not in ext:
         b.append(("p", f"Skipped: {ext.get('skipped')}"))
     else:
-        b.append(("p", f"Approach 3 fitted on the {ext['n_train']} runs with C < "
+        b.append(("p", f"Approach 3 fitted on the {ext['n_train']} runs with C ({conv}) < "
                        f"{ext['threshold_C']:.3g}, evaluated on the {ext['n_test']} larger runs: "
                        f"mean |relative error| {100 * ext['mean_abs_rel_error']:.2f}%."))  # fmt: skip
         b.append(("table", ["run", "N", "D", "loss", "predicted", "relative error"],
@@ -245,7 +245,7 @@ def _ablation_blocks(ablation) -> list[tuple]:
                    "(Holm): 'p' is the bootstrap p-value of m = 1 (below 0.05 exactly when the "
                    "95% interval excludes 1), 'p (Holm)' the adjusted one the verdict uses. "
                    "Extrapolated budgets carry an interval and no verdict."))  # fmt: skip
-    rows = []
+    rows, notes = [], []
     for v, res in ablation["variants"].items():
         if v == ablation["baseline"]:
             continue
@@ -257,10 +257,15 @@ def _ablation_blocks(ablation) -> list[tuple]:
             estimate = "not identified" if bad else _est(m["multiplier"], m["ci95"], ".3g")
             rows.append([v, _fmt(m["C"], ".3g"), "measured" if m["measured"] else "extrapolated",
                          estimate, p_raw, p_holm, verdict])  # fmt: skip
+            if m.get("verdict") == "not identified" and not bad and m.get("why_not_identified"):
+                notes.append(f"{v} at C {m['C']:.3g}: {m['why_not_identified']}")
         if bad:
             b.append(("p", f"{v}: not identified ({bad})."))
-    b.append(("table", ["variant", "C", "scale", "multiplier [95% CI]", "p", "p (Holm)", "verdict"],
+    conv = "6ND" if ablation.get("compute", "6nd") == "6nd" else "exact FLOPs"
+    b.append(("table", ["variant", f"C ({conv})", "scale", "multiplier [95% CI]", "p", "p (Holm)", "verdict"],
               rows))  # fmt: skip
+    if notes:
+        b.append(("p", "Not identified: " + "; ".join(notes) + "."))
     spread = ablation["seed_std_median"]
     if spread:
         b.append(("p", "Seed-to-seed loss std (median over configurations): " + ", ".join(
@@ -316,7 +321,9 @@ def render_html(blocks, fig_dir: Path, title: str) -> str:
 # ---------------------------------------------------------------- pipeline
 
 
-def make_figures(runs, curves, result, law_obj, ablation, fig_dir: Path) -> list[tuple[str, str]]:
+def make_figures(
+    runs, curves, result, law_obj, ablation, fig_dir: Path, compute: str = "6nd"
+) -> list[tuple[str, str]]:
     from analysis import plots  # lazy: seaborn ~3 s
 
     plots.setup()
@@ -327,10 +334,10 @@ def make_figures(runs, curves, result, law_obj, ablation, fig_dir: Path) -> list
         figures.append((stem, caption))
 
     if result is None:
-        add("loss_vs_compute", plots.loss_vs_compute(runs, None),
+        add("loss_vs_compute", plots.loss_vs_compute(runs, None, compute),
             "Final validation loss of the baseline against compute.")  # fmt: skip
     else:
-        add("loss_vs_compute", plots.loss_vs_compute(runs, result["kaplan"]["L_C"]),
+        add("loss_vs_compute", plots.loss_vs_compute(runs, result["kaplan"]["L_C"], compute),
             "Final validation loss against compute, with the fitted compute frontier L(C).")  # fmt: skip
         if result.get("isoflop"):
             add("isoflop", plots.isoflop_curves(runs, result["isoflop"]),
@@ -343,7 +350,7 @@ def make_figures(runs, curves, result, law_obj, ablation, fig_dir: Path) -> list
         add("training_curves", plots.training_curves(curves, runs),
             "Validation loss against tokens seen, one line per run.")  # fmt: skip
     if ablation:
-        add("multipliers", plots.multipliers(ablation),
+        add("multipliers", plots.multipliers(ablation, compute),
             "Effective compute multiplier of each variant over the baseline (95% intervals).")  # fmt: skip
     return figures
 
@@ -412,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         if len(variants) > 1:
             ablation = compare_variants(runs, baseline=args.baseline, n_boot=args.bootstrap,
                                         seed=args.seed)  # fmt: skip
+            ablation["compute"] = args.compute
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -426,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     if result is not None:
         p = result["parametric"]
         law_obj = chinchilla.Parametric(p["E"], p["A"], p["B"], p["alpha"], p["beta"])
-    figures = make_figures(base, curves, result, law_obj, ablation, out / "figures")
+    figures = make_figures(base, curves, result, law_obj, ablation, out / "figures", args.compute)
     blocks = build_blocks(runs, loaded.excluded, result, ablation, figures, title, loaded.source)
     (out / "report.md").write_text(render_md(blocks))
     (out / "report.html").write_text(render_html(blocks, out / "figures", title))

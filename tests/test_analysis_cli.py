@@ -265,7 +265,7 @@ def test_isoflop_figure_names_the_profiles_of_the_table(ladders):
     blocks = report.build_blocks(runs, pd.DataFrame(), result, None, [], "t")
     start = blocks.index(("h2", "Approach 2: IsoFLOP profiles"))
     _, header, rows = next(b for b in blocks[start:] if b[0] == "table")
-    sweep, budget = header.index("sweep"), header.index("C")
+    sweep, budget = header.index("sweep"), header.index("C (6ND)")
     in_table = [f"{row[budget]} ({row[sweep]})" for row in rows]
     assert {row[sweep] for row in rows} == set(ladders)  # every ladder, never the grid
     fig = plots.isoflop_curves(runs, result["isoflop"])

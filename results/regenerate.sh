@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Regenerate every committed report in results/ from its runs.csv and curves.csv (no MLflow
+# store needed): run after any change to analysis/, then fix every sentence whose number moved.
+#   bash results/regenerate.sh            # all folders
+#   bash results/regenerate.sh demo       # one folder
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export MPLBACKEND=Agg
+
+report() {  # folder, extra args...
+  local dir=results/$1; shift
+  python -m analysis.report --csv "$dir/runs.csv" --curves "$dir/curves.csv" "$@" --out "$dir"
+}
+
+sel=("$@")
+run() { local name=$1; shift; if [ ${#sel[@]} -eq 0 ] || [[ " ${sel[*]} " == *" $name "* ]]; then "$@"; fi; }
+
+run demo report demo --compare arch --baseline pre-rmsnorm-rope-gqa2-swiglu --title scaling-lab
+run ref_ladder report ref_ladder \
+  --title "Reference scaling ladder: llama block, IsoFLOP, stdlib corpus, CPU"
+run ref_ladder_v2 report ref_ladder_v2 \
+  --title "Reference ladder v2: IsoFLOP ladder + WSD token grid, llama block, batch 1024, lr 4e-3, CPU"
+run ref_ladder_v2 python -m analysis.fit --csv results/ref_ladder_v2/runs.csv --params total \
+  --out results/ref_ladder_v2/fit_total_params.json
+run ref_ablation report ref_ablation \
+  --title "Reference ablation: one factor at a time vs the llama block, CPU"
+run ref_ablation_v2 report ref_ablation_v2 \
+  --title "Reference ablation v2: one factor at a time against the llama block, 3 sizes x 2 token budgets x 2 seeds, CPU"
+run ref_attention_shape report ref_attention_shape --compare model.n_kv_heads --baseline 2.0 \
+  --title "Attention kind at a fixed shape: 3 layers, 4 query heads, KV heads 4 / 2 / 1, 1.5M tokens, CPU"
