@@ -7,8 +7,7 @@ per compute budget). The effective compute multiplier of variant v at compute C 
 
 i.e. how much more compute the baseline needs to reach the loss the variant reaches with C
 (m > 1: the variant is better). It is reported at every measured budget and extrapolated to
-larger ones, with percentile intervals from a bootstrap that resamples runs within each variant
-and compute budget.
+larger ones, with percentile intervals from a bootstrap that resamples runs within each variant.
 
 Verdicts (better / worse / cannot tell) are given at measured budgets only, and control the
 family-wise error over all of them (every variant x measured budget) with Holm's step-down
@@ -89,6 +88,8 @@ def percentile_p(point: float, boot: np.ndarray) -> float:
     finite = boot[np.isfinite(boot)]
     if not np.isfinite(point) or finite.size < max(10, MIN_CONVERGED * boot.size):
         return np.nan
+    if np.ptp(finite) <= 1e-9 * abs(point):  # a collapsed interval decides nothing
+        return np.nan
     tail = min(np.mean(finite <= 1.0), np.mean(finite >= 1.0))
     return float(min(1.0, 2 * tail))
 
@@ -123,10 +124,9 @@ def compare_variants(
     for i, (v, r) in enumerate(per_variant.items()):
         laws[v] = _frontier_laws(r, None, irreducible)
         warm = theta_of(PowerLaw(*laws[v][0])) if irreducible else None
-        # within each compute budget: the design fixes which budgets were run, so every
-        # replicate keeps them all (an unstratified resample can drop a budget, leaving a
-        # frontier of one point and no multiplier)
-        counts = resample_counts(len(r), n_boot, seed + i, strata=budget_groups(r["C"]))
+        # Not stratified by budget: with one or two runs per budget (the demo, two seeds) a
+        # within-budget resample barely varies, and the intervals collapse onto the estimate.
+        counts = resample_counts(len(r), n_boot, seed + i)
         reps[v] = _frontier_laws(r, counts, irreducible, warm)
     top = float(runs["C"].max())
     extrapolate_to = extrapolate_to or [10 * top, 100 * top]
@@ -176,7 +176,9 @@ def compare_variants(
             row["verdict"] = "not identified"
             finite = int(np.isfinite(row.pop("_boot")).sum()) if "_boot" in row else None
             row["why_not_identified"] = row["why_not_identified"] or (
-                f"only {finite} of {n_boot} bootstrap replicates gave a multiplier"
+                f"only {finite} of {n_boot} bootstrap replicates gave a multiplier (a resample "
+                "that lacks a budget has a frontier of one point)"
+                if finite < MIN_CONVERGED * n_boot else "its interval collapsed to the point"
             )
         elif p_holm < FAMILY_LEVEL:
             row["verdict"] = "better" if row["multiplier"] > 1 else "worse"
