@@ -13,7 +13,9 @@ takes the last hidden states and the head's weight, and works through the rows i
 chunk's logits buffer is turned in place into that chunk's softmax gradient, which is folded
 into the gradients of the hidden states and of the weight at once; no (N, V) tensor outlives its
 chunk. Same matmuls (the FLOP count is unchanged, two of them just run in the forward), one
-small buffer instead of three logit-sized ones. Why it pays on CPU: a fresh 32 MB tensor
+small buffer instead of three logit-sized ones. Where autograd does not record the call
+(``torch.no_grad()``, evaluation, or inputs that need no gradient) both functions compute the
+loss alone: one matmul per chunk, no gradient pass. Why it pays on CPU: a fresh 32 MB tensor
 (2048 x 4096 fp32 logits) is mmapped and page-faulted in on first touch, ~40 ms on the shared
 2-core VM against ~7 ms for the op itself; chunks of 8 MB are reused from the heap. Full
 training step, interleaved A/B (docs/performance.md): 1.2-1.5x at d_model 32-128, 1.0-1.1x at
@@ -29,7 +31,7 @@ IGNORE_INDEX = -100
 
 class _CrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, grad: bool) -> torch.Tensor:
         low = logits.dtype in (torch.float16, torch.bfloat16)
         x = logits.float() if low else logits  # (N, V); half-precision logits are upcast
         keep = targets != IGNORE_INDEX  # (N,)
@@ -40,21 +42,23 @@ class _CrossEntropy(torch.autograd.Function):
         lse = m + s.log()
         n = keep.sum().clamp(min=1)
         loss = ((lse - x.gather(1, safe)).squeeze(1) * keep).sum() / n
-        p.div_(s).scatter_add_(1, safe, -torch.ones_like(p[:, :1]))  # softmax - onehot
-        p.mul_((keep.to(p.dtype) / n)[:, None])  # mean over counted rows; ignored rows get 0
-        ctx.save_for_backward(p)
+        if grad:
+            p.div_(s).scatter_add_(1, safe, -torch.ones_like(p[:, :1]))  # softmax - onehot
+            p.mul_((keep.to(p.dtype) / n)[:, None])  # mean over counted rows; ignored rows: 0
+            ctx.save_for_backward(p)
         ctx.dtype = logits.dtype
         return loss
 
     @staticmethod
     def backward(ctx, grad_loss: torch.Tensor):
         (grad,) = ctx.saved_tensors
-        return (grad * grad_loss).to(ctx.dtype), None
+        return (grad * grad_loss).to(ctx.dtype), None, None
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of logits (N, V) against targets (N,); targets == -100 are ignored."""
-    return _CrossEntropy.apply(logits, targets)
+    grad = torch.is_grad_enabled() and logits.requires_grad  # else no gradient pass (eval)
+    return _CrossEntropy.apply(logits, targets, grad)
 
 
 # Rows per chunk = CHUNK_ELEMENTS // vocab. CPU: 8 MB of fp32 logits, below glibc's mmap
@@ -67,8 +71,10 @@ CHUNK_ELEMENTS_DEFAULT = 1 << 26
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, rows: int):
-        need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+    def forward(
+        ctx, h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, rows: int, grad: bool
+    ):
+        need_grad = grad  # see linear_cross_entropy: ctx.needs_input_grad ignores no_grad
         keep = targets != IGNORE_INDEX  # (N,)
         safe = torch.where(keep, targets, 0)[:, None]  # (N, 1)
         acc = torch.promote_types(h.dtype, torch.float32)  # half precision is upcast
@@ -96,7 +102,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss: torch.Tensor):
         grad_h, grad_w = ctx.saved_tensors
-        return grad_h * grad_loss, grad_w * grad_loss, None, None
+        return grad_h * grad_loss, grad_w * grad_loss, None, None, None
 
 
 def linear_cross_entropy(
@@ -111,4 +117,7 @@ def linear_cross_entropy(
     if rows is None:
         budget = CHUNK_ELEMENTS.get(h.device.type, CHUNK_ELEMENTS_DEFAULT)
         rows = max(1, budget // weight.shape[0])
-    return _LinearCrossEntropy.apply(h, weight, targets, rows)
+    # Whether autograd records this call. Not ctx.needs_input_grad: that reads requires_grad
+    # even under no_grad, where evaluation would pay for two gradient matmuls per chunk.
+    grad = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
+    return _LinearCrossEntropy.apply(h, weight, targets, rows, grad)

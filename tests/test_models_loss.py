@@ -111,3 +111,54 @@ def test_model_loss_only_path_equals_logits_path_and_compiles(tie):
     compiled.backward()
     torch.testing.assert_close(compiled, ref)
     assert all(p.grad is not None for p in model.parameters())
+
+
+def _flops(fn):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        out = fn()
+    return out, counter.get_total_flops()
+
+
+def test_loss_without_grad_computes_no_gradient():
+    """Under no_grad (evaluation), or for inputs that need no gradient, the chunked loss runs
+    only each chunk's logits matmul, not the two gradient matmuls training runs in its forward;
+    the loss is bit for bit the training call's."""
+    from models.loss import linear_cross_entropy
+
+    torch.manual_seed(0)
+    n, d, v = 40, 9, 23
+    h, w = torch.randn(n, d, requires_grad=True), torch.randn(v, d, requires_grad=True)
+    targets = torch.randint(0, v, (n,))
+    targets[::3] = -100
+    logits_mm = 2 * n * d * v
+    train, train_flops = _flops(lambda: linear_cross_entropy(h, w, targets, 7))
+    assert train_flops == 3 * logits_mm and train.requires_grad  # logits, d/dh, d/dW
+    with torch.no_grad():
+        ev, eval_flops = _flops(lambda: linear_cross_entropy(h, w, targets, 7))
+    assert eval_flops == logits_mm and torch.equal(ev, train)
+    frozen, frozen_flops = _flops(lambda: linear_cross_entropy(h.detach(), w.detach(), targets, 7))
+    assert frozen_flops == logits_mm and torch.equal(frozen, train)
+    logits = (h @ w.t()).detach().requires_grad_()  # the logits path: the same rule
+    with torch.no_grad():
+        eval_logits_path = cross_entropy(logits, targets)
+    assert torch.equal(eval_logits_path, cross_entropy(logits, targets).detach())
+
+
+def test_model_evaluation_costs_one_forward():
+    """The loss-only path under no_grad costs exactly the logits forward, and gives the same loss
+    as in training."""
+    from models import ModelConfig, build_model
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=31, max_seq_len=8, n_layers=1, d_model=16, n_heads=2)
+    model = build_model(cfg).eval()
+    idx = torch.randint(0, 31, (2, 8))
+    train, train_flops = _flops(lambda: model(idx, idx, return_logits=False)[1])
+    with torch.no_grad():
+        _, forward_flops = _flops(lambda: model(idx))
+        ev, eval_flops = _flops(lambda: model(idx, idx, return_logits=False)[1])
+    assert eval_flops == forward_flops
+    assert train_flops == forward_flops + 2 * 2 * idx.numel() * cfg.d_model * cfg.vocab_size
+    assert torch.equal(ev, train.detach())
