@@ -240,6 +240,8 @@ def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | N
             "C_exact": exact_flops(p, D),
             "loss": float(m["final_val_loss"]),
         }
+        if plan_keys and plan_keys.get(row["run_key"]):
+            row["budget_flops"] = plan_keys[row["run_key"]]  # what its planned budget C counts
         row.update({k: _number(v) for k, v in sorted(p.items()) if k.startswith("model.")})
         rows.append(row)
     where = f"experiment '{experiment}'" + (f", sweep parent run {sweep}" if sweep else "")
@@ -253,9 +255,10 @@ def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | N
     return Runs(frame=frame.reset_index(drop=True), excluded=excluded_frame, source=where)
 
 
-def _plan_run_keys(sweep: str, tracking_uri: str | None) -> set[str] | None:
+def _plan_run_keys(sweep: str, tracking_uri: str | None) -> dict[str, str] | None:
     """Run keys in the `plan.csv` artifact of sweep parent run `sweep` (sweeps.run rewrites it
-    on every rerun, so it is the latest plan); None when the parent has no plan."""
+    on every rerun, so it is the latest plan), each with the convention its IsoFLOP budget was
+    planned in (`budget_flops`: 6nd | exact, '' for plans without it); None without a plan."""
     import tempfile
 
     from mlflow.artifacts import download_artifacts
@@ -268,7 +271,9 @@ def _plan_run_keys(sweep: str, tracking_uri: str | None) -> set[str] | None:
             )
         except Exception:  # MLflow raises several types for a missing artifact
             return None
-        return set(pd.read_csv(path, usecols=["run_key"], dtype=str)["run_key"])
+        plan = pd.read_csv(path, dtype=str)
+    conventions = plan["budget_flops"] if "budget_flops" in plan.columns else [""] * len(plan)
+    return dict(zip(plan["run_key"], pd.Series(conventions).fillna("")))
 
 
 def _rank(run) -> tuple:
@@ -283,7 +288,7 @@ def run_of_key(runs: list) -> Any:
     return max(runs, key=_rank, default=None)
 
 
-def _latest_attempts(found: list, plan_keys: set[str] | None = None) -> list:
+def _latest_attempts(found: list, plan_keys: dict[str, str] | set[str] | None = None) -> list:
     """One MLflow run per run key (`run_of_key`; an unfinished one is then reported as
     excluded), in the order of `found`. With `plan_keys`, only the planned keys: runs of keys
     no longer in the plan (a sweep rerun after its axes changed) are left out. A run without a
