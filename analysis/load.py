@@ -19,6 +19,9 @@ import pandas as pd
 
 AXES = ("N", "D", "C")
 PARAMETRIC_PARAMS = 5  # E, A, B, alpha, beta
+# MLflow's tracking store schemes (its store registry), for a one-line error on any other
+URI_SCHEMES = {"file", "sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks",
+               "databricks-uc", "uc"}  # fmt: skip
 
 
 class InputError(ValueError):
@@ -48,12 +51,14 @@ def complete_axes(df: pd.DataFrame) -> pd.DataFrame:
     for col in ["loss", *present]:
         # as float: int64 N * D overflows past 9.2e18 (6 N D of a 400M model on 13B tokens)
         df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
-        bad = ~(df[col] > 0)  # catches NaN, non-numeric, zero and negative
+        # NaN, non-numeric, zero, negative and inf (an inf loss "fits" with alpha = beta = 0)
+        bad = ~((df[col] > 0) & np.isfinite(df[col]))
         if bad.any():
             rows = ", ".join(str(i) for i in df.index[bad][:5])
             raise InputError(
-                f"column '{col}' has {int(bad.sum())} missing, non-numeric or non-positive "
-                f"value(s) (rows {rows}); every N, D, C and loss must be a positive number"
+                f"column '{col}' has {int(bad.sum())} missing, non-numeric, non-positive or "
+                f"infinite value(s) (rows {rows}); every N, D, C and loss must be a finite "
+                "positive number"
             )
     if "N" not in df.columns:
         df["N"] = df["C"] / (6 * df["D"])
@@ -355,7 +360,38 @@ def resolve_tracking_uri(uri: str | None) -> str:
         path = Path(uri.removeprefix("sqlite:///"))
         if not path.is_file():
             raise InputError(f"--tracking-uri: no MLflow store at {path} (run a sweep first)")
+    elif uri.startswith(("http://", "https://")):
+        check_server(uri)
+    elif "://" in uri and uri.split("://", 1)[0].lower().split("+", 1)[0] not in URI_SCHEMES:
+        raise InputError(
+            f"--tracking-uri: unknown scheme in {uri!r}; use sqlite:///path/to/mlruns.db, "
+            "http(s)://host:port, a database URI (postgresql://, mysql://, mssql://), "
+            "databricks, or a file:// URI or folder (MLflow file store)"
+        )
     return uri
+
+
+def check_server(uri: str, timeout_s: float = 5.0) -> None:
+    """An InputError in seconds if the MLflow server at `uri` does not answer `/health`
+    (MLflow's client retries with backoff for minutes, then raises a traceback). Its own copy
+    of `sweeps.tracking.check_reachable`: analysis never imports sweeps."""
+    import urllib.error
+    import urllib.request
+
+    url = uri.rstrip("/") + "/health"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            status = resp.status
+    except urllib.error.HTTPError as e:
+        status = e.code
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = getattr(e, "reason", e)
+        raise InputError(
+            f"--tracking-uri: MLflow server {uri} not reachable ({reason}); start it or pass "
+            "a reachable server or a sqlite:/// store"
+        ) from None
+    if status != 200:
+        raise InputError(f"--tracking-uri: MLflow server {uri}: {url} answered HTTP {status}")
 
 
 def _once(values: list[str] | None, flag: str) -> list[str]:

@@ -3,13 +3,17 @@
 The Hydra YAML files in `conf/` are plain data; these dataclasses declare every field with its
 type and allowed values, so a wrong override fails at load time with one line naming the field
 (gpt-neox style), before any data or model work. `from_dict` rejects unknown keys, converts token
-counts written as floats (`2e6`) to ints and refuses non-integral ones.
+counts written as floats (`2e6`) to ints and refuses non-integral ones. Every float must be
+finite (NaN and inf slip through range comparisons and trained, silently wrong), and
+`tracking.uri` (or `$MLFLOW_TRACKING_URI` when it is null) must be a form MLflow can open
+(`check_tracking_uri`; whether a server answers is checked later, `sweeps.tracking`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -73,9 +77,12 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise ConfigError(f"{name}: expected a number, got {value!r}")
         try:
-            return float(value)
+            number = float(value)
         except ValueError:
             raise ConfigError(f"{name}: expected a number, got {value!r}") from None
+        if not math.isfinite(number):  # nan/inf pass every `<`/`>` range check below
+            raise ConfigError(f"{name}: expected a finite number, got {value!r}")
+        return number
     if tp is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{name}: expected true or false, got {value!r}")
@@ -118,6 +125,52 @@ def _positive(section: str, obj: Any, *names: str) -> None:
     for n in names:
         if getattr(obj, n) is not None and getattr(obj, n) <= 0:
             raise ConfigError(f"{section}.{n}: must be > 0, got {getattr(obj, n)!r}")
+
+
+def _in_range(section: str, obj: Any, name: str, lo: float, hi: float, closed: str = "[]") -> None:
+    """`section.name` within lo..hi; `closed` says which ends are included ("[]", "[)", ...)."""
+    v = getattr(obj, name)
+    if v is None:
+        return
+    ok = (v >= lo if closed[0] == "[" else v > lo) and (v <= hi if closed[1] == "]" else v < hi)
+    if not ok:
+        ends = f"{closed[0]}{lo:g}, {'inf' if hi == math.inf else f'{hi:g}'}{closed[1]}"
+        raise ConfigError(f"{section}.{name}: must be in {ends}, got {v!r}")
+
+
+TRACKING_URI_FORMS = (
+    "sqlite:///path/to/mlruns.db, http(s)://host:port, "
+    "postgresql:// / mysql:// / mssql:// database URIs, databricks, "
+    "or a file:// URI or plain folder path (MLflow file store)"
+)
+TRACKING_URI_SCHEMES = {
+    "sqlite", "http", "https", "file", "databricks", "databricks-uc", "uc",
+    "postgresql", "mysql", "mssql",
+}  # fmt: skip
+
+
+def check_tracking_uri(uri: str, name: str = "tracking.uri") -> None:
+    """Raise ConfigError naming `name` unless `uri` is a form MLflow can open (its tracking store
+    registry: http(s), SQLAlchemy databases, databricks, file paths). Syntax only, no I/O; a
+    server's reachability is `sweeps.tracking.check_reachable`."""
+    if not uri.strip():
+        raise ConfigError(f"{name}: empty; use {TRACKING_URI_FORMS}")
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        if ":" in uri.split("/", 1)[0] and not uri.startswith("databricks"):
+            raise ConfigError(f"{name}: {uri!r} is not a tracking URI; use {TRACKING_URI_FORMS}")
+        return  # a plain path: MLflow's file store
+    base = scheme.lower().split("+", 1)[0]  # postgresql+psycopg2://, mysql+pymysql://
+    if base not in TRACKING_URI_SCHEMES:
+        raise ConfigError(
+            f"{name}: unknown scheme {scheme + '://'!r} in {uri!r}; use {TRACKING_URI_FORMS}"
+        )
+    if base == "sqlite" and not rest.startswith("/"):
+        raise ConfigError(
+            f"{name}: {uri!r}: a SQLite URI needs three slashes and a path, sqlite:///path/to/mlruns.db"
+        )
+    if base in ("http", "https") and not rest.split("/", 1)[0]:
+        raise ConfigError(f"{name}: {uri!r} has no host; use {scheme}://host:port")
 
 
 @dataclass
@@ -185,7 +238,13 @@ class TrainConfig(_Section):
 
     def validate(self) -> None:
         _positive("train", self, "tokens", "batch_tokens", "seq_len", "micro_batch", "lr")
-        _positive("train", self, "eval_every", "log_every", "peak_flops")
+        _positive("train", self, "eval_every", "log_every", "peak_flops", "eps")
+        # Every float is finite already (`_coerce`); these are the ranges where AdamW and the
+        # schedules mean something (a negative weight decay or eps trains, silently wrong).
+        _in_range("train", self, "beta1", 0.0, 1.0, "[)")
+        _in_range("train", self, "beta2", 0.0, 1.0, "[)")
+        _in_range("train", self, "weight_decay", 0.0, math.inf, "[)")
+        _in_range("train", self, "grad_clip", 0.0, math.inf, "[)")
         if self.batch_tokens % self.seq_len:
             raise ConfigError(
                 f"train.batch_tokens: {self.batch_tokens} is not a multiple of "
@@ -216,6 +275,14 @@ class TrackingConfig(_Section):
     parent_run_id: str | None = None
     run_name: str | None = None
     tags: dict[str, str | None] = field(default_factory=dict)  # sweep, variant, ...; None: unset
+
+    def validate(self) -> None:
+        if self.uri:  # null or "": $MLFLOW_TRACKING_URI, else the project's SQLite store
+            check_tracking_uri(self.uri)
+        elif env := os.environ.get("MLFLOW_TRACKING_URI"):  # what tracking.uri=null resolves to
+            check_tracking_uri(env, "tracking.uri (null, so $MLFLOW_TRACKING_URI)")
+        if not self.experiment.strip():
+            raise ConfigError("tracking.experiment: must not be empty")
 
 
 @dataclass

@@ -195,6 +195,26 @@ def _hash_files(files: list[tuple[str, Path]]) -> str:
     return digest
 
 
+EMPTY_PROBE_BYTES = 1 << 20
+
+
+def _require_text(cfg: DataConfig, files: list[tuple[str, Path]]) -> None:
+    """ConfigError naming data.path when its files hold no text at all (empty, whitespace or
+    only document separators), so an empty corpus fails at config time, before the MLflow store
+    or any cache is touched. Reads at most the first MiB of each file until one has text."""
+    for _, p in files:
+        with open(p, "rb") as f:
+            head = f.read(EMPTY_PROBE_BYTES)
+        if len(head) == EMPTY_PROBE_BYTES:
+            return  # a MiB of anything: the loader decides
+        text = head.decode("utf-8", errors="replace")
+        if p.suffix == ".txt":
+            text = text.replace(cfg.doc_separator, "")
+        if text.strip():
+            return
+    raise ConfigError(f"data.path: {cfg.path}: the corpus is empty (its files hold no text)")
+
+
 def _local_files(spec: str) -> list[tuple[str, Path]]:
     """Files named by `spec` (a file, a folder, or a glob) on this machine, sorted; [] if none."""
     import glob
@@ -222,7 +242,9 @@ def source_fingerprint(cfg: DataConfig) -> str:
     if cfg.source == "stdlib":
         return "stdlib-" + _hash_files(stdlib_files())
     if cfg.source == "text":
-        return "text-" + _hash_files(text_files(cfg)[1])
+        files = text_files(cfg)[1]
+        _require_text(cfg, files)
+        return "text-" + _hash_files(files)
     if cfg.from_disk:
         root = Path(cfg.from_disk).expanduser()
         if (root / "dataset_dict.json").is_file() and (root / cfg.split).is_dir():
@@ -368,18 +390,73 @@ def cache_key(cfg: DataConfig, fingerprint: str) -> str:
     return _sha(settings)[:16]
 
 
-def _write_stream(path: Path, texts: list[str], tokenizer, dtype) -> int:
-    """Encode texts in chunks, append each document's ids + EOT to `path`; return the count."""
-    n = 0
+def _write_stream(path: Path, texts: list[str], tokenizer, dtype) -> tuple[int, str]:
+    """Encode texts in chunks, append each document's ids + EOT to `path`; return the count and
+    the sha256 of the bytes written."""
+    n, h = 0, hashlib.sha256()
     with open(path, "wb") as f:
         for i in range(0, len(texts), 4096):
             for ids in tokenizer.encode_batch(texts[i : i + 4096]):
                 arr = np.asarray(ids + [tokenizer.eot_id], dtype=dtype)
+                h.update(arr.tobytes())
                 arr.tofile(f)
                 n += arr.size
         f.flush()
         os.fsync(f.fileno())
-    return n
+    return n, h.hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+VERIFY_MAX_BYTES = 2 << 30  # checksum caches up to 2 GiB on load (sha256 ~1.5 GB/s); sizes always
+_verified: set[tuple] = set()  # caches whose checksums matched in this process, by file stats
+
+
+def cache_problem(cache: Path) -> str | None:
+    """Why the token cache folder `cache` does not hold what its meta.json promises, or None.
+
+    Checks that meta.json parses, that train.bin / val.bin have exactly n_*_tokens tokens of
+    its dtype (a truncated file, even to a whole number of tokens, is caught), that a BPE cache
+    has its tokenizer.json, and, for caches that record sha256 checksums (built since they were
+    added) and total at most VERIFY_MAX_BYTES, that every file matches its checksum (once per
+    process and file state)."""
+    try:
+        meta = json.loads((cache / "meta.json").read_text())
+        itemsize = np.dtype(meta["dtype"]).itemsize
+        names = ["train.bin", "val.bin"]
+        for name, n in zip(names, (meta["n_train_tokens"], meta["n_val_tokens"])):
+            size = (cache / name).stat().st_size
+            if size != int(n) * itemsize:
+                return f"{name} has {size} bytes, meta.json promises {n} tokens ({n * itemsize} bytes)"
+        if meta["tokenizer"] == "bpe":
+            names.append("tokenizer.json")
+            if not (cache / "tokenizer.json").is_file():
+                return "tokenizer.json is missing"
+        sums = meta.get("sha256") or {}
+        stats = [(cache / name).stat() for name in sums]
+        signature = tuple((str(cache / n), st.st_size, st.st_mtime_ns, st.st_ino)
+                          for n, st in zip(sums, stats))  # fmt: skip
+        if sums and signature not in _verified and sum(st.st_size for st in stats) <= VERIFY_MAX_BYTES:
+            for name, digest in sums.items():
+                if _file_sha256(cache / name) != digest:
+                    return f"{name} does not match its sha256 in meta.json"
+            _verified.add(signature)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"unreadable ({type(e).__name__}: {e})".splitlines()[0]
+    return None
+
+
+def _discard(cache: Path) -> None:
+    """Move a bad cache out of the way (readers that mapped its files keep them) and delete it."""
+    trash = Path(tempfile.mkdtemp(dir=cache.parent, prefix=cache.name + ".bad-"))
+    os.rename(cache, trash / cache.name)
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def _build_cache(cfg: DataConfig, corpus: Corpus, final: Path) -> None:
@@ -395,8 +472,11 @@ def _build_cache(cfg: DataConfig, corpus: Corpus, final: Path) -> None:
     try:
         if isinstance(tokenizer, BPETokenizer):
             tokenizer.save(tmp / "tokenizer.json")
-        n_train = _write_stream(tmp / "train.bin", train_docs, tokenizer, dtype)
-        n_val = _write_stream(tmp / "val.bin", val_docs, tokenizer, dtype)
+        n_train, sha_train = _write_stream(tmp / "train.bin", train_docs, tokenizer, dtype)
+        n_val, sha_val = _write_stream(tmp / "val.bin", val_docs, tokenizer, dtype)
+        sha256 = {"train.bin": sha_train, "val.bin": sha_val}
+        if isinstance(tokenizer, BPETokenizer):
+            sha256["tokenizer.json"] = _file_sha256(tmp / "tokenizer.json")
         meta = {
             "fingerprint": corpus.fingerprint,
             "description": corpus.description,
@@ -411,6 +491,7 @@ def _build_cache(cfg: DataConfig, corpus: Corpus, final: Path) -> None:
             "train_chars": sum(map(len, train_docs)),
             "tokenizer_seconds": round(t_tok, 2),
             "build_seconds": round(time.perf_counter() - t0, 2),
+            "sha256": sha256,  # verified on load (cache_problem)
         }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         try:
@@ -426,15 +507,24 @@ def prepare_data(cfg: DataConfig, cache_root: Path) -> TokenData:
     """Load (or build once and cache) the token streams for `cfg`."""
     corpus = load_corpus(cfg)
     final = Path(cache_root) / cache_key(cfg, corpus.fingerprint)
-    if not (final / "meta.json").exists():
+
+    def problem() -> str | None:
+        return cache_problem(final) if final.exists() else "missing"
+
+    if problem():
         # One builder per cache: others (sweep jobs starting together, SLURM array tasks on a
         # shared filesystem) wait on the lock and then find the finished cache.
         final.parent.mkdir(parents=True, exist_ok=True)
         with open(final.parent / f"{final.name}.lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            if not (final / "meta.json").exists():
+            if why := problem():
+                if why != "missing":  # truncated, edited or half-deleted: never train on it
+                    log.warning("token cache %s is corrupt (%s); rebuilding it", final, why)
+                    _discard(final)
                 log.info("building token cache %s for %s", final, corpus.description)
                 _build_cache(cfg, corpus, final)
+            if why := cache_problem(final):
+                raise RuntimeError(f"token cache {final}: {why} right after building it")
     meta = json.loads((final / "meta.json").read_text())
     train = np.memmap(final / "train.bin", dtype=meta["dtype"], mode="r")
     val = np.memmap(final / "val.bin", dtype=meta["dtype"], mode="r")

@@ -1,0 +1,338 @@
+"""Bad input through the public entry points (issue 15): exit code 2, ONE stderr line
+`error: <field>: ...`, and nothing written (no MLflow store, no runs or cache folder, no output
+file), before any data work; plus token caches that no longer match their metadata."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def compose(*overrides: str):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        return hydra_compose("config", overrides=list(overrides))
+
+
+def free_port() -> int:
+    """A local port with nothing listening on it."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def place(tmp_path, monkeypatch) -> dict:
+    """Where a run would write (all inside tmp_path/out, which must stay absent), a text corpus
+    folder, and a cwd that must stay empty."""
+    out = tmp_path / "out"
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "empty.txt").write_text("")
+    (corpus / "blank.txt").write_text("  \n\n<|endoftext|>\n  <|endoftext|>")
+    (corpus / "blank.jsonl").write_text("\n\n")
+    overrides = [
+        f"tracking.uri=sqlite:///{out / 'store' / 'mlruns.db'}",
+        f"paths.runs_dir={out / 'runs'}",
+        f"paths.cache_dir={out / 'cache'}",
+        "train.progress=none",
+    ]
+    return {"out": out, "cwd": cwd, "corpus": corpus, "overrides": overrides}
+
+
+def assert_nothing_written(place: dict) -> None:
+    assert not place["out"].exists(), sorted(p.name for p in place["out"].rglob("*"))
+    assert list(place["cwd"].iterdir()) == []
+
+
+def one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: "), err
+    return lines[0].removeprefix("error: ")
+
+
+# ---------------------------------------------------------------- sweeps.train
+TRAIN_ROWS = [
+    # non-finite floats: NaN and inf passed every `<=`/`<` range check and trained
+    ("train.lr=nan", "train.lr:"),
+    ("train.lr=inf", "train.lr:"),
+    ("train.warmup=nan", "train.warmup:"),
+    ("train.min_lr_ratio=nan", "train.min_lr_ratio:"),
+    ("train.decay_fraction=inf", "train.decay_fraction:"),
+    ("train.label_smoothing=nan", "train.label_smoothing:"),
+    ("train.grad_clip=inf", "train.grad_clip:"),
+    ("train.peak_flops=nan", "train.peak_flops:"),
+    ("data.val_fraction=nan", "data.val_fraction:"),
+    # ranges of the optimizer settings
+    ("train.beta1=1.5", "train.beta1: must be in [0, 1)"),
+    ("train.beta1=-0.1", "train.beta1: must be in [0, 1)"),
+    ("train.beta2=1", "train.beta2: must be in [0, 1)"),
+    ("train.eps=-1", "train.eps: must be > 0"),
+    ("train.eps=0", "train.eps: must be > 0"),
+    ("train.weight_decay=-1", "train.weight_decay: must be in [0, inf)"),
+    ("train.grad_clip=-1", "train.grad_clip: must be in [0, inf)"),
+    ("train.lr=-1e-3", "train.lr: must be > 0"),
+    # checks that already held (kept so they stay one line)
+    ("train.tokens=2.5", "train.tokens:"),
+    ("train.schedule=linear", "train.schedule:"),
+    ("train.batch_tokens=100", "train.batch_tokens:"),
+    ("model.n_heads=3", "model: n_heads"),
+    # tracking URIs MLflow cannot open (a 41-line traceback before)
+    ("tracking.uri=garbage://x", "tracking.uri: unknown scheme 'garbage://'"),
+    ("tracking.uri=sqlite://relative.db", "tracking.uri:"),
+    ("tracking.uri=localhost:5000", "tracking.uri:"),
+    ("tracking.uri=http://", "tracking.uri:"),
+    ("tracking.experiment=' '", "tracking.experiment:"),
+    # data errors: before the store or any cache is created
+    ("data.path={corpus}/missing", "data.path:"),
+    ("data.path={corpus}/empty.txt", "data.path:"),
+    ("data.path={corpus}/blank.txt", "data.path:"),
+    ("data.path={corpus}/blank.jsonl", "data.path:"),
+]
+
+
+@pytest.mark.parametrize("override, field", TRAIN_ROWS)
+def test_train_bad_input_is_one_line_exit_2_and_writes_nothing(place, capsys, override, field):
+    from sweeps.train import _main
+
+    override = override.format(corpus=place["corpus"])
+    extra = ["data=text", "data.tokenizer=byte"] if override.startswith("data.path") else []
+    cfg = compose(*place["overrides"], *extra, override)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        _main(cfg)
+    assert exit_.value.code == 2
+    message = one_error_line(capsys.readouterr().err)
+    assert message.startswith(field), message
+    assert_nothing_written(place)
+
+
+def test_train_range_messages_name_the_allowed_values(place, capsys):
+    from sweeps.train import _main
+
+    with pytest.raises(SystemExit):
+        _main(compose(*place["overrides"], "train.lr=nan"))
+    assert "finite" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        _main(compose(*place["overrides"], "tracking.uri=garbage://x"))
+    err = capsys.readouterr().err
+    assert "sqlite:///" in err and "http(s)://host:port" in err
+
+
+def test_tracking_uri_from_the_environment_is_checked_too(place, capsys, monkeypatch):
+    from sweeps.train import _main
+
+    cfg = compose(*place["overrides"][1:])  # tracking.uri null: $MLFLOW_TRACKING_URI decides
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "garbage://x")
+    with pytest.raises(SystemExit) as exit_:
+        _main(cfg)
+    assert exit_.value.code == 2
+    assert one_error_line(capsys.readouterr().err).startswith("tracking.uri (null, so $MLFLOW")
+    assert_nothing_written(place)
+
+
+@pytest.mark.parametrize(
+    "override, field",
+    [("train.lr=nan", "train.lr:"), ("tracking.uri=garbage://x", "tracking.uri:")],
+)
+def test_train_cli_fails_in_seconds(place, override, field):
+    """The real command line: exit 2, one stderr line, nothing in the cwd or the store's place,
+    in seconds (mostly Python and Hydra start-up; no data work)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    t0 = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-m", "sweeps.train", *place["overrides"], override],
+        cwd=place["cwd"], env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    elapsed = time.monotonic() - t0
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert one_error_line(out.stderr).startswith(field)
+    assert elapsed < 30, elapsed  # ~2.5 s measured on the 2-core CPU
+    assert_nothing_written(place)
+
+
+# ---------------------------------------------------------------- analysis.fit / report
+GOOD_CSV = "N,D,loss\n" + "".join(
+    f"{n:.0f},{d:.0f},{2 + 400 / n**0.34 + 400 / d**0.28:.4f}\n"
+    for n in (1e6, 3e6, 1e7)
+    for d in (1e8, 3e8, 1e9)
+)
+
+
+def _csv(tmp_path: Path, col: str, value: str) -> Path:
+    lines = GOOD_CSV.splitlines()
+    header = lines[0].split(",")
+    if col not in header:  # C instead of D
+        header[header.index("D")] = col
+    i = header.index(col)
+    row = lines[3].split(",")
+    row[i] = value
+    lines[0], lines[3] = ",".join(header), ",".join(row)
+    path = tmp_path / "runs.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    "col, value",
+    [("loss", "inf"), ("loss", "-inf"), ("N", "inf"), ("D", "inf"), ("C", "inf"), ("loss", "nan")],
+)
+@pytest.mark.parametrize("tool", ["fit", "report"])
+def test_analysis_rejects_non_finite_csv_values(tmp_path, capsys, tool, col, value):
+    from analysis import fit, report
+
+    out = tmp_path / "result" / ("fit.json" if tool == "fit" else "report")
+    main = fit.main if tool == "fit" else report.main
+    code = main(["--csv", str(_csv(tmp_path, col, value)), "--out", str(out), "--bootstrap", "10"])
+    assert code == 2
+    message = one_error_line(capsys.readouterr().err)
+    assert message.startswith(f"column '{col}'") and "finite" in message
+    assert not out.parent.exists()
+
+
+def test_the_good_csv_is_valid(tmp_path):
+    """The table's CSV is accepted before one value is spoiled."""
+    from analysis.load import read_csv
+
+    (tmp_path / "runs.csv").write_text(GOOD_CSV)
+    assert len(read_csv(tmp_path / "runs.csv").frame) == 9
+
+
+@pytest.mark.parametrize("tool", ["fit", "report"])
+@pytest.mark.parametrize("uri", ["http://127.0.0.1:{port}", "garbage://x"])
+def test_analysis_bad_tracking_uri_fails_in_seconds(tmp_path, capsys, tool, uri):
+    """A server that is down hung ~249 s in MLflow's retries, then a traceback."""
+    from analysis import fit, report
+
+    uri = uri.format(port=free_port())
+    out = tmp_path / "result" / ("fit.json" if tool == "fit" else "report")
+    main = fit.main if tool == "fit" else report.main
+    t0 = time.monotonic()
+    code = main(["--experiment", "x", "--tracking-uri", uri, "--out", str(out)])
+    assert code == 2 and time.monotonic() - t0 < 10
+    message = one_error_line(capsys.readouterr().err)
+    assert message.startswith("--tracking-uri:") and uri in message
+    assert not out.parent.exists()
+
+
+def test_analysis_server_check_times_out_on_a_silent_server(tmp_path, capsys):
+    """A port that accepts connections but never answers: the 5 s /health timeout, one line."""
+    from analysis import load
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        uri = f"http://127.0.0.1:{server.getsockname()[1]}"
+        t0 = time.monotonic()
+        with pytest.raises(load.InputError, match="not reachable"):
+            load.check_server(uri, timeout_s=0.5)
+        assert time.monotonic() - t0 < 5
+
+
+# ---------------------------------------------------------------- token cache integrity
+@pytest.fixture
+def small_cache(tmp_path):
+    from sweeps.config import DataConfig
+    from sweeps.data import prepare_data
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(60):
+        (corpus / f"d{i:02d}.txt").write_text(f"document {i}\n" + "some text here. " * (20 + i))
+    cfg = DataConfig.from_dict({"source": "text", "path": str(corpus), "tokenizer": "byte"})
+    root = tmp_path / "cache"
+    data = prepare_data(cfg, root)
+    return cfg, root, data
+
+
+def _truncate(path: Path) -> None:
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size - 64)  # a whole number of uint16 tokens
+
+
+def _flip_byte(path: Path) -> None:
+    with open(path, "r+b") as f:
+        f.seek(10)
+        b = f.read(1)
+        f.seek(10)
+        f.write(bytes([b[0] ^ 0x55]))
+
+
+def _garble_meta(path: Path) -> None:
+    (path.parent / "meta.json").write_text("{not json")
+
+
+@pytest.mark.parametrize(
+    "spoil, what",
+    [
+        (_truncate, "bytes, meta.json promises"),
+        (_flip_byte, "does not match its sha256"),
+        (_garble_meta, "unreadable"),
+        (Path.unlink, "unreadable"),
+    ],
+)
+@pytest.mark.parametrize("name", ["train.bin", "val.bin"])
+def test_a_spoiled_token_cache_is_detected_and_rebuilt(small_cache, caplog, spoil, what, name):
+    import sweeps.data as data_mod
+
+    cfg, root, data = small_cache
+    want_train, want_val = np.array(data.train), np.array(data.val)
+    data_mod._verified.clear()  # a new process: checksums not yet seen
+    spoil(data.cache_dir / name)
+    assert what in data_mod.cache_problem(data.cache_dir)
+    with caplog.at_level(logging.WARNING, logger="sweeps.data"):
+        again = data_mod.prepare_data(cfg, root)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and str(data.cache_dir) in warnings[0] and "rebuilding" in warnings[0]
+    assert again.cache_dir == data.cache_dir and data_mod.cache_problem(again.cache_dir) is None
+    np.testing.assert_array_equal(again.train, want_train)
+    np.testing.assert_array_equal(again.val, want_val)
+    assert sorted(p.name for p in root.iterdir()) == sorted(
+        [data.cache_dir.name, data.cache_dir.name + ".lock"]
+    )  # the spoiled copy is gone, no temporary folders left
+
+
+def test_a_sound_cache_is_loaded_without_rebuilding(small_cache, caplog):
+    import sweeps.data as data_mod
+
+    cfg, root, data = small_cache
+    assert set(data.meta["sha256"]) == {"train.bin", "val.bin"}
+    mtime = (data.cache_dir / "meta.json").stat().st_mtime_ns
+    data_mod._verified.clear()
+    with caplog.at_level(logging.INFO, logger="sweeps.data"):
+        again = data_mod.prepare_data(cfg, root)
+    assert not caplog.records  # neither a warning nor a build
+    assert (again.cache_dir / "meta.json").stat().st_mtime_ns == mtime
+
+
+def test_a_cache_without_checksums_is_checked_by_size(small_cache):
+    """Caches built before the checksums were recorded: the token counts still catch a
+    truncation."""
+    import sweeps.data as data_mod
+
+    _, _, data = small_cache
+    meta_path = data.cache_dir / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["sha256"]
+    meta_path.write_text(json.dumps(meta))
+    assert data_mod.cache_problem(data.cache_dir) is None
+    _truncate(data.cache_dir / "train.bin")
+    assert "train.bin has" in data_mod.cache_problem(data.cache_dir)
