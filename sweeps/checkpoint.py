@@ -7,6 +7,7 @@ Layout under `<runs_dir>/<run_key>/`:
     last.pt               periodic resume checkpoint (train.checkpoint_every)
     tokens_<T>.pt         named branch checkpoints (train.save_at_tokens)
     config.yaml           the resolved config
+    .lock                 held (fcntl) by the process training the key (`run_lock`)
 
 The folder is shared by every experiment and tracking store that trains the run key: each
 checkpoint records the MLflow run that wrote it (`mlflow_run_id`, `mlflow_experiment_id`), and a
@@ -15,9 +16,12 @@ run resumes only a checkpoint of its own (`owner`); a foreign one is trained ove
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -66,6 +70,53 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     import torch
 
     return torch.load(Path(path), map_location="cpu", weights_only=True)
+
+
+LOCK = ".lock"
+
+
+@contextlib.contextmanager
+def run_lock(rdir: Path, run_key: str) -> Iterator[None]:
+    """Hold an exclusive lock on the run key (`<rdir>/.lock`) while it is trained.
+
+    A second process training the same key (two identical commands, or two sweeps sharing a
+    point) waits here, after one line on stderr, until the first ends; it then finds the run
+    FINISHED (and reuses it) or interrupted (and resumes it). The lock belongs to the open file:
+    the kernel releases it when the holder exits, SIGKILL included."""
+    rdir = Path(rdir)
+    rdir.mkdir(parents=True, exist_ok=True)
+    with open(rdir / LOCK, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "?"
+            print(
+                f"run key {run_key} is being trained by another process (pid {holder}, lock "
+                f"{rdir / LOCK}): waiting for it to end",
+                file=sys.stderr,
+                flush=True,
+            )
+            fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def remove_stale_temporaries(rdir: Path) -> list[Path]:
+    """Delete `*.tmp-*` files left by writes that were killed mid-way (call under `run_lock`:
+    no other process is writing there then). Returns what was removed."""
+    removed = []
+    for tmp in Path(rdir).glob("*.tmp-*"):
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+            removed.append(tmp)
+    return removed
 
 
 def run_dir(runs_dir: Path, run_key: str) -> Path:

@@ -30,6 +30,7 @@ from sweeps.sweep_view import SweepProgress, plan_rows, print_plan, print_summar
 Compose = Callable[[Sequence[str]], DictConfig]
 Launch = Callable[[list[list[str]], int], Sequence[Any]]  # -> hydra JobReturn per job
 SETTINGS = {"name", "jobs", "dry_run", "retry_failed", "throughput", "report"}
+FAILED_BEFORE = "failed before"  # how a point skipped because its run key FAILED begins
 
 
 @dataclass(frozen=True)
@@ -241,7 +242,7 @@ def _apply_record(run: P.PlannedRun, rec, retry_failed: bool) -> P.PlannedRun:
         return replace(run, skip=f"done: FINISHED run {rec.run_id[:8]}{where}")
     if rec.status == "FAILED" and not retry_failed:
         why = f" ({rec.failure_reason})" if rec.failure_reason else ""
-        return replace(run, skip=f"failed before{why}; rerun with sweep.retry_failed=true")
+        return replace(run, skip=f"{FAILED_BEFORE}{why}; rerun with sweep.retry_failed=true")
     return run  # RUNNING / KILLED (interrupted) or FAILED to retry: the job resumes it
 
 
@@ -301,17 +302,34 @@ def _execute(cfg, spec, runs, fixed_args, cli_keys, uri, experiment, launch) -> 
         status = "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED"
         raise
     finally:
-        failed = [o for o in outcomes.values() if o.state == "failed"]
-        if status == "FINISHED" and failed:
+        if status == "FINISHED" and failed_points(outcomes.values()):
             status = "FAILED"
         sweep_records.close_parent(uri, parent, status)
     ordered = [outcomes[r.index] if r.index in outcomes else Outcome(r, "not-run") for r in runs]
     print_summary(spec.name, ordered, uri, parent)
     _report(cfg, uri, experiment, parent)
-    failed = [o for o in ordered if o.state == "failed"]
+    failed = failed_points(ordered)
     if failed:
+        before = sum(o.state != "failed" for o in failed)
+        if before:
+            print(
+                f"sweep {spec.name}: {before} point(s) FAILED in an earlier run and were skipped "
+                "(sweep.retry_failed=true retries them): the parent run is FAILED",
+                file=sys.stderr,
+                flush=True,
+            )
         raise SystemExit(1)  # after the summary and the parent's FAILED status
     return ordered
+
+
+def failed_points(outcomes) -> list[Outcome]:
+    """The points without a result because their run FAILED: in this invocation, or before
+    (skipped, not retried). Any of them makes the sweep FAILED, not FINISHED."""
+    return [
+        o
+        for o in outcomes
+        if o.state == "failed" or (o.state == "skipped" and o.reason.startswith(FAILED_BEFORE))
+    ]
 
 
 def _outcome(run: P.PlannedRun, ret: Any) -> Outcome:

@@ -15,7 +15,8 @@ so many runs in one process (a Hydra sweep) never leak an active run into each o
 - `run_of_key` / `find_run_by_key`: THE run of a run key in an experiment (rule below), shared
   by `sweeps.train` (reuse or resume) and `sweeps.sweep_records` (skip or relaunch);
   `analysis.load` keeps its own copy of the rule (analysis never imports sweeps).
-- `MetricBuffer`: collects metrics and writes them with `log_batch` every N steps.
+- `MetricBuffer`: collects metrics and writes them with `log_batch` every N steps; on resume it
+  drops the points the interrupted process already logged (`logged_steps`).
 """
 
 from __future__ import annotations
@@ -185,19 +186,36 @@ def set_tags(uri: str, run_id: str, tags: dict[str, Any]) -> None:
         client(uri).log_batch(run_id, tags=items[i : i + MAX_PARAMS_PER_BATCH])
 
 
-class MetricBuffer:
-    """Collect metrics in memory; `flush()` writes them with as few log_batch calls as possible."""
+def logged_steps(uri: str, run_id: str) -> dict[str, int]:
+    """{metric key: the largest step logged for it} of a run (empty for a new run)."""
+    c = client(uri)
+    keys = c.get_run(run_id).data.metrics
+    return {k: max(m.step for m in c.get_metric_history(run_id, k)) for k in keys}
 
-    def __init__(self, uri: str, run_id: str):
+
+class MetricBuffer:
+    """Collect metrics in memory; `flush()` writes them with as few log_batch calls as possible.
+
+    `logged` ({key: step}, from `logged_steps`): points at or before those steps are dropped.
+    A run resumed from a checkpoint trains again the steps after it, which the interrupted
+    process may already have logged (with the same values: a resume is bit-identical), so each
+    metric keeps one point per step."""
+
+    def __init__(self, uri: str, run_id: str, logged: dict[str, int] | None = None):
         self.uri, self.run_id = uri, run_id
         self._client = client(uri)
         self._pending: list = []
+        self._logged = dict(logged or {})
 
     def add(self, step: int, **metrics: float) -> None:
         from mlflow.entities import Metric
 
-        ts = int(time.time() * 1000)
-        self._pending += [Metric(k, float(v), ts, int(step)) for k, v in metrics.items()]
+        ts, step = int(time.time() * 1000), int(step)
+        self._pending += [
+            Metric(k, float(v), ts, step)
+            for k, v in metrics.items()
+            if step > self._logged.get(k, -1)
+        ]
 
     def flush(self) -> None:
         while self._pending:

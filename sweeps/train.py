@@ -15,10 +15,13 @@ data -> model -> loop. A user error fails in the first phase with one line namin
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import math
 import os
+import signal
 import sys
+import threading
 import time
 import warnings
 from dataclasses import asdict, dataclass
@@ -214,6 +217,52 @@ def evaluate(model, windows, micro_batch: int, accelerator) -> float:
     return (total[0] / total[1]).item()
 
 
+# ---------------------------------------------------------------- interrupts
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM (what SLURM and other schedulers send) or Ctrl-C stopped the run: handled like
+    Ctrl-C, i.e. the MLflow run is marked KILLED with `failure_reason` = `reason`. During the
+    training loop the signal is deferred to the next step boundary, where `last.pt` is saved
+    first (`step` is then that checkpoint's step; None when it came before or after the loop)."""
+
+    def __init__(self, signame: str, step: int | None = None):
+        self.signame, self.step = signame, step
+        saved = f" at step {step}; checkpoint saved, rerun to resume" if step is not None else ""
+        self.reason = f"interrupted by {signame}{saved}"
+        super().__init__(self.reason)
+
+
+class _Signals:
+    """SIGTERM and SIGINT handlers for one `train()` call (main thread only; the previous
+    handlers come back when it returns). Outside `deferred` mode a signal raises `Interrupted`
+    at once; inside it (opening the MLflow run, the training loop) the first one is recorded
+    for the loop to act on at a step boundary, and a second one raises at once."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self):
+        self.received: signal.Signals | None = None
+        self.deferred = False
+
+    def _handle(self, signum, frame) -> None:
+        sig = signal.Signals(signum)
+        if self.deferred and self.received is None:
+            self.received = sig
+            log.warning("%s received: stopping at the next step with a checkpoint", sig.name)
+            return
+        raise Interrupted(sig.name)
+
+    def install(self, stack: contextlib.ExitStack) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in self.SIGNALS:
+            previous = signal.signal(sig, self._handle)  # None: not set from Python
+            stack.callback(signal.signal, sig, signal.SIG_DFL if previous is None else previous)
+
+    @property
+    def name(self) -> str | None:
+        return self.received.name if self.received is not None else None
+
+
 # ---------------------------------------------------------------- run identity / resume
 def _decide(spec: RunSpec, uri: str, experiment_id: str, rdir: Path) -> dict[str, Any]:
     """Main process: reuse a FINISHED run, resume a checkpoint, or start fresh (and in which
@@ -233,7 +282,10 @@ def _decide(spec: RunSpec, uri: str, experiment_id: str, rdir: Path) -> dict[str
         last.unlink(missing_ok=True)
         return {"action": "fresh", "run_id": None}
     run_id = existing.info.run_id if existing is not None else None
-    owner = ckpt.owner(last) if last.exists() else None
+    try:
+        owner = ckpt.owner(last) if last.exists() else None
+    except Exception as e:  # truncated, empty or not a checkpoint
+        raise _unreadable(uri, run_id, last, e) from None
     mine = owner is not None and owner == run_id
     if resume is True and not last.exists():
         raise ConfigError(f"train.resume=true: no checkpoint at {last}")
@@ -250,6 +302,21 @@ def _decide(spec: RunSpec, uri: str, experiment_id: str, rdir: Path) -> dict[str
             last, owner, spec.run_key, spec.tracking.experiment,
         )  # fmt: skip
     return {"action": "resume" if mine else "fresh", "run_id": run_id}
+
+
+def _unreadable(uri: str, run_id: str | None, path: Path, e: Exception) -> ConfigError:
+    """A `last.pt` that cannot be read (a truncated copy, a full disk): the error to raise, one
+    line naming the file; the run it would have resumed is marked FAILED with that reason (a
+    rerun fails the same way until the file is replaced or `train.resume=false` is given)."""
+    detail = (str(e).strip().splitlines() or [""])[0][:200]
+    reason = (
+        f"{path}: unreadable checkpoint ({type(e).__name__}: {detail}); rerun with "
+        "train.resume=false to start over"
+    )
+    if run_id is not None:
+        trk.set_tags(uri, run_id, {"failure_reason": reason})
+        trk.client(uri).set_terminated(run_id, "FAILED")
+    return ConfigError(reason)
 
 
 def _reused_result(spec: RunSpec, uri: str, run_id: str, rdir: Path) -> TrainResult:
@@ -306,8 +373,19 @@ def train(cfg: Any) -> TrainResult:
     """Train one model from a composed config (Hydra DictConfig or a plain nested dict).
 
     Returns a TrainResult; a diverged run returns status FAILED (the CLI exits non-zero).
-    Raises ConfigError / TrackingUnavailable before any work for bad input.
+    Raises ConfigError / TrackingUnavailable before any work for bad input, and `Interrupted`
+    (a KeyboardInterrupt) on SIGTERM or Ctrl-C, after marking the MLflow run KILLED.
     """
+    signals = _Signals()
+    with contextlib.ExitStack() as stack:
+        signals.install(stack)
+        result = _train(cfg, stack, signals)
+    if signals.received is not None:  # came after the loop: the run finished; pass it on
+        signal.raise_signal(signals.received)
+    return result
+
+
+def _train(cfg: Any, stack: contextlib.ExitStack, signals: _Signals) -> TrainResult:
     import torch
     from accelerate import Accelerator, PartialState
 
@@ -341,6 +419,10 @@ def train(cfg: Any) -> TrainResult:
     uri, decision = trk.resolve_tracking_uri(spec.tracking.uri), None
     if main:
         experiment_id = trk.ensure_experiment(uri, spec.tracking.experiment)
+        # One process per run key at a time (held until train returns); a second one waits.
+        stack.enter_context(ckpt.run_lock(rdir, spec.run_key))
+        for tmp in ckpt.remove_stale_temporaries(rdir):
+            log.info("removed %s (left by an interrupted write)", tmp)
         decision = _decide(spec, uri, experiment_id, rdir)
     decision = _broadcast(decision, accelerator)
     if decision["action"] == "reuse":
@@ -377,7 +459,11 @@ def train(cfg: Any) -> TrainResult:
     warmup = warmup_steps(tr.warmup, geo.total_steps)
     elapsed_before = 0.0
     if decision["action"] == "resume":
-        state = ckpt.load_checkpoint(rdir / ckpt.LAST)
+        try:
+            state = ckpt.load_checkpoint(rdir / ckpt.LAST)
+        except Exception as e:  # readable enough to name its run, not to load
+            run_of_file = decision["run_id"] if main else None
+            raise _unreadable(uri, run_of_file, rdir / ckpt.LAST, e) from None
         branched_from, branch_step = state.get("branched_from"), state.get("branch_step")
         elapsed_before = state["wall_time_s"]
     elif tr.init_from:
@@ -423,18 +509,7 @@ def train(cfg: Any) -> TrainResult:
     step_opt, clip = _step_and_clip(accelerator, optimizer)
     params = list(model.parameters())
 
-    # MLflow run: created or reopened by the main process only.
-    run_id, metrics = decision["run_id"], None
     fl_token = flops_per_token(model_cfg, tr.seq_len).exact
-    if main:
-        run_id = _open_run(
-            spec, uri, experiment_id, run_id, model_cfg, geo, data, branched_from, rdir
-        )
-        metrics = trk.MetricBuffer(uri, run_id)
-        if decision["action"] == "resume":
-            log.info("resuming run %s from step %d", spec.run_key, start_step)
-    run_id = _broadcast(run_id, accelerator)
-
     epochs_planned = geo.total_steps * tr.batch_tokens / len(data.train)
     if epochs_planned > 1 and main:
         warnings.warn(
@@ -454,7 +529,7 @@ def train(cfg: Any) -> TrainResult:
     )
     save_steps = {math.ceil(t / tr.batch_tokens): t for t in tr.save_at_tokens}
 
-    def save(path: Path, step: int, train_time: float) -> None:
+    def save(path: Path, step: int, train_time: float, pending=()) -> None:
         if not main:
             return
         state = {
@@ -474,14 +549,42 @@ def train(cfg: Any) -> TrainResult:
             "mlflow_run_id": run_id,  # whose progress this is: only that run resumes it
             "mlflow_experiment_id": experiment_id,
             "wall_time_s": elapsed_before + train_time,
+            # an interrupt's checkpoint falls between log steps: the losses of its window
+            "pending_losses": [float(v) for v in pending],
         }
         ckpt.save_checkpoint(path, state)
 
     pending, last_train_loss, val_loss = [], float("nan"), None
+    if decision["action"] == "resume":
+        pending = [
+            torch.tensor(v, device=accelerator.device) for v in state.get("pending_losses", [])
+        ]
+
+    # MLflow run: created or reopened by the main process only. From here a SIGTERM or Ctrl-C
+    # is deferred to the loop's next step, which checkpoints and marks the run KILLED.
+    signals.deferred = True
+    run_id, metrics = decision["run_id"], None
+    if main:
+        run_id = _open_run(
+            spec, uri, experiment_id, run_id, model_cfg, geo, data, branched_from, rdir
+        )
+        # A resumed run re-trains the steps between its checkpoint and the interruption: the
+        # points the interrupted process logged for them are kept, not logged a second time.
+        metrics = trk.MetricBuffer(
+            uri, run_id, logged=trk.logged_steps(uri, run_id) if decision["action"] == "resume"
+            else None
+        )  # fmt: skip
+        if decision["action"] == "resume":
+            log.info("resuming run %s from step %d", spec.run_key, start_step)
+    run_id = _broadcast(run_id, accelerator)
+
     t_run = time.perf_counter()
     t_log, step_log, overhead = t_run, start_step, 0.0
     try:
         for step in range(start_step, geo.total_steps):
+            if world == 1 and signals.received is not None:  # ranks > 1: at boundaries below
+                save(rdir / ckpt.LAST, step, time.perf_counter() - t_run, pending)
+                raise Interrupted(signals.name, step)
             lr = tr.lr * schedule.multiplier(step)
             for group in optimizer.param_groups:
                 group["lr"] = lr
@@ -507,15 +610,18 @@ def train(cfg: Any) -> TrainResult:
             is_ckpt = tr.checkpoint_every and done % tr.checkpoint_every == 0
             if not (is_log or is_eval or is_ckpt or done in save_steps):
                 continue
-            # One host sync per boundary: the losses since the last one, averaged over ranks.
-            losses = accelerator.reduce(torch.stack(pending), "mean").tolist()
-            pending = []
+            # One host sync per boundary: the losses since the last one, averaged over ranks
+            # (and, with several ranks, whether any of them was told to stop).
+            stop = torch.tensor(float(signals.received is not None), device=accelerator.device)
+            losses = accelerator.reduce(torch.stack([*pending, stop]), "mean").tolist()
+            stop_all, pending = losses.pop() > 0, []
             bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
             if bad is not None:
                 k = done - len(losses) + bad + 1
                 reason = f"diverged at step {k}"
-                if main:
-                    metrics.add(tokens, train_loss=losses[bad], lr=lr)
+                if main:  # at its own step (tokens seen after step k), with that step's lr
+                    lr_k = tr.lr * schedule.multiplier(k - 1)
+                    metrics.add(k * tr.batch_tokens, train_loss=losses[bad], lr=lr_k)
                 return _fail(spec, uri, run_id, metrics, progress, rdir, reason, k, t_start)
             last_train_loss = sum(losses) / len(losses)
             if is_log:
@@ -538,6 +644,9 @@ def train(cfg: Any) -> TrainResult:
             if is_ckpt and done != geo.total_steps:
                 save(rdir / ckpt.LAST, done, time.perf_counter() - t_run)
             overhead += time.perf_counter() - t0
+            if world > 1 and stop_all and done != geo.total_steps:
+                save(rdir / ckpt.LAST, done, time.perf_counter() - t_run)
+                raise Interrupted(signals.name or "a signal to another rank", done)
 
         val_loss = evaluate(raw_model, windows, geo.micro_batch, accelerator)
         wall = elapsed_before + time.perf_counter() - t_run
@@ -573,12 +682,16 @@ def train(cfg: Any) -> TrainResult:
         )
         return result
     except BaseException as e:
+        signals.deferred = False  # a second signal now interrupts the clean-up
         progress.close()
         if main:
             metrics.flush()
             status = "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED"
-            trk.set_tags(uri, run_id, {"failure_reason": f"{type(e).__name__}: {e}"[:1000]})
+            reason = e.reason if isinstance(e, Interrupted) else f"{type(e).__name__}: {e}"
+            trk.set_tags(uri, run_id, {"failure_reason": reason[:1000]})
             trk.client(uri).set_terminated(run_id, status)
+        if isinstance(e, Interrupted) and main:
+            log.warning("run %s %s (MLflow run %s KILLED)", spec.run_key, e.reason, run_id)
         raise
 
 
@@ -653,6 +766,9 @@ def _main(cfg) -> None:
     except (ConfigError, TrackingUnavailable) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except Interrupted as e:  # the MLflow run is KILLED; the shell's code for that signal
+        print(f"error: {e.reason}", file=sys.stderr)
+        sys.exit(128 + getattr(signal, e.signame, signal.SIGTERM))
     wait_for_all_ranks()  # every rank returned its result (FAILED ones too)
     if result.status != "FINISHED":
         print(f"error: run {result.run_key} {result.failure_reason}", file=sys.stderr)

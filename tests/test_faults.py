@@ -1,0 +1,273 @@
+"""Faults during training: SIGTERM, SIGKILL, two identical commands at once. Nothing lost,
+nothing doubled: every metric has one point per step, and an interrupted run resumes into the
+same MLflow run and FINISHES."""
+
+# ruff: noqa: F811  (the fixtures imported from test_train are test parameters here)
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from test_train import (  # noqa: F401  (fixtures)
+    HANG_DEADLINE_S,
+    ROOT,
+    cache_dir,
+    compose,
+    corpus,
+    history,
+    lab,
+    one_thread,
+    runs_df,
+    store,
+    uri_of,
+    wait_for_file,
+)
+
+METRICS = ("train_loss", "val_loss", "lr", "tokens_per_sec", "mfu")
+LONG = ["train.tokens=51200", "train.checkpoint_every=20", "train.eval_every=50"]  # 200 steps
+
+
+def start(overrides: list[str], output: Path) -> subprocess.Popen:
+    with open(output, "wb") as sink:
+        return subprocess.Popen(
+            [sys.executable, "-m", "sweeps.train", *overrides],
+            cwd=ROOT,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def finish(proc: subprocess.Popen, output: Path, timeout_s: float = HANG_DEADLINE_S) -> int:
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        pytest.fail(f"still running after {timeout_s} s:\n{output.read_text()[-3000:]}")
+
+
+def steps_once(uri: str, run_id: str) -> dict[str, list[int]]:
+    """Every metric's steps, asserting that none appears twice."""
+    out = {}
+    for key in METRICS:
+        steps = [s for s, _ in history(uri, run_id, key)]
+        doubled = {s: n for s, n in Counter(steps).items() if n > 1}
+        assert not doubled, f"{key}: steps logged more than once: {doubled}"
+        out[key] = sorted(steps)
+    return out
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_marks_killed_and_rerun_resumes_to_the_same_curves(lab, tmp_path):
+    from sweeps.checkpoint import load_checkpoint
+    from sweeps.train import train
+
+    long = [*lab, *LONG]
+    output = tmp_path / "terminated.log"
+    proc = start(long, output)
+    try:
+        wait_for_file(tmp_path / "runs", "*/last.pt", proc, output, timeout_s=HANG_DEADLINE_S)
+        proc.send_signal(signal.SIGTERM)
+    finally:
+        rc = finish(proc, output)
+    text = output.read_text(errors="replace")
+    assert rc == 128 + signal.SIGTERM, text[-3000:]
+    assert "error: interrupted by SIGTERM at step" in text and "Traceback" not in text
+    (last,) = (tmp_path / "runs").glob("*/last.pt")
+    state = load_checkpoint(last)
+    stopped = state["step"]
+    assert 20 <= stopped < 200, "the run must stop mid-way for this test to mean anything"
+    row = runs_df(lab).iloc[0]
+    assert row["status"] == "KILLED" and row["end_time"] is not None
+    assert row["tags.failure_reason"] == (
+        f"interrupted by SIGTERM at step {stopped}; checkpoint saved, rerun to resume"
+    )
+    assert state["mlflow_run_id"] == row["run_id"]
+    boundary = max(b for b in range(stopped + 1) if b % 4 == 0 or b % 50 == 0)  # log, eval
+    assert len(state["pending_losses"]) == stopped - boundary  # the unfinished log window
+
+    resumed = train(compose(*long))
+    assert resumed.status == "FINISHED" and resumed.run_id == row["run_id"] and not resumed.reused
+    clean = [*long, "tracking.experiment=uninterrupted", f"paths.runs_dir={tmp_path / 'c'}"]
+    uninterrupted = train(compose(*clean))
+    uri = uri_of(lab)
+    assert history(uri, resumed.run_id, "train_loss") == history(
+        uri, uninterrupted.run_id, "train_loss"
+    )  # the same points, bit for bit, also the log window the interrupt split
+    assert resumed.final_val_loss == uninterrupted.final_val_loss
+    assert steps_once(uri, resumed.run_id) == steps_once(uri, uninterrupted.run_id)
+    df = runs_df(lab)
+    assert len(df) == 1 and df.iloc[0]["status"] == "FINISHED"
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_logs_every_step_once(lab, tmp_path):
+    """SIGKILL after the process logged steps past its checkpoint: the resumed run trains those
+    steps again and does not log them a second time."""
+    from mlflow.tracking import MlflowClient
+
+    from sweeps.checkpoint import load_checkpoint
+    from sweeps.train import train
+
+    long = [*lab, *LONG]
+    output = tmp_path / "killed.log"
+    proc = start(long, output)
+    uri, client = uri_of(lab), MlflowClient(uri_of(lab))
+    try:
+        last = wait_for_file(tmp_path / "runs", "*/last.pt", proc, output, HANG_DEADLINE_S)
+        deadline = time.monotonic() + HANG_DEADLINE_S
+        while True:  # until two log steps past the checkpoint are in MLflow
+            assert proc.poll() is None, output.read_text()[-3000:]
+            assert time.monotonic() < deadline, output.read_text()[-3000:]
+            ckpt_tokens = load_checkpoint(last)["tokens"]
+            run = client.search_runs([client.get_experiment_by_name(tmp_path.name).experiment_id])
+            logged = [s for s, _ in history(uri, run[0].info.run_id, "train_loss")] if run else []
+            if logged and max(logged) >= ckpt_tokens + 2 * 4 * 256:
+                break
+            time.sleep(0.02)
+    finally:
+        proc.kill()
+        proc.wait()
+    ckpt_tokens = load_checkpoint(last)["tokens"]
+    logged = [s for s, _ in history(uri, run[0].info.run_id, "train_loss")]
+    assert max(logged) > ckpt_tokens and ckpt_tokens < 51200  # points to be trained again
+    assert list(runs_df(lab)["status"]) == ["RUNNING"]
+
+    resumed = train(compose(*long))
+    assert resumed.status == "FINISHED" and resumed.run_id == run[0].info.run_id
+    steps = steps_once(uri, resumed.run_id)
+    assert steps["train_loss"] == [256 * k for k in range(4, 201, 4)]
+    assert steps["val_loss"] == [256 * k for k in (50, 100, 150, 200)]
+
+
+@pytest.mark.slow
+def test_diverged_run_logs_the_non_finite_loss_at_its_step(lab):
+    from sweeps.train import train
+
+    result = train(
+        compose(*lab, "train.lr=1e9", "train.grad_clip=0", "train.warmup=0", "train.log_every=8")
+    )
+    assert result.status == "FAILED"
+    k = int(result.failure_reason.removeprefix("diverged at step "))
+    points = history(uri_of(lab), result.run_id, "train_loss")
+    assert points[-1][0] == k * 256 and not math.isfinite(points[-1][1])
+    assert all(s < k * 256 and math.isfinite(v) for s, v in points[:-1])
+    assert history(uri_of(lab), result.run_id, "lr")[-1][0] == k * 256
+
+
+@pytest.mark.slow
+def test_two_identical_commands_at_once_train_one_run(lab, tmp_path):
+    """The second command waits for the first (the run key's lock) and then finds the run
+    FINISHED: one MLflow run, one run's worth of metrics."""
+    from sweeps.train import train
+
+    cfg = [*lab, "train.tokens=256000", "train.checkpoint_every=100", "train.eval_every=250"]
+    train(compose(*cfg, "train.tokens=512", "tracking.experiment=warm"))  # builds the cache
+    outputs = [tmp_path / "first.log", tmp_path / "second.log"]
+    first = start(cfg, outputs[0])
+    try:  # the second starts once the first holds the lock (has written its pid in it)
+        deadline = time.monotonic() + HANG_DEADLINE_S
+        while not any(p.read_text().strip() for p in (tmp_path / "runs").glob("*/.lock")):
+            assert first.poll() is None and time.monotonic() < deadline, outputs[0].read_text()
+            time.sleep(0.02)
+        second = start(cfg, outputs[1])
+    finally:
+        rcs = [finish(first, outputs[0])]
+    rcs.append(finish(second, outputs[1]))
+    texts = [p.read_text(errors="replace") for p in outputs]
+    assert rcs == [0, 0], texts
+    assert "reused=False" in texts[0] and "reused=True" in texts[1]
+    df = runs_df(lab)
+    assert len(df) == 1 and df.iloc[0]["status"] == "FINISHED"
+    steps = steps_once(uri_of(lab), df.iloc[0]["run_id"])
+    assert steps["train_loss"] == [256 * k for k in range(4, 1001, 4)]
+    assert steps["val_loss"] == [256 * k for k in (250, 500, 750, 1000)]
+    assert "is being trained by another process" in texts[1]  # it waited, then reused
+
+
+@pytest.mark.slow
+def test_sweep_whose_points_all_failed_before_stays_failed_on_rerun(tmp_path):
+    """A rerun skips the point that diverged before (no sweep.retry_failed): the parent is
+    FAILED again, not FINISHED, and the command says why and exits 1."""
+    from test_sweep_run import TEXT, runs, sweep_cmd, tiny_sweep
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(20):
+        (corpus / f"doc{i}.txt").write_text(f"document {i}. " + TEXT * 40)
+    (tmp_path / "sweep").mkdir()
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlruns.db'}",
+        "SCALING_LAB_RUNS_DIR": str(tmp_path / "runs"),
+        "SCALING_LAB_CACHE_DIR": str(tmp_path / "cache"),
+        "OMP_NUM_THREADS": "1",
+    }
+    diverging = "  train.lr: 1e9\n  train.grad_clip: 0\n  train.warmup: 0"
+    sweep = tiny_sweep("  model.size: [1e4]\n  train.tokens: [4096]", diverging)
+    (tmp_path / "sweep" / "diverge.yaml").write_text(sweep)
+    cmd = sweep_cmd(tmp_path, corpus, "diverge")
+    first = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=HANG_DEADLINE_S)
+    assert first.returncode == 1, first.stdout[-3000:] + first.stderr[-3000:]
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=HANG_DEADLINE_S)
+    assert again.returncode == 1, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "1 point(s) FAILED in an earlier run and were skipped" in again.stderr
+    df = runs(tmp_path)
+    parent = df[df["tags.sweep_parent"] == "diverge"]
+    assert len(parent) == 1 and parent["status"].item() == "FAILED"
+    kids = df[df["tags.mlflow.parentRunId"] == parent["run_id"].item()]
+    assert list(kids["status"]) == ["FAILED"]  # skipped, not retrained
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["empty", "truncated"])
+def test_unreadable_checkpoint_fails_with_one_line_and_marks_the_run_failed(lab, tmp_path, damage):
+    """A `last.pt` cut short (or empty): one `error:` line naming the file and
+    `train.resume=false`, exit 2, the run it would resume FAILED with that reason; a stray
+    temporary file of a killed write is removed; `train.resume=false` then trains."""
+    from sweeps import tracking
+    from sweeps.config import resolve_config
+    from sweeps.train import train
+
+    short = [*lab, "train.tokens=2048", "train.checkpoint_every=4"]
+    spec = resolve_config(compose(*short))
+    uri = uri_of(lab)
+    exp = tracking.ensure_experiment(uri, tmp_path.name)
+    run_id = tracking.client(uri).create_run(exp, tags={"run_key": spec.run_key}).info.run_id
+    rdir = tmp_path / "runs" / spec.run_key
+    rdir.mkdir(parents=True)
+    last = rdir / "last.pt"
+    if damage == "empty":
+        last.write_bytes(b"")
+    else:  # a real checkpoint, cut in half
+        import torch
+
+        torch.save({"model": {"w": torch.zeros(1000)}, "mlflow_run_id": run_id}, last)
+        last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
+    stray = rdir / "last.pt.tmp-abc123"
+    stray.write_bytes(b"partial")
+
+    out = subprocess.run(
+        [sys.executable, "-m", "sweeps.train", *short],
+        cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+        timeout=HANG_DEADLINE_S,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stdout[-3000:] + out.stderr[-3000:]
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert f"error: {last}: unreadable checkpoint" in errors[0]
+    assert "train.resume=false" in errors[0]
+    assert not stray.exists()
+    row = runs_df(lab).set_index("run_id").loc[run_id]
+    assert row["status"] == "FAILED" and row["tags.failure_reason"] == errors[0][len("error: ") :]
+
+    fresh = train(compose(*short, "train.resume=false"))
+    assert fresh.status == "FINISHED" and fresh.run_id != run_id
