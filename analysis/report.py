@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis import summary as headline
 from analysis.fit import (
     add_fit_args,
     check_exact_compute,
@@ -68,29 +69,69 @@ def _convention(result) -> str:
     return "6ND" if result.get("compute", "6nd") == "6nd" else "exact FLOPs"
 
 
+# Where each figure goes: after the content of the section whose heading starts with this.
+FIGURE_SECTION = {
+    "isoflop": "Approach 2",
+    "loss_vs_params": "Approach 3",
+    "contours": "Approach 3",
+    "training_curves": "Training curves",
+}
+SUMMARY = "Summary"
+
+
 def build_blocks(runs, excluded, result, ablation, figures, title, source="") -> list[tuple]:
-    """The report as ('h', text) / ('p', text) / ('table', header, rows) / ('fig', stem, caption)."""
+    """The report as ('h1'|'h2', text) / ('p', text) / ('list', [text]) / ('table', header, rows)
+    / ('fig', stem, caption): the summary first (the answer, its figure), then one section per
+    approach with its own figures; every h2 after the summary is a collapsible detail in HTML."""
+    figs = dict(figures)
     b: list[tuple] = [("h1", f"Scaling-law report: {title}")]
-    if result is None:
-        b.append(("p", f"{len(runs)} finished runs; {len(excluded)} excluded. The baseline has one "
-                       "token budget, so no L(N, D) law is fitted: this is an ablation report. "
-                       "Every estimate carries a 95% bootstrap percentile interval over runs."))  # fmt: skip
-    else:
-        b.append(("p", f"{len(runs)} finished runs fitted ({result['n_runs']} in the baseline "
-                       f"fits); {len(excluded)} excluded. Every estimate carries a 95% bootstrap "
-                       f"percentile interval over runs ({result['parametric']['n_boot']} "
-                       "replicates)."))  # fmt: skip
-    b.extend(_source_blocks(runs, source))
-    if len(excluded):
-        b.append(("table", ["excluded run", "status", "reason"], excluded.values.tolist()))
+    n_boot = result["parametric"]["n_boot"] if result else (ablation or {}).get("n_boot", "")
+    fitted = f" ({result['n_runs']} in the baseline fits)" if result else ""
+    b.append(("p", f"{len(runs)} finished runs{fitted}; {len(excluded)} excluded. Every estimate "
+                   f"carries a 95% bootstrap percentile interval over runs"
+                   f"{f' ({n_boot} replicates)' if n_boot else ''}."))  # fmt: skip
+    b.append(("h2", SUMMARY))
+    if ablation:
+        b.extend(headline.ablation_summary(ablation))
+        if "multipliers" in figs:
+            b.append(("fig", "multipliers", figs.pop("multipliers")))
+    if result is not None:
+        if ablation:
+            b.append(("p", f"The baseline's own scaling law ({result['n_runs']} runs):"))
+        b.extend(headline.law_summary(result))
+        if not ablation and "loss_vs_compute" in figs:
+            b.append(("fig", "loss_vs_compute", figs.pop("loss_vs_compute")))
+    elif not ablation:
+        b.append(("p", "No law could be fitted to these runs."))
+    sources = _source_blocks(runs, source)
+    if sources or len(excluded):
+        b.append(("h2", "Runs"))
+        b.extend(sources)
+        if len(excluded):
+            b.append(("table", ["excluded run", "status", "reason"], excluded.values.tolist()))
     if result is not None:
         b.extend(_fit_blocks(result))
+    else:
+        b.append(("h2", "Baseline law"))
+        b.append(("p", "The baseline has one token budget, so no L(N, D) law is fitted: this is "
+                       "an ablation report."))  # fmt: skip
+    if "loss_vs_compute" in figs:  # the frontier figure goes with the single-variable laws
+        FIGURE_SECTION["loss_vs_compute"] = "Single-variable laws" if result else "Baseline law"
     if ablation:
         b.extend(_ablation_blocks(ablation))
         b.extend(_matched_loss_blocks(runs, ablation["baseline"]))
-    b.append(("h2", "Figures"))
-    b.extend(("fig", stem, caption) for stem, caption in figures)
+    if "training_curves" in figs:
+        b.append(("h2", "Training curves"))
+    for stem, caption in figs.items():
+        _place(b, FIGURE_SECTION.get(stem, SUMMARY), ("fig", stem, caption))
     return b
+
+
+def _place(blocks: list[tuple], heading: str, block: tuple) -> None:
+    """Insert `block` at the end of the section whose h2 starts with `heading`."""
+    start = next(i for i, x in enumerate(blocks) if x[0] == "h2" and x[1].startswith(heading))
+    end = next((i for i in range(start + 1, len(blocks)) if blocks[i][0] == "h2"), len(blocks))
+    blocks.insert(end, block)
 
 
 def _counts(values: pd.Series) -> dict[str, int]:
@@ -281,6 +322,8 @@ def render_md(blocks) -> str:
             out.append(("# " if kind == "h1" else "## ") + block[1])
         elif kind == "p":
             out.append(block[1])
+        elif kind == "list":
+            out.append("\n".join(f"- {item}" for item in block[1]))
         elif kind == "table":
             header, rows = block[1], block[2]
             lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -291,18 +334,40 @@ def render_md(blocks) -> str:
     return "\n\n".join(out) + "\n"
 
 
+STYLE = (
+    "body{font-family:system-ui,sans-serif;max-width:64em;margin:2em auto;padding:0 1em;"
+    "line-height:1.45;color:#222}h1{font-size:1.6em}h2{font-size:1.25em;display:inline}"
+    "details{margin:1em 0;border-top:1px solid #ddd;padding-top:.5em}summary{cursor:pointer}"
+    "section.summary{background:#f7f9fc;border:1px solid #dde3ee;padding:.5em 1em 1em}"
+    "table{border-collapse:collapse;margin:.5em 0;font-size:.92em}"
+    "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
+    "td{font-variant-numeric:tabular-nums}th{background:#f0f0f0}"
+    "figure{margin:1em 0}svg{max-width:100%;height:auto}figcaption{font-size:.9em;color:#555}"
+)
+
+
 def render_html(blocks, fig_dir: Path, title: str) -> str:
+    """Self-contained HTML: the summary as a highlighted section, every later h2 a <details>."""
     out = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'>",
-           f"<title>{html.escape(title)}</title>",
-           "<style>body{font-family:sans-serif;max-width:60em;margin:auto}"
-           "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px}"
-           "svg{max-width:100%;height:auto}</style></head><body>"]  # fmt: skip
+           f"<title>{html.escape(title)}</title>", f"<style>{STYLE}</style></head><body>"]  # fmt: skip
+    open_tag = None
     for block in blocks:
         kind = block[0]
-        if kind in ("h1", "h2"):
-            out.append(f"<{kind}>{html.escape(block[1])}</{kind}>")
+        if kind == "h1":
+            out.append(f"<h1>{html.escape(block[1])}</h1>")
+        elif kind == "h2":
+            if open_tag:
+                out.append(f"</{open_tag}>")
+            if block[1] == SUMMARY:
+                open_tag = "section"
+                out.append(f"<section class='summary'><h2>{html.escape(block[1])}</h2>")
+            else:
+                open_tag = "details"
+                out.append(f"<details><summary><h2>{html.escape(block[1])}</h2></summary>")
         elif kind == "p":
             out.append(f"<p>{html.escape(block[1])}</p>")
+        elif kind == "list":
+            out.append("<ul>" + "".join(f"<li>{html.escape(t)}</li>" for t in block[1]) + "</ul>")
         elif kind == "table":
             head = "".join(f"<th>{html.escape(str(h))}</th>" for h in block[1])
             body = "".join(
@@ -314,6 +379,8 @@ def render_html(blocks, fig_dir: Path, title: str) -> str:
             svg = (fig_dir / f"{block[1]}.svg").read_text()
             svg = svg[svg.index("<svg") :]  # drop the XML prolog and DOCTYPE: inline SVG
             out.append(f"<figure>{svg}<figcaption>{html.escape(block[2])}</figcaption></figure>")
+    if open_tag:
+        out.append(f"</{open_tag}>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 
@@ -335,23 +402,30 @@ def make_figures(
 
     if result is None:
         add("loss_vs_compute", plots.loss_vs_compute(runs, None, compute),
-            "Final validation loss of the baseline against compute.")  # fmt: skip
+            "Final validation loss of the baseline against compute, coloured by N.")  # fmt: skip
     else:
         add("loss_vs_compute", plots.loss_vs_compute(runs, result["kaplan"]["L_C"], compute),
-            "Final validation loss against compute, with the fitted compute frontier L(C).")  # fmt: skip
-        if result.get("isoflop"):
+            "Final validation loss against compute, coloured by N, with the fitted frontier "
+            "L(C): its slope is -gamma, how fast the best reachable loss falls with compute.")  # fmt: skip
+        if (result.get("isoflop") or {}).get("per_budget"):
             add("isoflop", plots.isoflop_curves(runs, result["isoflop"]),
-                "IsoFLOP profiles: loss against N per budget, parabolas in log N, minima (stars).")  # fmt: skip
+                "IsoFLOP profiles: loss against N per budget, parabolas in log N, minima (stars). "
+                "The minima moving to larger N as the budget grows are N_opt(C).")  # fmt: skip
         add("loss_vs_params", plots.loss_vs_params(runs, law_obj),
-            "L(N) per token budget with the fitted L(N, D) (approach 3).")  # fmt: skip
+            "L(N) per token budget with the fitted L(N, D) (approach 3): where the lines miss "
+            "the points, the law does not describe these runs.")  # fmt: skip
         add("contours", plots.contours(runs, law_obj),
-            "Fitted L(N, D) contours with the compute-optimal allocation line.")  # fmt: skip
+            "Fitted L(N, D) contours with the compute-optimal allocation line (drawn from the "
+            "point estimate, also where parts of the fit are not identified).")  # fmt: skip
     if curves is not None and not curves.empty:
         add("training_curves", plots.training_curves(curves, runs),
-            "Validation loss against tokens seen, one line per run.")  # fmt: skip
+            "Validation loss against tokens seen, one line per run: plateaus and spikes here "
+            "explain odd final losses.")  # fmt: skip
     if ablation:
         add("multipliers", plots.multipliers(ablation, compute),
-            "Effective compute multiplier of each variant over the baseline (95% intervals).")  # fmt: skip
+            "Effective compute multiplier of each variant over the baseline against compute "
+            "(95% intervals; open markers extrapolated): above the dashed line at 1 the variant "
+            "needs less compute than the baseline for the same loss.")  # fmt: skip
     return figures
 
 

@@ -135,6 +135,47 @@ def test_report_writes_everything_and_reruns_identically(tmp_path):
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
 
 
+def test_report_leads_with_the_answer(tmp_path):
+    """Summary first (a verdict per variant, the law's allocation and held-out error), its figure
+    right under it, every later section collapsible in HTML with its own figures inline, and no
+    image link in report.md that points at a missing file."""
+    import re
+    from html.parser import HTMLParser
+
+    frame = pd.concat([isoflop_runs(LAW, seed=0, variant="base", **SMALL),
+                       isoflop_runs(LAW, seed=1, variant="wide", **SMALL)])  # fmt: skip
+    src = _bad(tmp_path, frame)
+    out = tmp_path / "r"
+    assert report.main(["--csv", str(src), "--bootstrap", "30", "--title", "t", "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    headings = re.findall(r"^## (.+)$", md, flags=re.M)
+    assert headings[0] == "Summary" and headings.index("Approach 3: parametric fit L(N, D) = E + A/N^alpha + B/D^beta") > 0
+    summary = md[md.index("## Summary") : md.index(f"## {headings[1]}")]
+    assert "| wide |" in summary and re.search(r"- wide(:| is)", summary)  # one sentence each
+    assert "held-out error" in summary and "figures/multipliers.png" in summary
+    for link in re.findall(r"\]\((figures/[^)]+)\)", md):
+        assert (out / link).is_file(), link
+    # Each figure in the section it belongs to.
+    approach2 = md[md.index("## Approach 2") : md.index("## Approach 1")]
+    assert "figures/isoflop.png" in approach2
+
+    class Outline(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.seen: list[str] = []
+
+        def handle_starttag(self, tag, attrs):
+            if tag in ("section", "details", "figure", "svg", "img"):
+                self.seen.append(tag)
+
+    page = Outline()
+    page.feed((out / "report.html").read_text())
+    first_details = page.seen.index("details")
+    assert page.seen[0] == "section" and "figure" in page.seen[:first_details]  # summary + figure
+    assert page.seen.count("details") == len(headings) - 1 and "img" not in page.seen
+    assert page.seen.count("figure") == page.seen.count("svg") >= 5  # every figure inline
+
+
 def test_report_refuses_to_pool_architectures_and_compares_them_by_arch(tmp_path, capsys):
     """A grid over presets has one variant but two architectures: one law for both would be
     wrong, so the report says how to compare them, and --compare arch does."""

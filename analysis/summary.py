@@ -1,0 +1,123 @@
+"""The answer first: the summary at the top of a report, written from the numbers.
+
+For an ablation: one row per variant at the largest measured compute (multiplier, interval,
+Holm-adjusted p, verdict) and one plain sentence per verdict. For a law fit: the compute-optimal
+allocation with intervals, the other approaches' exponents, the frontier and the held-out
+prediction error. Quantities that are not identified say so here too: nothing that the runs do
+not determine is stated as a result.
+"""
+
+from __future__ import annotations
+
+
+def _num(x, spec=".3g") -> str:
+    return "n/a" if x is None or x != x else f"{x:{spec}}"
+
+
+def _interval(ci, spec=".3g") -> str:
+    return f"[{_num(ci[0], spec)}, {_num(ci[1], spec)}]" if ci else "[no interval]"
+
+
+def headline_cell(variant: dict) -> dict | None:
+    """A variant's multiplier at its largest measured compute (the summary's cell)."""
+    measured = [m for m in variant["multipliers"] if m["measured"]]
+    return measured[-1] if measured else None
+
+
+def verdict_sentence(name: str, baseline: str, cell: dict, conv: str, why: str | None) -> str:
+    """One sentence, in plain words, of what the runs say about a variant."""
+    where = f"at C = {cell['C']:.3g} FLOPs ({conv})"
+    m, ci = cell["multiplier"], _interval(cell["ci95"], ".2g")
+    verdict = cell.get("verdict")
+    if why or verdict == "not identified":
+        reason = why or cell.get("why_not_identified") or "see the details"
+        return f"{name}: not identified {where} ({reason})."
+    if verdict == "better":
+        return (f"{name} is better than {baseline}: {baseline} needs {m:.2g}x the compute to "
+                f"reach its loss {where} (95% CI {ci}).")  # fmt: skip
+    if verdict == "worse":
+        return (f"{name} is worse than {baseline}: it needs {1 / m:.2g}x {baseline}'s compute "
+                f"to reach the same loss {where} (multiplier {m:.2g}, 95% CI {ci}).")  # fmt: skip
+    return (f"{name}: cannot tell from {baseline} {where} (multiplier {m:.2g}, 95% CI {ci}, "
+            f"adjusted p = {_num(cell.get('p_holm'), '.2f')}).")  # fmt: skip
+
+
+def ablation_summary(ablation: dict) -> list[tuple]:
+    """Summary table and sentences of an ablation (blocks, see analysis.report)."""
+    base = ablation["baseline"]
+    conv = "6ND" if ablation.get("compute", "6nd") == "6nd" else "exact FLOPs"
+    rows, sentences = [], []
+    for v, res in ablation["variants"].items():
+        cell = headline_cell(res)
+        if v == base or cell is None:
+            continue
+        why = res.get("why_not_identified", {}).get("multipliers")
+        shown = "not identified" if why else f"{cell['multiplier']:.3g} {_interval(cell['ci95'])}"
+        rows.append([v, f"{cell['C']:.3g}", shown, _num(cell.get("p_holm"), ".3f"),
+                     cell.get("verdict") or "n/a"])  # fmt: skip
+        sentences.append(verdict_sentence(v, base, cell, conv, why))
+    n = ablation.get("n_comparisons", 0)
+    lead = (f"Each variant against '{base}' at its largest measured compute. m > 1: the "
+            f"baseline needs m times the compute to match the variant. Verdicts control the "
+            f"family-wise error at {ablation.get('family_level', 0.05):g} over all {n} measured "
+            "variant x budget cells (Holm); the full table is under 'Ablations' below.")  # fmt: skip
+    return [
+        ("p", lead),
+        ("table", ["variant", f"C ({conv})", "multiplier [95% CI]", "p (Holm)", "verdict"], rows),
+        ("list", sentences),
+    ]
+
+
+def _estimate(section: dict | None, key: str, name: str | None = None, spec=".3g") -> str:
+    if not section or key not in section:
+        return "n/a"
+    name = name or key
+    if name in section.get("not_identified", []):
+        return "not identified"
+    return f"{_num(section[key], spec)} {_interval(section.get('ci95', {}).get(name), spec)}"
+
+
+def law_summary(result: dict) -> list[tuple]:
+    """Summary of a law fit: allocation, exponents, frontier, held-out error (blocks)."""
+    p, conv = result["parametric"], ("6ND" if result.get("compute", "6nd") == "6nd" else "exact FLOPs")
+    rows = [["N_opt ~ C^a, approach 3 (L = E + A/N^alpha + B/D^beta)", _estimate(p, "a")]]
+    for key, label in (("isoflop", "approach 2 (IsoFLOP minima)"), ("envelope", "approach 1 (lower envelope)")):
+        s = result.get(key)
+        if s and "a" in s:
+            rows.append([f"N_opt ~ C^a, {label}", _estimate(s, "a")])
+    for r in p["allocation"]:
+        tag = f"@{r['C']:.3g}"
+        for q, label in (("N_opt", "N_opt"), ("D_opt", "D_opt"), ("tokens_per_param", "D/N")):
+            rows.append([f"{label} at C = {r['C']:.3g} ({conv})",
+                         _estimate({**p, q: r[q]}, q, q + tag)])  # fmt: skip
+    lc = result["kaplan"].get("L_C")
+    if lc:
+        rows.append(["frontier L(C) ~ C^-gamma: gamma", _estimate(lc, "alpha")])
+    ext = result["extrapolation"]
+    sentences = []
+    if "mean_abs_rel_error" in ext:
+        worst = max(ext["runs"], key=lambda r: abs(r["rel_error"]))
+        rows.append([f"held-out error (fit on C < {ext['threshold_C']:.3g}, {ext['n_test']} runs)",
+                     f"mean {100 * ext['mean_abs_rel_error']:.2f}%, worst "
+                     f"{100 * worst['rel_error']:+.1f}%"])  # fmt: skip
+        sentences.append(
+            f"Fitted on the {ext['n_train']} runs below C = {ext['threshold_C']:.3g}, approach 3 "
+            f"predicts the {ext['n_test']} larger runs within {100 * ext['mean_abs_rel_error']:.1f}% "
+            f"on average (worst {100 * worst['rel_error']:+.1f}%)."
+        )
+    if "a" in p.get("not_identified", []):
+        sentences.insert(0, f"The compute-optimal exponent is not identified by these runs: "
+                            f"{p['why_not_identified']['a']}.")  # fmt: skip
+    else:
+        top = p["allocation"][0]
+        sentences.insert(0, (
+            f"Compute-optimal allocation (approach 3): N_opt grows as C^{p['a']:.2f} "
+            f"(95% CI {_interval(p['ci95'].get('a'), '.2f')}); at C = {top['C']:.3g} FLOPs "
+            f"({conv}) the optimum is N = {_estimate(p | {'N_opt': top['N_opt']}, 'N_opt', 'N_opt@' + format(top['C'], '.3g'))} "
+            f"trained on {_num(top['tokens_per_param'], '.2g')} tokens per parameter."
+        ))  # fmt: skip
+    missing = [k for k in p.get("not_identified", []) if "@" not in k]
+    if missing:
+        sentences.append(f"Not identified by these runs: {', '.join(missing)} (reasons under "
+                         "'Approach 3' below); they are not stated as results.")  # fmt: skip
+    return [("table", ["quantity", "estimate [95% CI]"], rows), ("list", sentences)]
