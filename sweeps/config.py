@@ -363,6 +363,11 @@ def resolve_config(cfg: Any) -> RunSpec:
         )
     sections = {name: cls.from_dict(cfg.get(name)) for name, cls in SECTIONS.items()}
     data, train = sections["data"], sections["train"]
+    if data.eval_tokens < train.seq_len:  # else found only after tokenizing (val_windows)
+        raise ConfigError(
+            f"data.eval_tokens: {data.eval_tokens} is less than one window of "
+            f"train.seq_len={train.seq_len} tokens"
+        )
     model_section = dict(cfg.get("model") or {})
     model = build_model_config(model_section, planned_vocab_size(data), train.seq_len)
     size = model_section.get("size")

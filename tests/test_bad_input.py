@@ -95,6 +95,7 @@ TRAIN_ROWS = [
     ("train.schedule=linear", "train.schedule:"),
     ("train.batch_tokens=100", "train.batch_tokens:"),
     ("model.n_heads=3", "model: n_heads"),
+    ("data.eval_tokens=100", "data.eval_tokens:"),  # < train.seq_len: was found after tokenizing
     # tracking URIs MLflow cannot open (a 41-line traceback before)
     ("tracking.uri=garbage://x", "tracking.uri: unknown scheme 'garbage://'"),
     ("tracking.uri=sqlite://relative.db", "tracking.uri:"),
