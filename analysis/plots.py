@@ -142,6 +142,30 @@ def training_curves(curves: pd.DataFrame, runs: pd.DataFrame):
     return fig
 
 
+def training_curves_by_variant(curves: pd.DataFrame, runs: pd.DataFrame):
+    """Validation loss against tokens, one panel per size (k-th smallest N of each variant),
+    one line per variant (its longest token budget at that size): the mean over seeds, with the
+    band from the lowest to the highest seed."""
+    runs = runs.assign(size=runs.groupby("variant")["N"].rank(method="dense").astype(int))
+    longest = runs[runs["D"] == runs.groupby(["variant", "size"])["D"].transform("max")]
+    data = curves.merge(longest[["run_id", "variant", "size", "N"]], on="run_id")
+    sizes = sorted(data["size"].unique())
+    fig, axes = plt.subplots(1, len(sizes), figsize=(4 * len(sizes), 3.6), sharey=True,
+                             squeeze=False)  # fmt: skip
+    variants = sorted(data["variant"].unique())
+    palette = dict(zip(variants, sns.color_palette("deep", n_colors=len(variants))))
+    for ax, size in zip(axes[0], sizes):
+        panel = data[data["size"] == size]
+        for v, g in panel.groupby("variant", sort=True):
+            band = g.groupby("tokens")["val_loss"].agg(["mean", "min", "max"])
+            ax.plot(band.index, band["mean"], color=palette[v], lw=1.2, label=v)
+            ax.fill_between(band.index, band["min"], band["max"], color=palette[v], alpha=0.2)
+        ax.set_title(f"size {size} (N ~ {panel['N'].median():.3g})", fontsize=9)
+        _loglog(ax, "tokens seen")
+    axes[0][0].legend(fontsize=7)
+    return fig
+
+
 def multipliers(ablation: dict, compute: str = "6nd"):
     """Effective compute multiplier of each variant over the baseline, with 95% intervals."""
     rows = []

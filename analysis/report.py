@@ -389,8 +389,9 @@ def render_html(blocks, fig_dir: Path, title: str) -> str:
 
 
 def make_figures(
-    runs, curves, result, law_obj, ablation, fig_dir: Path, compute: str = "6nd"
+    runs, curves, result, law_obj, ablation, fig_dir: Path, compute: str = "6nd", all_runs=None
 ) -> list[tuple[str, str]]:
+    """Figures of the baseline `runs` (and, with several variants in `all_runs`, per variant)."""
     from analysis import plots  # lazy: seaborn ~3 s
 
     plots.setup()
@@ -417,7 +418,12 @@ def make_figures(
         add("contours", plots.contours(runs, law_obj),
             "Fitted L(N, D) contours with the compute-optimal allocation line (drawn from the "
             "point estimate, also where parts of the fit are not identified).")  # fmt: skip
-    if curves is not None and not curves.empty:
+    if curves is not None and not curves.empty and all_runs is not None and all_runs["variant"].nunique() > 1:
+        add("training_curves", plots.training_curves_by_variant(curves, all_runs),
+            "Validation loss against tokens seen per variant, one panel per size (its longest "
+            "token budget), mean over seeds with the range of seeds as a band: where the "
+            "variants part and whether the gap exceeds the seed spread.")  # fmt: skip
+    elif curves is not None and not curves.empty:
         add("training_curves", plots.training_curves(curves, runs),
             "Validation loss against tokens seen, one line per run: plateaus and spikes here "
             "explain odd final losses.")  # fmt: skip
@@ -508,7 +514,8 @@ def main(argv: list[str] | None = None) -> int:
     if result is not None:
         p = result["parametric"]
         law_obj = chinchilla.Parametric(p["E"], p["A"], p["B"], p["alpha"], p["beta"])
-    figures = make_figures(base, curves, result, law_obj, ablation, out / "figures", args.compute)
+    figures = make_figures(base, curves, result, law_obj, ablation, out / "figures", args.compute,
+                           all_runs=runs)  # fmt: skip
     blocks = build_blocks(runs, loaded.excluded, result, ablation, figures, title, loaded.source)
     (out / "report.md").write_text(render_md(blocks))
     (out / "report.html").write_text(render_html(blocks, out / "figures", title))
