@@ -104,7 +104,10 @@ def run_lock(rdir: Path, run_key: str) -> Iterator[None]:
         f.flush()
         try:
             yield
-        finally:
+        finally:  # no pid left behind: an empty lock file means nobody holds it
+            f.seek(0)
+            f.truncate()
+            f.flush()
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
