@@ -166,6 +166,34 @@ def training_curves_by_variant(curves: pd.DataFrame, runs: pd.DataFrame):
     return fig
 
 
+def forest(ablation: dict, compute: str = "6nd"):
+    """Forest plot: one row per variant x measured budget, the multiplier with its 95% interval
+    on a log axis, the line at 1; filled markers where the Holm-controlled verdict decides."""
+    rows = []
+    for v, res in ablation["variants"].items():
+        if v == ablation["baseline"]:
+            continue
+        for m in res["multipliers"]:
+            if m["measured"]:
+                lo, hi = m["ci95"] or (np.nan, np.nan)
+                rows.append((v, m["C"], m["multiplier"], lo, hi, m.get("verdict")))
+    variants = sorted({r[0] for r in rows})
+    palette = dict(zip(variants, sns.color_palette("deep", n_colors=max(len(variants), 1))))
+    fig, ax = plt.subplots(figsize=(6, 0.9 + 0.22 * max(len(rows), 1)))
+    for y, (v, _, m, lo, hi, verdict) in enumerate(rows):
+        decided = verdict in ("better", "worse")
+        ax.hlines(y, lo, hi, color=palette[v], lw=1.5)
+        ax.scatter([m], [y], color=palette[v] if decided else "white", edgecolor=palette[v],
+                   zorder=3, s=28)  # fmt: skip
+    ax.axvline(1.0, color="gray", ls="--", lw=1)
+    ax.set_yticks(range(len(rows)), [f"{v}, C {C:.2g}" for v, C, *_ in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    unit = "6ND" if compute == "6nd" else "exact FLOPs"
+    ax.set_xlabel(f"compute multiplier vs {ablation['baseline']} (C in {unit}; filled: decided)")
+    return fig
+
+
 def multipliers(ablation: dict, compute: str = "6nd"):
     """Effective compute multiplier of each variant over the baseline, with 95% intervals."""
     rows = []

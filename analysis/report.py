@@ -75,6 +75,7 @@ FIGURE_SECTION = {
     "loss_vs_params": "Approach 3",
     "contours": "Approach 3",
     "training_curves": "Training curves",
+    "multipliers": "Ablations",
 }
 SUMMARY = "Summary"
 
@@ -93,8 +94,8 @@ def build_blocks(runs, excluded, result, ablation, figures, title, source="") ->
     b.append(("h2", SUMMARY))
     if ablation:
         b.extend(headline.ablation_summary(ablation))
-        if "multipliers" in figs:
-            b.append(("fig", "multipliers", figs.pop("multipliers")))
+        if "forest" in figs:
+            b.append(("fig", "forest", figs.pop("forest")))
     if result is not None:
         if ablation:
             b.append(("p", f"The baseline's own scaling law ({result['n_runs']} runs):"))
@@ -428,6 +429,10 @@ def make_figures(
             "Validation loss against tokens seen, one line per run: plateaus and spikes here "
             "explain odd final losses.")  # fmt: skip
     if ablation:
+        add("forest", plots.forest(ablation, compute),
+            "Forest plot of every measured cell: the multiplier with its 95% interval; right of "
+            "the dashed line at 1 the variant needs less compute than the baseline. Filled "
+            "markers: decided after the Holm correction; hollow: cannot tell.")  # fmt: skip
         add("multipliers", plots.multipliers(ablation, compute),
             "Effective compute multiplier of each variant over the baseline against compute "
             "(95% intervals; open markers extrapolated): above the dashed line at 1 the variant "

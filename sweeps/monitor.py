@@ -55,13 +55,39 @@ def duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
+NARROW = 110  # below this many terminal columns the bar shows only bar, %, loss and ETA
+
+
+def format_stats(stats: dict[str, float], narrow: bool = False) -> str:
+    """'loss 2.9193 | lr 0.00096 | tok/s 22.7k | mfu 1.8%': losses to 4 decimals, MFU as a
+    percentage; `narrow` keeps the loss alone (what a person watching a run looks for)."""
+    parts = []
+    for k, v in stats.items():
+        if k.endswith("loss"):
+            parts.append(f"{'loss' if k == 'train_loss' else k} {v:.4f}")
+        elif narrow:
+            continue
+        elif k == "mfu":
+            parts.append(f"mfu {100 * v:.1f}%")
+        elif k == "tokens_per_sec":
+            parts.append(f"tok/s {human(v)}")
+        else:
+            parts.append(f"{k} {human(v) if v >= 1 else f'{v:.3g}'}")
+    return " | ".join(parts)
+
+
 class Progress:
+    """One run's progress: a rich bar on a terminal (its full title printed once above it, then
+    bar, percentage, loss and ETA, which fit 80 columns; lr, tokens/s and MFU too on wider
+    terminals), plain one-line reports otherwise."""
+
     def __init__(
         self,
         mode: Literal["auto", "bar", "plain", "none"],
         total_steps: int,
         start_step: int,
         title: str,
+        console=None,
     ):
         if mode == "auto":
             mode = "bar" if sys.stdout.isatty() else "plain"
@@ -69,22 +95,24 @@ class Progress:
         self.t0 = time.perf_counter()
         self._bar = None
         if mode == "bar":
+            from rich.console import Console
             from rich.progress import (
                 BarColumn,
-                MofNCompleteColumn,
+                TaskProgressColumn,
                 TextColumn,
-                TimeElapsedColumn,
                 TimeRemainingColumn,
             )
             from rich.progress import Progress as RichProgress
 
+            console = console or Console()
+            self.narrow = console.width < NARROW
+            console.print(title, highlight=False)  # the run's name once, whole
             self._bar = RichProgress(
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
+                BarColumn(bar_width=None if not self.narrow else 24),
+                TaskProgressColumn(),
                 TextColumn("{task.fields[stats]}"),
-                TimeElapsedColumn(),
-                TimeRemainingColumn(),
+                TimeRemainingColumn(compact=True),
+                console=console,
             )
             self._task = self._bar.add_task(
                 title, total=total_steps, completed=start_step, stats=""
@@ -95,18 +123,15 @@ class Progress:
 
     def update(self, step: int, tokens: int, stats: dict[str, float]) -> None:
         """`step` optimizer steps done, `tokens` seen; stats: train_loss, lr, tokens_per_sec, ..."""
-        text = " | ".join(
-            f"{k} {v:.4f}" if k.endswith("loss") else f"{k} {human(v) if v >= 1 else f'{v:.3g}'}"
-            for k, v in stats.items()
-        )
         if self._bar is not None:
-            self._bar.update(self._task, completed=step, stats=text)
+            self._bar.update(self._task, completed=step, stats=format_stats(stats, self.narrow))
         elif self.mode == "plain":
             done = step - self.start
             elapsed = time.perf_counter() - self.t0
             eta = elapsed / done * (self.total - step) if done else 0.0
             print(
-                f"step {step}/{self.total} | tokens {human(tokens)} | {text} | eta {duration(eta)}",
+                f"step {step}/{self.total} ({100 * step / max(self.total, 1):.0f}%) | tokens "
+                f"{human(tokens)} | {format_stats(stats)} | eta {duration(eta)}",
                 flush=True,
             )
 

@@ -151,17 +151,21 @@ class SweepProgress:
 
     def __enter__(self):
         if self._tty and self.est:
-            from rich.progress import BarColumn, Progress, TimeRemainingColumn
+            from rich.progress import BarColumn, Progress, TaskProgressColumn, TimeRemainingColumn
 
+            # Like a run's bar: name (at most 20 characters), bar, percentage, runs, ETA, which
+            # fit 80 columns.
+            name = self.name if len(self.name) <= 20 else self.name[:19] + "…"
             self._bar = Progress(
                 "[bold]{task.description}",
-                BarColumn(),
+                BarColumn(bar_width=24),
+                TaskProgressColumn(),
                 "{task.fields[runs]}",
-                TimeRemainingColumn(),
+                TimeRemainingColumn(compact=True),
                 console=console(),
             )
             self._task = self._bar.add_task(
-                f"sweep {self.name}", total=sum(self.est.values()), runs=f"0/{len(self.est)} runs"
+                f"sweep {name}", total=sum(self.est.values()), runs=f"0/{len(self.est)} runs"
             )
             self._bar.start()
         self._print_line()

@@ -120,7 +120,7 @@ def test_report_writes_everything_and_reruns_identically(tmp_path):
     args = ["--csv", str(src), "--bootstrap", "30", "--title", "t"]
     assert report.main([*args, "--out", str(first)]) == 0
     figs = sorted(p.name for p in (first / "figures").iterdir())
-    for stem in ("loss_vs_compute", "isoflop", "loss_vs_params", "contours", "multipliers"):
+    for stem in ("loss_vs_compute", "isoflop", "loss_vs_params", "contours", "multipliers", "forest"):
         assert f"{stem}.png" in figs and f"{stem}.svg" in figs
     html = (first / "report.html").read_text()
     assert html.count("<svg") >= 5 and "src=" not in html  # figures inlined: self-contained
@@ -152,7 +152,7 @@ def test_report_leads_with_the_answer(tmp_path):
     assert headings[0] == "Summary" and headings.index("Approach 3: parametric fit L(N, D) = E + A/N^alpha + B/D^beta") > 0
     summary = md[md.index("## Summary") : md.index(f"## {headings[1]}")]
     assert "| wide |" in summary and re.search(r"- wide(:| is)", summary)  # one sentence each
-    assert "held-out error" in summary and "figures/multipliers.png" in summary
+    assert "held-out error" in summary and "figures/forest.png" in summary
     for link in re.findall(r"\]\((figures/[^)]+)\)", md):
         assert (out / link).is_file(), link
     # Each figure in the section it belongs to.
