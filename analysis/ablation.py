@@ -28,7 +28,7 @@ import pandas as pd
 
 from analysis.bootstrap import percentile_interval, resample_counts
 from analysis.chinchilla import budget_groups, envelope, padded
-from analysis.identification import MIN_CONVERGED, PLAUSIBLE_EXPONENT
+from analysis.identification import MIN_CONVERGED, exponent_problem
 from analysis.powerlaw import PowerLaw, fit_power_laws, theta_of
 
 FAMILY_LEVEL = 0.05  # family-wise error rate of the verdicts
@@ -95,11 +95,12 @@ def percentile_p(point: float, boot: np.ndarray) -> float:
 
 
 def _law_problem(law: np.ndarray) -> str | None:
-    lo, hi = PLAUSIBLE_EXPONENT
+    """Why a variant's frontier law L(C) = A C^-gamma cannot carry a multiplier, or None."""
     gamma = law[0, 1]
-    if not np.isfinite(gamma) or not lo < gamma <= hi:
-        return f"frontier exponent gamma = {gamma:.3g} outside ({lo:g}, {hi:g}]"
-    return None
+    if not np.isfinite(gamma):
+        return f"frontier exponent gamma = {gamma:.3g} is not finite"
+    why = exponent_problem("gamma", gamma)
+    return None if why is None else f"frontier exponent {why}"
 
 
 def compare_variants(
@@ -131,7 +132,7 @@ def compare_variants(
     top = float(runs["C"].max())
     extrapolate_to = extrapolate_to or [10 * top, 100 * top]
     out: dict = {"baseline": baseline, "irreducible": irreducible, "variants": {}}
-    cells = []  # (variant, row) of every measured budget of every variant: the Holm family
+    cells = []  # (row, finite replicates) of every measured budget of every variant: the Holm family
     for v in variants:
         measured = np.sort(_frontier(per_variant[v])["C"].to_numpy(dtype=float))
         budgets = np.concatenate([measured, np.asarray(extrapolate_to, dtype=float)])
@@ -153,8 +154,7 @@ def compare_variants(
                 "separable": None,
             }  # fmt: skip
             if row["measured"] and v != baseline:
-                row["_boot"] = boot[:, k]
-                cells.append((v, row, problem))
+                cells.append((row, int(np.isfinite(boot[:, k]).sum())))
             rows.append(row)
         A, gamma, E = laws[v][0]
         out["variants"][v] = {
@@ -169,12 +169,11 @@ def compare_variants(
             "why_not_identified": {} if problem is None else {"multipliers": problem},
             "multipliers": rows,
         }
-    adjusted = holm_adjust(np.array([row["p"] for _, row, _ in cells]))
-    for (_, row, _), p_holm in zip(cells, adjusted):
+    adjusted = holm_adjust(np.array([row["p"] for row, _ in cells]))
+    for (row, finite), p_holm in zip(cells, adjusted):
         row["p_holm"] = float(p_holm)
         if not np.isfinite(p_holm):
             row["verdict"] = "not identified"
-            finite = int(np.isfinite(row.pop("_boot")).sum()) if "_boot" in row else None
             row["why_not_identified"] = row["why_not_identified"] or (
                 f"only {finite} of {n_boot} bootstrap replicates gave a multiplier (a resample "
                 "that lacks a budget has a frontier of one point)"
@@ -185,7 +184,6 @@ def compare_variants(
         else:
             row["verdict"] = "cannot tell"
         row["separable"] = None if not np.isfinite(p_holm) else bool(p_holm < FAMILY_LEVEL)
-        row.pop("_boot", None)
     out["n_comparisons"] = int(np.isfinite(adjusted).sum())
     out["family_level"] = FAMILY_LEVEL
     spread = seed_spread(runs)

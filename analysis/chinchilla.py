@@ -631,8 +631,8 @@ def resampled_envelopes(
 def padded(fronts: list[pd.DataFrame], x: str = "C", y: str = "loss"):
     """Ragged frontiers as (R, width) arrays x, y and a 0/1 weight mask (1 = a real point)."""
     width = max(len(f) for f in fronts)
-    xs, ys, mask = (np.ones((len(fronts), width)) for _ in range(3))
-    mask[:] = 0.0
+    xs, ys = np.ones((len(fronts), width)), np.ones((len(fronts), width))
+    mask = np.zeros((len(fronts), width))
     for i, f in enumerate(fronts):
         xs[i, : len(f)], ys[i, : len(f)], mask[i, : len(f)] = f[x], f[y], 1.0
     return xs, ys, mask
@@ -644,16 +644,22 @@ def _tokens(points: pd.DataFrame) -> pd.Series:
 
 
 def envelope_report(
-    points: pd.DataFrame, n_boot: int, seed: int, n_bins: int | None = None
+    points: pd.DataFrame, n_boot: int, seed: int, n_bins: int | None = None,
+    fronts: list[pd.DataFrame] | None = None,
 ) -> dict | None:
-    """Approach 1: power laws of N_opt and D_opt along the envelope, bootstrap over runs."""
-    front = envelope(points, n_bins).assign(D_opt=lambda f: _tokens(f))
+    """Approach 1: power laws of N_opt and D_opt along the envelope, bootstrap over runs.
+
+    `fronts`: the replicates' envelopes when already computed (`resampled_envelopes` of these
+    points with `resample_counts(n_runs, n_boot, seed)`), e.g. shared with the L(C) law."""
+    front = envelope(points, n_bins).assign(D_opt=_tokens)
     point = frontier_exponents(front.rename(columns={"N": "N_opt"}))
     if point is None or front["N"].nunique() < 2:
         return None
-    counts = resample_counts(points["run_id"].nunique(), n_boot, seed)
+    if fronts is None:
+        counts = resample_counts(points["run_id"].nunique(), n_boot, seed)
+        fronts = resampled_envelopes(points, counts, n_bins)
     reps: dict[str, list[float]] = {k: [] for k in ("a", "b", "k_N", "k_D")}
-    for f in resampled_envelopes(points, counts, n_bins):
+    for f in fronts:
         f = f.assign(D_opt=_tokens(f))
         rep = frontier_exponents(f.rename(columns={"N": "N_opt"})) if f["N"].nunique() > 1 else None
         for k in reps:

@@ -37,6 +37,14 @@ NOT_ISO_EXACT = ("the runs do not say their IsoFLOP budgets were planned in exac
                  "(column budget_flops = exact); 6ND budgets are not iso in exact FLOPs")  # fmt: skip
 
 
+COMPUTE_NAMES = {"6nd": "6ND", "exact": "exact FLOPs"}  # what C counts, as reports name it
+
+
+def convention(section: dict) -> str:
+    """The compute convention of a fit.json section ('6ND' or 'exact FLOPs'; 6ND if unset)."""
+    return COMPUTE_NAMES[section.get("compute", "6nd")]
+
+
 def default_budgets(runs: pd.DataFrame) -> list[float]:
     """The largest measured compute and 100x it (an extrapolation worth reporting)."""
     top = float(runs["C"].max())
@@ -90,15 +98,27 @@ def _at_largest(runs: pd.DataFrame, fixed: str, rtol: float = 0.05) -> pd.DataFr
     return runs[runs[fixed] >= runs[fixed].max() / (1 + rtol)]
 
 
-def kaplan_section(runs: pd.DataFrame, n_boot: int, seed: int) -> dict:
-    """L(N) at the largest D, L(D) at the largest N, and L(C) along the compute frontier."""
-    at_d, at_n = _at_largest(runs, "D"), _at_largest(runs, "N")
-    points = runs[["run_id", "N", "C", "loss"]]
-    front = chinchilla.envelope(points)
-    # Resample runs and recompute the frontier in each replicate (as approach 1 does), not the
-    # frontier points: those were selected by the very losses being resampled.
+def final_point_envelopes(runs: pd.DataFrame, n_boot: int, seed: int) -> list[pd.DataFrame]:
+    """The compute frontier of every bootstrap resample of runs (final points only): shared by
+    approach 1 (without intermediate points) and the L(C) law, which resample runs alike."""
+    points = runs[["run_id", "N", "D", "C", "loss"]]
     counts = resample_counts(points["run_id"].nunique(), n_boot, seed)
-    fronts = chinchilla.padded(chinchilla.resampled_envelopes(points, counts))
+    return chinchilla.resampled_envelopes(points, counts)
+
+
+def kaplan_section(
+    runs: pd.DataFrame, n_boot: int, seed: int, fronts: list[pd.DataFrame] | None = None
+) -> dict:
+    """L(N) at the largest D, L(D) at the largest N, and L(C) along the compute frontier.
+
+    L(C)'s replicates resample runs and recompute the frontier in each (as approach 1 does;
+    `fronts` from `final_point_envelopes`), not the frontier points: those were selected by the
+    very losses being resampled."""
+    at_d, at_n = _at_largest(runs, "D"), _at_largest(runs, "N")
+    front = chinchilla.envelope(runs[["run_id", "N", "C", "loss"]])
+    if fronts is None:
+        fronts = final_point_envelopes(runs, n_boot, seed)
+    fronts = chinchilla.padded(fronts)
     return {
         "L_N": law_section(at_d["N"], at_d["loss"], n_boot, seed),
         "L_N_at_D": float(at_d["D"].median()),
@@ -197,7 +217,9 @@ def fit_all(
         runs, budgets, n_boot, seed, fixed=fixed, flops=flops
     )
     points = runs[["run_id", "N", "D", "C", "loss"]]
-    if intermediate and curves is not None and not curves.empty:
+    fronts = final_point_envelopes(runs, n_boot, seed)  # approach 1 and L(C) alike
+    with_curves = intermediate and curves is not None and not curves.empty
+    if with_curves:
         # an evaluation after `tokens` tokens cost the run's FLOPs per token (C / D) times that
         extra = curves.merge(runs.assign(per_token=runs["C"] / runs["D"])[["run_id", "N", "per_token"]], on="run_id")
         extra = extra.assign(D=extra["tokens"], C=extra["per_token"] * extra["tokens"],
@@ -210,10 +232,11 @@ def fit_all(
         "parametric": parametric,
         "isoflop": iso,
         "envelope": {
-            **(chinchilla.envelope_report(points, n_boot, seed) or {"skipped": "too few points"}),
+            **(chinchilla.envelope_report(points, n_boot, seed, fronts=None if with_curves else fronts)
+               or {"skipped": "too few points"}),
             "uses_intermediate_points": bool(intermediate and curves is not None),
         },
-        "kaplan": kaplan_section(runs, n_boot, seed),
+        "kaplan": kaplan_section(runs, n_boot, seed, fronts),
         "extrapolation": extrapolation_section(runs, holdout_threshold, fixed),
     }
 
@@ -281,13 +304,13 @@ def summary(result: dict, title: str = "") -> str:
         f" + {_ci(p, 'B')} / D^{_ci(p, 'beta')}"
     )
     lines.append(f"  N_opt ~ C^a, a = {_ci(p, 'a', '.3f')};  D_opt ~ C^b, b = {_ci(p, 'b', '.3f')}")
-    convention = "6ND" if p.get("compute", "6nd") == "6nd" else "exact FLOPs"
+    conv = convention(p)
     for row in p["allocation"]:
         tag = f"@{row['C']:.3g}"
         q = {**p, **{k: row[k] for k in ("N_opt", "D_opt", "tokens_per_param")}}
         cell = {k: _ci(q, k, ".3g", f"{k}{tag}") for k in ("N_opt", "D_opt", "tokens_per_param")}
         lines.append(
-            f"  C = {row['C']:.3g} ({convention}): N_opt = {cell['N_opt']}, "
+            f"  C = {row['C']:.3g} ({conv}): N_opt = {cell['N_opt']}, "
             f"D_opt = {cell['D_opt']}, D/N = {cell['tokens_per_param']}"
         )
     for name, key in (("approach 2 (IsoFLOP)", "isoflop"), ("approach 1 (envelope)", "envelope")):

@@ -31,7 +31,7 @@ E_ADVICE = (
 )
 
 
-def _interval(name: str, value: float, ci) -> str | None:
+def _interval(value: float, ci) -> str | None:
     """Reason the estimate or its interval is unusable, or None."""
     if value is None or not np.isfinite(value):
         return "the estimate is not finite (the fit ran off to a boundary)"
@@ -44,7 +44,8 @@ def _interval(name: str, value: float, ci) -> str | None:
     return None
 
 
-def _exponent(name: str, value: float) -> str | None:
+def exponent_problem(name: str, value: float) -> str | None:
+    """Why a finite exponent of a loss law is implausible, or None (nan is left to others)."""
     lo, hi = PLAUSIBLE_EXPONENT
     if np.isfinite(value) and not lo < value <= hi:
         return f"{name} = {value:.3g} is outside the plausible range ({lo:g}, {hi:g}]"
@@ -63,25 +64,25 @@ def parametric(
     for name in ("E", "alpha", "beta"):
         if name in fixed:
             continue
-        why = _interval(name, point[name], ci.get(name))
+        why = _interval(point[name], ci.get(name))
         if name == "E" and np.isfinite(point["E"]) and point["E"] < E_ZERO_FRACTION * loss_min:
             why = (f"E = {point['E']:.2g} sits on its lower bound 0 (the runs do not show the "
                    f"loss levelling off); {E_ADVICE}")  # fmt: skip
         elif name != "E":
-            why = _exponent(name, point[name]) or why
+            why = exponent_problem(name, point[name]) or why
         if why:
             reasons[name] = why
     for scale, exponent in (("A", "alpha"), ("B", "beta")):
         if scale in fixed:
             continue
-        why = _interval(scale, point[scale], ci.get(scale))
+        why = _interval(point[scale], ci.get(scale))
         if exponent in reasons:
             why = f"it trades off against {exponent}, which is not identified"
         if why:
             reasons[scale] = why
     bad_exponents = [k for k in ("alpha", "beta") if k in reasons]
     for name in [k for k in point if k in ("a", "b") or "@" in k]:
-        why = _interval(name, point[name], ci.get(name))
+        why = _interval(point[name], ci.get(name))
         if bad_exponents:
             why = f"it depends on {' and '.join(bad_exponents)}, not identified"
         elif "@" in name and ("A" in reasons or "B" in reasons):
@@ -95,19 +96,19 @@ def power_law(section: dict, y_min: float, exponent: str = "alpha") -> dict[str,
     """A single-variable law y = E + A x^-alpha (E only when fitted)."""
     reasons: dict[str, str] = {}
     ci = section.get("ci95", {})
-    why = _exponent(exponent, section[exponent]) or _interval(
-        exponent, section[exponent], ci.get(exponent)
+    why = exponent_problem(exponent, section[exponent]) or _interval(
+        section[exponent], ci.get(exponent)
     )
     if why:
         reasons[exponent] = why
     if section.get("irreducible"):
         E = section["E"]
-        why = _interval("E", E, ci.get("E"))
+        why = _interval(E, ci.get("E"))
         if np.isfinite(E) and E < E_ZERO_FRACTION * y_min:
             why = f"E = {E:.2g} sits on its lower bound 0; {E_ADVICE.split('; or')[0]}"
         if why:
             reasons["E"] = why
-    why = _interval("A", section["A"], ci.get("A"))
+    why = _interval(section["A"], ci.get("A"))
     if exponent in reasons:
         why = f"it trades off against {exponent}, which is not identified"
     if why:
@@ -120,7 +121,7 @@ def allocation_exponents(section: dict) -> dict[str, str]:
     reasons: dict[str, str] = {}
     ci = section.get("ci95", {})
     for name in ("a", "b"):
-        why = _interval(name, section[name], ci.get(name))
+        why = _interval(section[name], ci.get(name))
         if np.isfinite(section[name]) and not 0.0 <= section[name] <= 1.0:
             why = (f"{name} = {section[name]:.3g} is outside [0, 1] (N_opt or D_opt would shrink "
                    "as compute grows)")  # fmt: skip

@@ -23,33 +23,15 @@ from analysis.fit import (
     add_fit_args,
     check_exact_compute,
     check_fit_args,
+    convention,
     dumps,
     fit_all,
     summary,
 )
 from analysis.load import InputError, add_selection_args, check_fittable, load_selected
+from analysis.summary import cell, est, fmt
 
 # ---------------------------------------------------------------- content as blocks
-
-
-def _fmt(x, spec=".4g") -> str:
-    return "n/a" if x is None or x != x else f"{x:{spec}}"
-
-
-def _est(value, ci, spec=".4g") -> str:
-    interval = f" [{_fmt(ci[0], spec)}, {_fmt(ci[1], spec)}]" if ci else " [no interval]"
-    return _fmt(value, spec) + interval
-
-
-def _cell(section: dict, key: str, spec=".4g", name: str | None = None, value=None) -> str:
-    """An estimate as the report shows it: 'v [lo, hi]', 'v (fixed)' or 'not identified'."""
-    name = name or key
-    value = section[key] if value is None else value
-    if key in section.get("fixed", {}):
-        return f"{_fmt(value, spec)} (fixed)"
-    if name in section.get("not_identified", []):
-        return "not identified"
-    return _est(value, section.get("ci95", {}).get(name), spec)
 
 
 def _not_identified_block(section: dict, what: str) -> list[tuple]:
@@ -63,10 +45,6 @@ def _not_identified_block(section: dict, what: str) -> list[tuple]:
     text = "; ".join(f"{', '.join(names)}: {why}" for why, names in by_reason.items())
     return [("p", f"Not identified by these runs ({what}): {text}. Those entries are shown as "
                   "'not identified', not as a law.")]  # fmt: skip
-
-
-def _convention(result) -> str:
-    return "6ND" if result.get("compute", "6nd") == "6nd" else "exact FLOPs"
 
 
 # Where each figure goes: after the content of the section whose heading starts with this.
@@ -116,15 +94,15 @@ def build_blocks(runs, excluded, result, ablation, figures, title, source="") ->
         b.append(("h2", "Baseline law"))
         b.append(("p", "The baseline has one token budget, so no L(N, D) law is fitted: this is "
                        "an ablation report."))  # fmt: skip
-    if "loss_vs_compute" in figs:  # the frontier figure goes with the single-variable laws
-        FIGURE_SECTION["loss_vs_compute"] = "Single-variable laws" if result else "Baseline law"
     if ablation:
         b.extend(_ablation_blocks(ablation))
         b.extend(_matched_loss_blocks(runs, ablation["baseline"]))
     if "training_curves" in figs:
         b.append(("h2", "Training curves"))
+    # the frontier figure, when not in the summary, goes with the single-variable laws
+    sections = {**FIGURE_SECTION, "loss_vs_compute": "Single-variable laws" if result else "Baseline law"}
     for stem, caption in figs.items():
-        _place(b, FIGURE_SECTION.get(stem, SUMMARY), ("fig", stem, caption))
+        _place(b, sections.get(stem, SUMMARY), ("fig", stem, caption))
     return b
 
 
@@ -190,12 +168,12 @@ def _fit_blocks(result) -> list[tuple]:
             f"{k} = {v:g}" for k, v in p["fixed"].items()) + "."))  # fmt: skip
     b.extend(_not_identified_block(p, "approach 3"))
     b.append(("table", ["quantity", "estimate [95% CI]"],
-              [[k, _cell(p, k)] for k in ("E", "A", "B", "alpha", "beta", "a", "b")]))  # fmt: skip
-    conv = _convention(result)
+              [[k, cell(p, k)] for k in ("E", "A", "B", "alpha", "beta", "a", "b")]))  # fmt: skip
+    conv = convention(result)
     rows = []
     for r in p["allocation"]:
         t = f"@{r['C']:.3g}"
-        rows.append([f"{r['C']:.3g}"] + [_cell(p, q, ".3g", q + t, r[q])
+        rows.append([f"{r['C']:.3g}"] + [cell(p, q, ".3g", q + t, r[q])
                                           for q in ("N_opt", "D_opt", "tokens_per_param")])  # fmt: skip
     b.append(("table", [f"C (FLOPs, {conv})", "N_opt", "D_opt", "tokens per parameter"], rows))
     if conv != "6ND":
@@ -212,9 +190,9 @@ def _fit_blocks(result) -> list[tuple]:
                            "N_opt(C) law is fitted. Per budget (the optimum lies outside the "
                            "measured sizes where the loss falls monotonically towards one end):"))  # fmt: skip
             b.append(_with_sweep(s, [f"C ({conv})", "points", "N measured", "lowest loss at N", "parabola N_opt"],
-                      [[_fmt(o["C"], ".3g"), o["n_points"],
-                        f"{_fmt(o['N_min'], '.3g')} - {_fmt(o['N_max'], '.3g')}",
-                        _fmt(o["N_best"], ".3g"), _fmt(o["N_opt"], ".3g")]
+                      [[fmt(o["C"], ".3g"), o["n_points"],
+                        f"{fmt(o['N_min'], '.3g')} - {fmt(o['N_max'], '.3g')}",
+                        fmt(o["N_best"], ".3g"), fmt(o["N_opt"], ".3g")]
                        for o in s["per_budget"]]))  # fmt: skip
             continue
         if s and "skipped" in s:
@@ -223,13 +201,13 @@ def _fit_blocks(result) -> list[tuple]:
         if not s or "a" not in s:
             b.append(("p", "Not enough points per compute budget for this approach."))
             continue
-        b.append(("p", f"N_opt ~ C^a with a = {_cell(s, 'a', '.3f')}; "
-                       f"D_opt ~ C^b with b = {_cell(s, 'b', '.3f')}."))  # fmt: skip
+        b.append(("p", f"N_opt ~ C^a with a = {cell(s, 'a', '.3f')}; "
+                       f"D_opt ~ C^b with b = {cell(s, 'b', '.3f')}."))  # fmt: skip
         b.extend(_not_identified_block(s, name.split(":")[0].lower()))
         if key == "isoflop":
             b.append(_with_sweep(s, [f"C ({conv})", "points", "N_opt", "D_opt", "loss at optimum", "inside range"],
-                      [[_fmt(o["C"], ".3g"), o["n_points"], _fmt(o["N_opt"], ".3g"),
-                        _fmt(o["D_opt"], ".3g"), _fmt(o["loss_opt"]), o["interior"]]
+                      [[fmt(o["C"], ".3g"), o["n_points"], fmt(o["N_opt"], ".3g"),
+                        fmt(o["D_opt"], ".3g"), fmt(o["loss_opt"]), o["interior"]]
                        for o in s["per_budget"]]))  # fmt: skip
         else:
             b.append(("p", "Final point of each run only" + (
@@ -245,8 +223,8 @@ def _fit_blocks(result) -> list[tuple]:
         if s is None:
             rows.append([label, "too few points", "", "", ""])
             continue
-        e = _cell(s, "E") if s["irreducible"] else "0 (not fitted)"
-        rows.append([label, _cell(s, "A"), _cell(s, "alpha", ".3f"), e, s["n_points"]])
+        e = cell(s, "E") if s["irreducible"] else "0 (not fitted)"
+        rows.append([label, cell(s, "A"), cell(s, "alpha", ".3f"), e, s["n_points"]])
         for q, why in s.get("why_not_identified", {}).items():
             notes.append(f"{label}, {q}: {why}")
     b.append(("table", ["law", "A", "alpha", "E", "points"], rows))
@@ -263,8 +241,8 @@ def _fit_blocks(result) -> list[tuple]:
                        f"{ext['threshold_C']:.3g}, evaluated on the {ext['n_test']} larger runs: "
                        f"mean |relative error| {100 * ext['mean_abs_rel_error']:.2f}%."))  # fmt: skip
         b.append(("table", ["run", "N", "D", "loss", "predicted", "relative error"],
-                  [[r["run_id"], _fmt(r["N"], ".3g"), _fmt(r["D"], ".3g"), _fmt(r["loss"]),
-                    _fmt(r["predicted"]), f"{100 * r['rel_error']:+.2f}%"] for r in ext["runs"]]))  # fmt: skip
+                  [[r["run_id"], fmt(r["N"], ".3g"), fmt(r["D"], ".3g"), fmt(r["loss"]),
+                    fmt(r["predicted"]), f"{100 * r['rel_error']:+.2f}%"] for r in ext["runs"]]))  # fmt: skip
     return b
 
 
@@ -294,16 +272,16 @@ def _ablation_blocks(ablation) -> list[tuple]:
         bad = res.get("why_not_identified", {}).get("multipliers")
         for m in res["multipliers"]:
             verdict = m.get("verdict") or "n/a (extrapolated)"
-            p_raw = _fmt(m.get("p"), ".3f") if m["measured"] else ""
-            p_holm = _fmt(m.get("p_holm"), ".3f") if m["measured"] else ""
-            estimate = "not identified" if bad else _est(m["multiplier"], m["ci95"], ".3g")
-            rows.append([v, _fmt(m["C"], ".3g"), "measured" if m["measured"] else "extrapolated",
+            p_raw = fmt(m.get("p"), ".3f") if m["measured"] else ""
+            p_holm = fmt(m.get("p_holm"), ".3f") if m["measured"] else ""
+            estimate = "not identified" if bad else est(m["multiplier"], m["ci95"], ".3g")
+            rows.append([v, fmt(m["C"], ".3g"), "measured" if m["measured"] else "extrapolated",
                          estimate, p_raw, p_holm, verdict])  # fmt: skip
             if m.get("verdict") == "not identified" and not bad and m.get("why_not_identified"):
                 notes.append(f"{v} at C {m['C']:.3g}: {m['why_not_identified']}")
         if bad:
             b.append(("p", f"{v}: not identified ({bad})."))
-    conv = "6ND" if ablation.get("compute", "6nd") == "6nd" else "exact FLOPs"
+    conv = convention(ablation)
     b.append(("table", ["variant", f"C ({conv})", "scale", "multiplier [95% CI]", "p", "p (Holm)", "verdict"],
               rows))  # fmt: skip
     if notes:

@@ -9,13 +9,34 @@ not determine is stated as a result.
 
 from __future__ import annotations
 
+from analysis.fit import convention
 
-def _num(x, spec=".3g") -> str:
+
+def fmt(x, spec=".4g") -> str:
+    """A number as reports print it; 'n/a' for None or nan."""
     return "n/a" if x is None or x != x else f"{x:{spec}}"
 
 
-def _interval(ci, spec=".3g") -> str:
-    return f"[{_num(ci[0], spec)}, {_num(ci[1], spec)}]" if ci else "[no interval]"
+def interval(ci, spec=".4g") -> str:
+    return f"[{fmt(ci[0], spec)}, {fmt(ci[1], spec)}]" if ci else "[no interval]"
+
+
+def est(value, ci, spec=".4g") -> str:
+    """'value [lo, hi]' ('[no interval]' without one)."""
+    return f"{fmt(value, spec)} {interval(ci, spec)}"
+
+
+def cell(section: dict, key: str, spec=".4g", name: str | None = None, value=None) -> str:
+    """An estimate of a fit.json section as reports show it: 'v [lo, hi]', 'v (fixed)' or
+    'not identified'. `name` is its key in ci95 / not_identified (default `key`); `value`
+    replaces section[key] (e.g. an allocation row's)."""
+    name = name or key
+    value = section[key] if value is None else value
+    if key in section.get("fixed", {}):
+        return f"{fmt(value, spec)} (fixed)"
+    if name in section.get("not_identified", []):
+        return "not identified"
+    return est(value, section.get("ci95", {}).get(name), spec)
 
 
 def headline_cell(variant: dict) -> dict | None:
@@ -27,7 +48,7 @@ def headline_cell(variant: dict) -> dict | None:
 def verdict_sentence(name: str, baseline: str, cell: dict, conv: str, why: str | None) -> str:
     """One sentence, in plain words, of what the runs say about a variant."""
     where = f"at C = {cell['C']:.3g} FLOPs ({conv})"
-    m, ci = cell["multiplier"], _interval(cell["ci95"], ".2g")
+    m, ci = cell["multiplier"], interval(cell["ci95"], ".2g")
     verdict = cell.get("verdict")
     if why or verdict == "not identified":
         reason = why or cell.get("why_not_identified") or "see the details"
@@ -39,21 +60,21 @@ def verdict_sentence(name: str, baseline: str, cell: dict, conv: str, why: str |
         return (f"{name} is worse than {baseline}: it needs {1 / m:.2g}x {baseline}'s compute "
                 f"to reach the same loss {where} (multiplier {m:.2g}, 95% CI {ci}).")  # fmt: skip
     return (f"{name}: cannot tell from {baseline} {where} (multiplier {m:.2g}, 95% CI {ci}, "
-            f"adjusted p = {_num(cell.get('p_holm'), '.2f')}).")  # fmt: skip
+            f"adjusted p = {fmt(cell.get('p_holm'), '.2f')}).")  # fmt: skip
 
 
 def ablation_summary(ablation: dict) -> list[tuple]:
     """Summary table and sentences of an ablation (blocks, see analysis.report)."""
     base = ablation["baseline"]
-    conv = "6ND" if ablation.get("compute", "6nd") == "6nd" else "exact FLOPs"
+    conv = convention(ablation)
     rows, sentences = [], []
     for v, res in ablation["variants"].items():
         cell = headline_cell(res)
         if v == base or cell is None:
             continue
         why = res.get("why_not_identified", {}).get("multipliers")
-        shown = "not identified" if why else f"{cell['multiplier']:.3g} {_interval(cell['ci95'])}"
-        rows.append([v, f"{cell['C']:.3g}", shown, _num(cell.get("p_holm"), ".3f"),
+        shown = "not identified" if why else est(cell["multiplier"], cell["ci95"], ".3g")
+        rows.append([v, f"{cell['C']:.3g}", shown, fmt(cell.get("p_holm"), ".3f"),
                      cell.get("verdict") or "n/a"])  # fmt: skip
         sentences.append(verdict_sentence(v, base, cell, conv, why))
     n = ablation.get("n_comparisons", 0)
@@ -68,31 +89,22 @@ def ablation_summary(ablation: dict) -> list[tuple]:
     ]
 
 
-def _estimate(section: dict | None, key: str, name: str | None = None, spec=".3g") -> str:
-    if not section or key not in section:
-        return "n/a"
-    name = name or key
-    if name in section.get("not_identified", []):
-        return "not identified"
-    return f"{_num(section[key], spec)} {_interval(section.get('ci95', {}).get(name), spec)}"
-
-
 def law_summary(result: dict) -> list[tuple]:
     """Summary of a law fit: allocation, exponents, frontier, held-out error (blocks)."""
-    p, conv = result["parametric"], ("6ND" if result.get("compute", "6nd") == "6nd" else "exact FLOPs")
-    rows = [["N_opt ~ C^a, approach 3 (L = E + A/N^alpha + B/D^beta)", _estimate(p, "a")]]
+    p, conv = result["parametric"], convention(result)
+    rows = [["N_opt ~ C^a, approach 3 (L = E + A/N^alpha + B/D^beta)", cell(p, "a", ".3g")]]
     for key, label in (("isoflop", "approach 2 (IsoFLOP minima)"), ("envelope", "approach 1 (lower envelope)")):
         s = result.get(key)
         if s and "a" in s:
-            rows.append([f"N_opt ~ C^a, {label}", _estimate(s, "a")])
+            rows.append([f"N_opt ~ C^a, {label}", cell(s, "a", ".3g")])
     for r in p["allocation"]:
         tag = f"@{r['C']:.3g}"
         for q, label in (("N_opt", "N_opt"), ("D_opt", "D_opt"), ("tokens_per_param", "D/N")):
             rows.append([f"{label} at C = {r['C']:.3g} ({conv})",
-                         _estimate({**p, q: r[q]}, q, q + tag)])  # fmt: skip
+                         cell(p, q, ".3g", q + tag, r[q])])  # fmt: skip
     lc = result["kaplan"].get("L_C")
     if lc:
-        rows.append(["frontier L(C) ~ C^-gamma: gamma", _estimate(lc, "alpha")])
+        rows.append(["frontier L(C) ~ C^-gamma: gamma", cell(lc, "alpha", ".3g")])
     ext = result["extrapolation"]
     sentences = []
     if "mean_abs_rel_error" in ext:
@@ -112,9 +124,9 @@ def law_summary(result: dict) -> list[tuple]:
         top = p["allocation"][0]
         sentences.insert(0, (
             f"Compute-optimal allocation (approach 3): N_opt grows as C^{p['a']:.2f} "
-            f"(95% CI {_interval(p['ci95'].get('a'), '.2f')}); at C = {top['C']:.3g} FLOPs "
-            f"({conv}) the optimum is N = {_estimate(p | {'N_opt': top['N_opt']}, 'N_opt', 'N_opt@' + format(top['C'], '.3g'))} "
-            f"trained on {_num(top['tokens_per_param'], '.2g')} tokens per parameter."
+            f"(95% CI {interval(p['ci95'].get('a'), '.2f')}); at C = {top['C']:.3g} FLOPs "
+            f"({conv}) the optimum is N = {cell(p, 'N_opt', '.3g', 'N_opt@' + format(top['C'], '.3g'), top['N_opt'])} "
+            f"trained on {fmt(top['tokens_per_param'], '.2g')} tokens per parameter."
         ))  # fmt: skip
     missing = [k for k in p.get("not_identified", []) if "@" not in k]
     if missing:
