@@ -469,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
             check_fittable(base, f"baseline variant '{args.baseline}'")
 
         curves = _curves(args, runs)
-        from analysis import chinchilla
+        from analysis import parametric
         from analysis.ablation import compare_variants
 
         result = None
@@ -496,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     law_obj = None
     if result is not None:
         p = result["parametric"]
-        law_obj = chinchilla.Parametric(p["E"], p["A"], p["B"], p["alpha"], p["beta"])
+        law_obj = parametric.Parametric(p["E"], p["A"], p["B"], p["alpha"], p["beta"])
     figures = make_figures(base, curves, result, law_obj, ablation, out / "figures", args.compute,
                            all_runs=runs)  # fmt: skip
     blocks = build_blocks(runs, loaded.excluded, result, ablation, figures, title, loaded.source)

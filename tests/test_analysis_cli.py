@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import chinchilla, fit, report
-from analysis.chinchilla import Parametric
+from analysis import fit, isoflop, report
 from analysis.load import load_selected
+from analysis.parametric import Parametric
 from analysis.synthetic import isoflop_runs
 
 LAW = Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
@@ -264,7 +264,7 @@ def test_report_over_an_isoflop_sweep_and_a_token_grid(tmp_path):
     assert report.main([*args, *common, "--out", str(out)]) == 0
     res = json.loads((out / "fit.json").read_text())
     assert res["n_runs"] == 18 and res["parametric"]["n_points"] == 18  # approach 3: all runs
-    alone = chinchilla.isoflop_report(ladder, n_boot=30, seed=0)  # the IsoFLOP sweep only
+    alone = isoflop.isoflop_report(ladder, n_boot=30, seed=0)  # the IsoFLOP sweep only
     iso = res["isoflop"]
     assert [o["sweep"] for o in iso["per_budget"]] == ["iso"] * 3
     assert [o["n_points"] for o in iso["per_budget"]] == [4, 4, 4]
@@ -328,7 +328,7 @@ def test_sources_without_sweep_or_run_id_are_kept_apart(tmp_path):
     assert list(frame["run_id"][[0, 12]]) == ["csv1-row0", "csv2-row0"]
     assert list(frame.columns[:2]) == ["run_id", "source"]
     assert frame["sweep"].value_counts().to_dict() == {str(a): 12, str(b): 6}
-    labels = chinchilla.isoflop_groups(frame)
+    labels = isoflop.isoflop_groups(frame)
     assert (labels[:12] >= 0).all() and (labels[12:] == -1).all()
 
 
