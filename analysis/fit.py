@@ -14,6 +14,7 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,13 @@ from analysis.load import (
     load_selected,
     with_total_params,
 )
-from analysis.parametric import FIXABLE, FlopsPerToken, fit_parametric, parametric_report
+from analysis.parametric import (
+    FIXABLE,
+    FlopsPerToken,
+    Parametric,
+    fit_parametric,
+    parametric_report,
+)
 from analysis.powerlaw import PowerLaw, fit_power_laws, theta_of
 
 MIN_POINTS_IRREDUCIBLE = 5  # a 3-parameter law needs spare points; fewer -> pure power law
@@ -177,6 +184,40 @@ def extrapolation_section(
 # ---------------------------------------------------------------- all fits for one set of runs
 
 
+@dataclass(frozen=True)
+class Fits:
+    """Every law fitted to one set of runs: the fitted objects, and each section of fit.json.
+
+    `law` is approach 3's point estimate as the fit returned it (the figures draw it), so no
+    caller rebuilds it from the JSON. The sections are the plain dicts fit.json is written from
+    (`as_dict`, in the file's order); `contracts.md` describes them.
+    """
+
+    law: Parametric  # approach 3's L(N, D) point estimate
+    flops: FlopsPerToken | None  # f(N) of the exact-FLOPs allocation; None under C = 6ND
+    n_runs: int
+    compute: str  # "6nd" or "exact": what every C counts
+    budgets: list[float]  # where approach 3's allocation is reported
+    parametric: dict  # approach 3: estimates, allocation, intervals, identification
+    isoflop: dict | None  # approach 2; None without IsoFLOP profiles, {"skipped": why} if not run
+    envelope: dict  # approach 1
+    kaplan: dict  # single-variable laws L_N, L_D, L_C (each a section or None)
+    extrapolation: dict  # approach 3 fitted below a compute threshold, checked above it
+
+    def as_dict(self) -> dict:
+        """fit.json's content for these runs."""
+        return {
+            "n_runs": self.n_runs,
+            "compute": self.compute,
+            "budgets": self.budgets,
+            "parametric": self.parametric,
+            "isoflop": self.isoflop,
+            "envelope": self.envelope,
+            "kaplan": self.kaplan,
+            "extrapolation": self.extrapolation,
+        }
+
+
 def fit_all(
     runs: pd.DataFrame,
     *,
@@ -189,8 +230,8 @@ def fit_all(
     isoflop: bool = True,
     compute: str = "6nd",
     fixed: dict[str, float] | None = None,
-) -> dict:
-    """Every section of fit.json for one set of runs (validated with `check_fittable`).
+) -> Fits:
+    """Every law the runs support, fitted (runs validated with `check_fittable`).
 
     `curves` (run_id, tokens, val_loss) with `intermediate=True` adds every logged evaluation to
     approach 1. Only valid when the learning-rate schedule does not depend on the run length
@@ -216,9 +257,7 @@ def fit_all(
     iso = isoflop_report(runs, n_boot, seed) if isoflop else {"skipped": NOT_ISO}
     if compute == "exact" and not isoflop:
         iso = {"skipped": NOT_ISO_EXACT}
-    law, parametric = parametric_report(
-        runs, budgets, n_boot, seed, fixed=fixed, flops=flops
-    )
+    law, parametric = parametric_report(runs, budgets, n_boot, seed, fixed=fixed, flops=flops)
     points = runs[["run_id", "N", "D", "C", "loss"]]
     fronts = final_point_envelopes(runs, n_boot, seed)  # approach 1 and L(C) alike
     with_curves = intermediate and curves is not None and not curves.empty
@@ -228,20 +267,22 @@ def fit_all(
         extra = extra.assign(D=extra["tokens"], C=extra["per_token"] * extra["tokens"],
                              loss=extra["val_loss"])  # fmt: skip
         points = pd.concat([points, extra[["run_id", "N", "D", "C", "loss"]]], ignore_index=True)
-    return {
-        "n_runs": int(len(runs)),
-        "compute": compute,
-        "budgets": budgets,
-        "parametric": parametric,
-        "isoflop": iso,
-        "envelope": {
+    return Fits(
+        law=law,
+        flops=flops,
+        n_runs=int(len(runs)),
+        compute=compute,
+        budgets=budgets,
+        parametric=parametric,
+        isoflop=iso,
+        envelope={
             **(envelope_report(points, n_boot, seed, fronts=None if with_curves else fronts)
                or {"skipped": "too few points"}),
             "uses_intermediate_points": bool(intermediate and curves is not None),
         },
-        "kaplan": kaplan_section(runs, n_boot, seed, fronts),
-        "extrapolation": extrapolation_section(runs, holdout_threshold, fixed),
-    }
+        kaplan=kaplan_section(runs, n_boot, seed, fronts),
+        extrapolation=extrapolation_section(runs, holdout_threshold, fixed),
+    )
 
 
 def _planned_exact(runs: pd.DataFrame) -> bool:
@@ -397,7 +438,7 @@ def fit_groups(runs: pd.DataFrame, group: str | None, args: argparse.Namespace) 
     if group is None:
         if args.compute == "exact":
             check_exact_compute(runs)  # before any work
-        return fit_all(runs, **kwargs)
+        return fit_all(runs, **kwargs).as_dict()
     if group not in runs.columns:
         raise InputError(f"--group: no column '{group}'; columns: {sorted(map(str, runs.columns))}")
     groups = {str(k): g for k, g in runs.groupby(group, sort=True)}
@@ -405,7 +446,8 @@ def fit_groups(runs: pd.DataFrame, group: str | None, args: argparse.Namespace) 
         check_fittable(g, f"group {group}={name}")
         if args.compute == "exact":
             check_exact_compute(g)
-    return {"group_by": group, "groups": {k: fit_all(g, **kwargs) for k, g in groups.items()}}
+    fitted = {k: fit_all(g, **kwargs).as_dict() for k, g in groups.items()}
+    return {"group_by": group, "groups": fitted}
 
 
 def main(argv: list[str] | None = None) -> int:
