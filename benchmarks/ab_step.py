@@ -2,7 +2,7 @@
 
     python -m benchmarks.ab_step loss --d-models 32,128,256   # logits + loss vs chunked loss
     python -m benchmarks.ab_step adamw --d-models 32,128      # fused vs foreach AdamW step
-    python -m benchmarks.ab_step loop --size 2e4              # sweeps.train loop body vs torch
+    python -m benchmarks.ab_step loop --size 2e4              # training.train loop body vs torch
 
 Each variant runs ``--inner`` steps per repetition, variants alternate (order flipped every
 repetition), and the reported speed-up is the median over ``--reps`` of the per-repetition
@@ -12,7 +12,7 @@ ratio ``time(first variant) / time(variant)``: > 1 means faster than the first v
   models with ``model(x, y)`` (logits + ``cross_entropy``) vs ``model(x, y,
   return_logits=False)`` (chunked ``linear_cross_entropy``), same model and batch.
 - ``adamw``: ``AdamW.step`` alone, fused vs foreach, on the same gradients.
-- ``loop``: ``sweeps.train``'s loop body through Accelerate's optimizer and clipping wrappers
+- ``loop``: ``training.train``'s loop body through Accelerate's optimizer and clipping wrappers
   vs stepping and clipping with torch directly (what ``_step_and_clip`` picks on CPU), on the
   tiny sweep model (``--size``, byte vocabulary, seq 64, batch 32); checks the parameters end
   bit-identical.
@@ -99,7 +99,7 @@ def loop(args) -> None:
 
     from benchmarks.throughput import ROOT
     from models import ModelConfig, build_model
-    from sweeps.train import _step_and_clip
+    from training.train import _step_and_clip
 
     preset = yaml.safe_load((ROOT / "conf" / "model" / "llama.yaml").read_text())
     cfg = ModelConfig.from_dict({**preset, "vocab_size": 256, "max_seq_len": 64, "size": args.size})

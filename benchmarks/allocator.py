@@ -1,4 +1,4 @@
-"""What keeping freed host memory (``train.keep_host_memory``, sweeps/hostmem.py) buys a CPU step.
+"""What keeping freed host memory (``train.keep_host_memory``, training/hostmem.py) buys a CPU step.
 
     python -m benchmarks.allocator --d-models 32,128,256 --reps 5
 

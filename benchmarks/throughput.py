@@ -28,7 +28,7 @@ each repetition times every model in turn, in an order reversed every other repe
   see each other's allocations. On CUDA: ``torch.cuda.max_memory_allocated`` during the model's
   steps, minus what other resident models hold.
 - ``--malloc``: the host allocator both models run under. ``system`` (default) is the C
-  library's behaviour, what a plain training script gets; ``keep`` is what ``sweeps.train`` sets
+  library's behaviour, what a plain training script gets; ``keep`` is what ``training.train`` sets
   on the CPU (glibc keeps freed blocks: no page faults to re-touch a step's big tensors). Code
   that allocates fresh logit-sized tensors every step gains most from ``keep``, so report both.
 """
@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from benchmarks.interleave import median_ratio, repetitions
-from sweeps.hostmem import keep_freed_memory
+from training.hostmem import keep_freed_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILIES = ("llama", "gpt2")
@@ -125,7 +125,7 @@ def build(case: Case, device):
 
     def loss_fn(x, y):
         if case.impl == "ours":
-            return forward(x, y, return_logits=False)[1]  # what sweeps.train calls
+            return forward(x, y, return_logits=False)[1]  # what training.train calls
         logits = forward(input_ids=x, use_cache=False).logits  # (B, T, V)
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
 
@@ -229,8 +229,8 @@ def probe_memory(
 
 
 def set_malloc(malloc: str) -> None:
-    """``keep``: glibc keeps freed blocks (what ``sweeps.train`` does on the CPU,
-    sweeps/hostmem.py); ``system``: the C library's defaults, what a plain script gets. Both
+    """``keep``: glibc keeps freed blocks (what ``training.train`` does on the CPU,
+    training/hostmem.py); ``system``: the C library's defaults, what a plain script gets. Both
     implementations in the process run under the same setting."""
     if malloc == "keep" and not keep_freed_memory():
         raise SystemExit("--malloc keep: needs glibc (Linux); use --malloc system")
@@ -437,7 +437,7 @@ def parse_args(argv=None):
     p.add_argument("--peak-tflops", default=0.0, type=float, help="datasheet peak (0: measure)")
     p.add_argument(
         "--malloc", default="system", choices=["system", "keep"],
-        help="host allocator for both models: C library defaults | keep freed blocks (sweeps.train)",
+        help="host allocator for both models: C library defaults | keep freed blocks (training.train)",
     )  # fmt: skip
     p.add_argument("--no-memory", dest="memory", action="store_false", help="skip RSS probes (CPU)")
     p.add_argument("--out", default=str(ROOT / "results" / "benchmarks"), help="output directory")

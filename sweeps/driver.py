@@ -76,13 +76,13 @@ def spec_from_config(cfg: DictConfig, cli_axes: dict[str, list[str]]) -> P.Sweep
 
 
 def facts(cfg: DictConfig) -> P.RunFacts:
-    """Exact N, FLOPs per token and run key of one composed point, exactly as `sweeps.train`
+    """Exact N, FLOPs per token and run key of one composed point, exactly as `training.train`
     resolves it (no data or model built). A model the factory cannot build (e.g. a size the
     ladder cannot reach) raises ValueError: the point is skipped with that reason. Any other
     config error fails the whole sweep before anything starts."""
     from models import count_params, flops_per_token
-    from sweeps.config import ConfigError, resolve_config
     from sweeps.job import training_config
+    from training.config import ConfigError, resolve_config
 
     try:
         spec = resolve_config(training_config(cfg))
@@ -113,7 +113,7 @@ def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: L
     spec = spec_from_config(cfg, cli_axes)
     spec.check_conflicts(cli_keys)
 
-    from sweeps import tracking
+    from training import tracking
 
     compose_fast = cached_compose(compose)
     datasets: dict[str, Any] = {}
@@ -137,7 +137,7 @@ def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: L
             raise
 
     def checkpoint_path(key: str, tokens: int) -> str:
-        from sweeps.checkpoint import branch_checkpoint_path
+        from training.checkpoint import branch_checkpoint_path
 
         return str(branch_checkpoint_path(runs_dir, key, tokens))
 
@@ -199,9 +199,9 @@ def _prepare_data(cfg: DictConfig, base: DictConfig, datasets: list[dict]) -> No
     launcher = str(OmegaConf.select(cfg, "hydra.launcher._target_", default=""))
     if "Slurm" in launcher:
         return
-    from sweeps.config import DataConfig
-    from sweeps.data import prepare_data
-    from sweeps.paths import default_cache_dir, resolve_dir
+    from training.config import DataConfig
+    from training.data import prepare_data
+    from training.paths import default_cache_dir, resolve_dir
 
     cache_dir = resolve_dir(base.get("paths", {}).get("cache_dir"), default_cache_dir())
     for d in datasets:
@@ -209,7 +209,7 @@ def _prepare_data(cfg: DictConfig, base: DictConfig, datasets: list[dict]) -> No
 
 
 def _runs_dir(cfg: DictConfig) -> Path:
-    from sweeps.paths import default_runs_dir, resolve_dir
+    from training.paths import default_runs_dir, resolve_dir
 
     return resolve_dir(cfg.get("paths", {}).get("runs_dir"), default_runs_dir())
 
@@ -217,7 +217,8 @@ def _runs_dir(cfg: DictConfig) -> Path:
 def _read_records(uri: str, experiment: str, create: bool):
     """{run_key: RunRecord} of the experiment; None in a dry run on a store that does not exist
     yet (a dry run never creates anything)."""
-    from sweeps import sweep_records, tracking
+    from sweeps import sweep_records
+    from training import tracking
 
     db = tracking.sqlite_path(uri)
     if not create:
@@ -247,7 +248,8 @@ def _apply_record(run: P.PlannedRun, rec, retry_failed: bool) -> P.PlannedRun:
 
 
 def _execute(cfg, spec, runs, fixed_args, cli_keys, uri, experiment, launch) -> list:
-    from sweeps import sweep_records, tracking
+    from sweeps import sweep_records
+    from training import tracking
 
     s = cfg.sweep
     exp_id = tracking.ensure_experiment(uri, experiment)

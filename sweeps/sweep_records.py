@@ -2,12 +2,12 @@
 
 A sweep is one parent run (tag `sweep_parent=<name>`, one per sweep name and experiment, reused
 when the sweep is rerun) and every point is a child run (`mlflow.parentRunId`, tags `sweep` and
-`variant`, written by `sweeps.train` from `tracking.parent_run_id` / `tracking.tags`). The
+`variant`, written by `training.train` from `tracking.parent_run_id` / `tracking.tags`). The
 parent is tagged `sweep_parent`, not `sweep`, so queries on `tags.sweep` return only the points.
 
 Resumability is read from run keys: the run of a key (`tracking.run_of_key`: its latest
 FINISHED run, else its latest run) decides what the sweep does with the point (FINISHED: skip;
-FAILED: skip unless retry_failed; RUNNING/KILLED: relaunch, and `sweeps.train` resumes it from
+FAILED: skip unless retry_failed; RUNNING/KILLED: relaunch, and `training.train` resumes it from
 its checkpoint into the same MLflow run).
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweeps import tracking
+from training import tracking
 
 PARENT_TAG = "sweep_parent"
 

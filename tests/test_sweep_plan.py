@@ -14,8 +14,8 @@ from hydra import compose, initialize_config_dir
 from models import ModelConfig, count_params, flops_per_token
 from sweeps import driver
 from sweeps import plan as P
-from sweeps.checkpoint import branch_checkpoint_path
 from sweeps.sweep_view import plan_rows
+from training.checkpoint import branch_checkpoint_path
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 SWEEPS = sorted(p.stem for p in (CONF / "sweep").glob("*.yaml"))

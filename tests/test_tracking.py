@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sweeps import tracking as trk
-from sweeps.keys import run_key
+from training import tracking as trk
+from training.keys import run_key
 
 
 def test_uri_defaults_are_absolute(monkeypatch, tmp_path):
@@ -140,7 +140,7 @@ def test_experiments_open_on_training_runs_in_the_mlflow_ui(tmp_path):
 
 def test_one_rule_names_the_run_of_a_key_for_train_sweeps_and_analysis(tmp_path):
     """The latest FINISHED run of a key, else its latest run (ties: the larger run id), in
-    sweeps.tracking (train), sweeps.sweep_records (sweeps.run) and analysis.load (reports)."""
+    training.tracking (train), sweeps.sweep_records (sweeps.run) and analysis.load (reports)."""
     from analysis.load import load_mlflow
     from sweeps import sweep_records
 

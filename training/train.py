@@ -1,6 +1,6 @@
-"""One training run: `python -m sweeps.train [overrides]` or `train(cfg)` from Python.
+"""One training run: `python -m training.train [overrides]` or `train(cfg)` from Python.
 
-A run is a pure function of its resolved config (see sweeps/config.py): the config fixes the
+A run is a pure function of its resolved config (see training/config.py): the config fixes the
 run key, the data, the model, the optimizer and the schedule. The run writes an MLflow run
 (schema in docs/contracts.md) and checkpoints under `<runs_dir>/<run_key>/`; rerunning the same
 config in the same experiment resumes from the last checkpoint into the same MLflow run, or
@@ -28,13 +28,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from sweeps import checkpoint as ckpt
-from sweeps import hostmem
-from sweeps import tracking as trk
-from sweeps.config import ConfigError, RunSpec, TrainConfig, build_model_config, resolve_config
-from sweeps.paths import default_cache_dir, default_runs_dir, resolve_dir
+from training import checkpoint as ckpt
+from training import hostmem
+from training import tracking as trk
+from training.config import ConfigError, RunSpec, TrainConfig, build_model_config, resolve_config
+from training.paths import default_cache_dir, default_runs_dir, resolve_dir
 
-log = logging.getLogger("sweeps.train")
+log = logging.getLogger("training.train")
 
 
 @dataclass
@@ -432,7 +432,7 @@ def _train(cfg: Any, stack: contextlib.ExitStack, signals: _Signals) -> TrainRes
             else TrainResult(spec.run_key, None, "FINISHED", run_dir=str(rdir), reused=True)
         )
 
-    from sweeps.data import BatchSampler, prepare_data, val_windows
+    from training.data import BatchSampler, prepare_data, val_windows
 
     with accelerator.main_process_first():
         data = prepare_data(spec.data, cache_dir)
@@ -453,7 +453,7 @@ def _train(cfg: Any, stack: contextlib.ExitStack, signals: _Signals) -> TrainRes
     )
 
     # Where to start: a resume checkpoint of this run, a branch point of another, or step 0.
-    from sweeps.schedules import Schedule, warmup_steps, wsd_decay_start
+    from training.schedules import Schedule, warmup_steps, wsd_decay_start
 
     state, start_step, branched_from, branch_step = None, 0, None, None
     warmup = warmup_steps(tr.warmup, geo.total_steps)
@@ -518,7 +518,7 @@ def _train(cfg: Any, stack: contextlib.ExitStack, signals: _Signals) -> TrainRes
             stacklevel=2,
         )
 
-    from sweeps.monitor import Progress, measured_peak_flops
+    from training.monitor import Progress, measured_peak_flops
 
     peak = tr.peak_flops or measured_peak_flops(accelerator.device)
     progress = Progress(
@@ -696,7 +696,7 @@ def _train(cfg: Any, stack: contextlib.ExitStack, signals: _Signals) -> TrainRes
 
 
 def raw_model_params(model) -> str:
-    from sweeps.monitor import human
+    from training.monitor import human
 
     return human(sum(p.numel() for p in model.parameters()))
 
@@ -759,7 +759,7 @@ def _fail(spec, uri, run_id, metrics, progress, rdir, reason, step, t_start) -> 
 
 # ---------------------------------------------------------------- CLI
 def _main(cfg) -> None:
-    from sweeps.tracking import TrackingUnavailable
+    from training.tracking import TrackingUnavailable
 
     try:
         result = train(cfg)

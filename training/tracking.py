@@ -13,8 +13,8 @@ so many runs in one process (a Hydra sweep) never leak an active run into each o
   experiment `mlflow.experimentKind=custom_model_development` (also an existing one without the
   tag), so MLflow 3's UI opens it on its training runs, not on the GenAI traces overview.
 - `run_of_key` / `find_run_by_key`: THE run of a run key in an experiment (rule below), shared
-  by `sweeps.train` (reuse or resume) and `sweeps.sweep_records` (skip or relaunch);
-  `analysis.load` keeps its own copy of the rule (analysis never imports sweeps).
+  by `training.train` (reuse or resume) and `sweeps.sweep_records` (skip or relaunch);
+  `analysis.load` keeps its own copy of the rule (analysis never imports training or sweeps).
 - `MetricBuffer`: collects metrics and writes them with `log_batch` every N steps; on resume it
   drops the points the interrupted process already logged (`logged_steps`).
 """
@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sweeps.paths import PROJECT_ROOT, default_tracking_uri
+from training.paths import PROJECT_ROOT, default_tracking_uri
 
 MAX_PARAMS_PER_BATCH = 100  # MLflow log_batch limits
 MAX_METRICS_PER_BATCH = 1000
@@ -127,7 +127,7 @@ def run_of_key(runs) -> Any:
     latest FINISHED run; if none FINISHED, its latest run of any status. Latest = the largest
     start_time, ties broken by the larger run_id. None for no runs.
 
-    One rule for every reader (docs/contracts.md, "The run of a run key"): `sweeps.train`
+    One rule for every reader (docs/contracts.md, "The run of a run key"): `training.train`
     returns that FINISHED run instead of training (or resumes the unfinished one),
     `sweeps.run` skips the point as done, and `analysis.load` reports that run, so the three
     name the same MLflow run. A later rerun that did not finish (`train.resume=false`, then
