@@ -294,8 +294,8 @@ def run_of_key(runs: list) -> Any:
 
 
 def _latest_attempts(found: list, plan_keys: dict[str, str] | set[str] | None = None) -> list:
-    """One MLflow run per run key (`run_of_key`; an unfinished one is then reported as
-    excluded), in the order of `found`. With `plan_keys`, only the planned keys: runs of keys
+    """One MLflow run per run key (`run_of_key`, the rule of docs/contracts.md "The run of a
+    run key"; an unfinished one is then reported as excluded), in the order of `found`. With `plan_keys`, only the planned keys: runs of keys
     no longer in the plan (a sweep rerun after its axes changed) are left out. A run without a
     run_key tag (not written by training.train) is its own key."""
     by_key: dict[str, list] = {}

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from models.values import int_if_integral
+
 NormPosition = Literal["pre", "post"]
 Norm = Literal["layernorm", "rmsnorm"]
 PosEncoding = Literal["sinusoidal", "learned", "rope", "alibi", "none"]
@@ -105,9 +107,8 @@ class ModelConfig:
                 f"unknown model config key {unknown[0]!r}; allowed keys: {', '.join(names + ['size'])}"
             )
         for name in _INT_FIELDS:  # `1e3` from YAML/CLI is a float: accept integral floats
-            v = d.get(name)
-            if isinstance(v, float) and v.is_integer():
-                d[name] = int(v)
+            if name in d:
+                d[name] = int_if_integral(d[name])
         cfg = cls(**d)
         if size is None:
             return cfg

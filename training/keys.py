@@ -57,14 +57,14 @@ def key_payload(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def _canonical(value: Any) -> Any:
-    # Integral floats hash like ints, so `tokens: 2e6` and `tokens: 2000000` give one key.
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
+    from models.values import int_if_integral  # here: the models package imports torch
+
     if isinstance(value, dict):
         return {str(k): _canonical(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_canonical(v) for v in value]
-    return value
+    # Integral floats hash like ints, so `tokens: 2e6` and `tokens: 2000000` give one key.
+    return int_if_integral(value)
 
 
 def run_key(cfg: dict[str, Any]) -> str:
