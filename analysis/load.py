@@ -288,16 +288,16 @@ def _rank(run) -> tuple:
 def run_of_key(runs: list) -> Any:
     """The run of a run key (docs/contracts.md, "The run of a run key"): its latest FINISHED
     run, else its latest run of any status; latest = largest start_time, then largest run_id.
-    The same rule as `sweeps.tracking.run_of_key` (a copy: analysis never imports sweeps), so
-    a report uses the run that `sweeps.train` reuses and `sweeps.run` counts as done."""
+    The same rule as `training.tracking.run_of_key` (a copy: analysis never imports training or sweeps), so
+    a report uses the run that `training.train` reuses and `sweeps.run` counts as done."""
     return max(runs, key=_rank, default=None)
 
 
 def _latest_attempts(found: list, plan_keys: dict[str, str] | set[str] | None = None) -> list:
-    """One MLflow run per run key (`run_of_key`; an unfinished one is then reported as
-    excluded), in the order of `found`. With `plan_keys`, only the planned keys: runs of keys
+    """One MLflow run per run key (`run_of_key`, the rule of docs/contracts.md "The run of a
+    run key"; an unfinished one is then reported as excluded), in the order of `found`. With `plan_keys`, only the planned keys: runs of keys
     no longer in the plan (a sweep rerun after its axes changed) are left out. A run without a
-    run_key tag (not written by sweeps.train) is its own key."""
+    run_key tag (not written by training.train) is its own key."""
     by_key: dict[str, list] = {}
     for run in found:
         key = run.data.tags.get("run_key") or f"run:{run.info.run_id}"
@@ -374,7 +374,7 @@ def resolve_tracking_uri(uri: str | None) -> str:
 def check_server(uri: str, timeout_s: float = 5.0) -> None:
     """An InputError in seconds if the MLflow server at `uri` does not answer `/health`
     (MLflow's client retries with backoff for minutes, then raises a traceback). Its own copy
-    of `sweeps.tracking.check_reachable`: analysis never imports sweeps."""
+    of `training.tracking.check_reachable`: analysis never imports training or sweeps."""
     import urllib.error
     import urllib.request
 

@@ -2,18 +2,18 @@
 
     python -m benchmarks.ab_step loss --d-models 32,128,256   # logits + loss vs chunked loss
     python -m benchmarks.ab_step adamw --d-models 32,128      # fused vs foreach AdamW step
-    python -m benchmarks.ab_step loop --size 2e4              # sweeps.train loop body vs torch
+    python -m benchmarks.ab_step loop --size 2e4              # training.train loop body vs torch
 
 Each variant runs ``--inner`` steps per repetition, variants alternate (order flipped every
 repetition), and the reported speed-up is the median over ``--reps`` of the per-repetition
 ratio ``time(first variant) / time(variant)``: > 1 means faster than the first variant.
 
-- ``loss``: the full step (forward, loss, backward, fused AdamW) of ``benchmarks.throughput``'s
+- ``loss``: the full step (forward, loss, backward, fused AdamW) of ``benchmarks.harness``'s
   models with ``model(x, y)`` (logits + ``cross_entropy``) vs ``model(x, y,
   return_logits=False)`` (chunked ``linear_cross_entropy``), same model and batch.
 - ``adamw``: ``AdamW.step`` alone, fused vs foreach, on the same gradients.
-- ``loop``: ``sweeps.train``'s loop body through Accelerate's optimizer and clipping wrappers
-  vs stepping and clipping with torch directly (what ``_step_and_clip`` picks on CPU), on the
+- ``loop``: ``training.train``'s loop body through Accelerate's optimizer and clipping wrappers
+  vs stepping and clipping with torch directly (what ``training.step.step_and_clip`` picks on CPU), on the
   tiny sweep model (``--size``, byte vocabulary, seq 64, batch 32); checks the parameters end
   bit-identical.
 """
@@ -24,6 +24,7 @@ import argparse
 import statistics
 import time
 
+from benchmarks.harness import int_list
 from benchmarks.interleave import median_ratio, repetitions
 
 
@@ -51,7 +52,7 @@ def ab(variants: dict, reps: int, inner: int, warmup: int = 2) -> dict[str, tupl
 def _runner(family: str, d: int):
     import torch
 
-    from benchmarks.throughput import Case, Runner, Shape
+    from benchmarks.harness import Case, Runner, Shape
 
     return Runner(
         Case(family, "ours", False, Shape(4096, d, 4, 256, 8)), torch.device("cpu"), "fp32"
@@ -97,9 +98,9 @@ def loop(args) -> None:
     import yaml
     from accelerate import Accelerator
 
-    from benchmarks.throughput import ROOT
+    from benchmarks.harness import ROOT
     from models import ModelConfig, build_model
-    from sweeps.train import _step_and_clip
+    from training.step import step_and_clip
 
     preset = yaml.safe_load((ROOT / "conf" / "model" / "llama.yaml").read_text())
     cfg = ModelConfig.from_dict({**preset, "vocab_size": 256, "max_seq_len": 64, "size": args.size})
@@ -130,7 +131,7 @@ def loop(args) -> None:
     m2, o2 = make()
     print(f"loop body, d_model {cfg.d_model}, {cfg.n_layers} layers")
     ab({"Accelerate wrappers": body(m1, o1, accelerator.clip_grad_norm_),
-        "torch directly (_step_and_clip)": body(m2, *_step_and_clip(accelerator, o2))},
+        "torch directly (step_and_clip)": body(m2, *step_and_clip(accelerator, o2))},
        args.reps, args.inner)  # fmt: skip
     same = all(torch.equal(a, b) for a, b in zip(m1.parameters(), m2.parameters()))
     print(f"  parameters bit-identical after the same steps: {same}")
@@ -139,9 +140,7 @@ def loop(args) -> None:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.ab_step")
     p.add_argument("experiment", choices=["loss", "adamw", "loop"])
-    p.add_argument(
-        "--d-models", default=[32, 128, 256], type=lambda s: [int(v) for v in s.split(",")]
-    )
+    p.add_argument("--d-models", default=[32, 128, 256], type=int_list)
     p.add_argument("--size", default=2e4, type=float, help="loop: model.size of the tiny model")
     p.add_argument("--reps", default=9, type=int)
     p.add_argument("--inner", default=None, type=int, help="steps per repetition")

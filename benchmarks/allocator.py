@@ -1,4 +1,4 @@
-"""What keeping freed host memory (``train.keep_host_memory``, sweeps/hostmem.py) buys a CPU step.
+"""What keeping freed host memory (``train.keep_host_memory``, training/hostmem.py) buys a CPU step.
 
     python -m benchmarks.allocator --d-models 32,128,256 --reps 5
 
@@ -19,8 +19,8 @@ import argparse
 import json
 import statistics
 
+from benchmarks.harness import Case, Shape, int_list, machine, probe
 from benchmarks.interleave import median_ratio, repetitions
-from benchmarks.throughput import Case, Shape, probe
 
 
 def compare(family: str, impl: str, d_model: int, args) -> dict:
@@ -42,9 +42,7 @@ def compare(family: str, impl: str, d_model: int, args) -> dict:
 
 def main(argv=None) -> list[dict]:
     p = argparse.ArgumentParser(prog="python -m benchmarks.allocator")
-    p.add_argument(
-        "--d-models", default=[32, 128, 256], type=lambda s: [int(v) for v in s.split(",")]
-    )
+    p.add_argument("--d-models", default=[32, 128, 256], type=int_list)
     p.add_argument("--families", default=["llama", "gpt2"], type=lambda s: s.split(","))
     p.add_argument("--impls", default=["ours", "hf"], type=lambda s: s.split(","))
     p.add_argument("--reps", default=5, type=int, help="child-process pairs per row (median)")
@@ -68,8 +66,6 @@ def main(argv=None) -> list[dict]:
                       f"| {r['peak_mb_keep']:.0f} |", flush=True)  # fmt: skip
     if args.out:
         import torch
-
-        from benchmarks.throughput import machine
 
         info = machine(torch.device("cpu"), args.threads, "system vs keep")
         with open(args.out, "w") as f:

@@ -31,8 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.harness import ROOT, Case, Runner, Shape, add_shape_args
 from benchmarks.interleave import median_ratio, repetitions
-from benchmarks.throughput import FAMILIES, ROOT, Case, Runner, Shape
 
 
 def _first_step_s(case: Case, device) -> tuple[float, Runner]:
@@ -102,14 +102,8 @@ def measure(family: str, shape: Shape, args) -> dict:
 
 def main(argv=None) -> list[dict]:
     p = argparse.ArgumentParser(prog="python -m benchmarks.compile_cost")
-    ints = lambda s: [int(v) for v in s.split(",")]  # noqa: E731
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--families", default=list(FAMILIES), type=lambda s: s.split(","))
-    p.add_argument("--d-models", default=[32, 128], type=ints)
-    p.add_argument("--layers", default=4, type=int)
-    p.add_argument("--seq", default=256, type=int)
-    p.add_argument("--batch", default=8, type=int)
-    p.add_argument("--vocab", default=4096, type=int)
+    add_shape_args(p, d_models=[32, 128])
     p.add_argument("--reps", default=7, type=int)
     p.add_argument("--steps", default=1, type=int)
     p.add_argument("--threads", default=1, type=int)

@@ -18,7 +18,7 @@ import argparse
 import statistics
 from collections import defaultdict
 
-from benchmarks.throughput import FAMILIES, Case, Runner, Shape
+from benchmarks.harness import Case, Runner, Shape, add_shape_args
 
 PHASES = ("forward+loss", "backward", "optimizer")
 
@@ -94,13 +94,7 @@ def _cpu():
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.profile_step")
-    ints = lambda s: [int(v) for v in s.split(",")]  # noqa: E731
-    p.add_argument("--families", default=list(FAMILIES), type=lambda s: s.split(","))
-    p.add_argument("--d-models", default=[128, 256], type=ints)
-    p.add_argument("--layers", default=4, type=int)
-    p.add_argument("--seq", default=256, type=int)
-    p.add_argument("--batch", default=8, type=int)
-    p.add_argument("--vocab", default=4096, type=int)
+    add_shape_args(p, d_models=[128, 256])
     p.add_argument("--reps", default=5, type=int)
     p.add_argument("--steps", default=1, type=int)
     p.add_argument("--warmup", default=2, type=int)

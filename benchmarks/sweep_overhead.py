@@ -12,11 +12,11 @@ MLflow logging, checkpoints.
 - ``existing_store``: the same sweep again into another experiment of the store the first one
   created, with the token cache it built: the realistic case, a researcher's ``mlruns.db`` and
   cache exist. Fresh runs dir, so every run trains again.
-- ``store_creation_s``: creating a new store (``sweeps.tracking.ensure_experiment`` on a new
+- ``store_creation_s``: creating a new store (``training.tracking.ensure_experiment`` on a new
   SQLite file) in a process that has already imported MLflow: the first store's extra cost.
 
 Each run's ``wall_time_s`` metric (training loop + final evaluation, logged by
-``sweeps.train``) is its training time; overhead = 1 - sum(training time) / sweep wall time
+``training.train``) is its training time; overhead = 1 - sum(training time) / sweep wall time
 (with ``--jobs 1``). Writes ``<out>/sweep_overhead.json``.
 """
 
@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 STORE_TIMER = """
 import sys, time
-from sweeps import tracking
+from training import tracking
 import mlflow.store.tracking.sqlalchemy_store  # imports are not the store's cost
 t0 = time.perf_counter()
 tracking.ensure_experiment(sys.argv[1], "scaling-lab")

@@ -28,7 +28,7 @@ each repetition times every model in turn, in an order reversed every other repe
   see each other's allocations. On CUDA: ``torch.cuda.max_memory_allocated`` during the model's
   steps, minus what other resident models hold.
 - ``--malloc``: the host allocator both models run under. ``system`` (default) is the C
-  library's behaviour, what a plain training script gets; ``keep`` is what ``sweeps.train`` sets
+  library's behaviour, what a plain training script gets; ``keep`` is what ``training.train`` sets
   on the CPU (glibc keeps freed blocks: no page faults to re-touch a step's big tensors). Code
   that allocates fresh logit-sized tensors every step gains most from ``keep``, so report both.
 """
@@ -38,251 +38,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from benchmarks.harness import (
+    FAMILIES,
+    ROOT,
+    Case,
+    Runner,
+    Shape,
+    add_shape_args,
+    log,
+    machine,
+    model_config,
+    probe_memory,
+    set_malloc,
+)
 from benchmarks.interleave import median_ratio, repetitions
-from sweeps.hostmem import keep_freed_memory
-
-ROOT = Path(__file__).resolve().parents[1]
-FAMILIES = ("llama", "gpt2")
-
-
-@dataclass(frozen=True)
-class Shape:
-    vocab: int
-    d_model: int
-    layers: int
-    seq: int
-    batch: int
-
-
-@dataclass(frozen=True)
-class Case:
-    family: str  # llama | gpt2
-    impl: str  # ours | hf
-    compiled: bool
-    shape: Shape
-
-    @property
-    def label(self) -> str:
-        mode = "compiled" if self.compiled else "eager"
-        return f"{self.family} d{self.shape.d_model} {mode} {self.impl}"
-
-
-# ----- models ---------------------------------------------------------------------------------
-def model_config(family: str, shape: Shape):
-    """Our preset with the benchmark shape: head_dim 32 at d_model 128, else 64; Llama keeps
-    its preset's GQA ratio (2 query heads per KV head)."""
-    import yaml
-
-    from models import ModelConfig
-
-    preset = yaml.safe_load((ROOT / "conf" / "model" / f"{family}.yaml").read_text())
-    n_heads = max(4, shape.d_model // 64)
-    return ModelConfig.from_dict(
-        {
-            **preset,
-            "vocab_size": shape.vocab,
-            "max_seq_len": shape.seq,
-            "n_layers": shape.layers,
-            "d_model": shape.d_model,
-            "n_heads": n_heads,
-            "n_kv_heads": n_heads // 2 if family == "llama" else None,
-            "size": None,
-        }
-    )
-
-
-def build(case: Case, device):
-    """(model, step function) on ``device``, float32 weights, train mode."""
-    import torch
-    import torch.nn.functional as F
-
-    from models import build_model
-    from models.export_hf import to_hf
-
-    cfg = model_config(case.family, case.shape)
-    torch.manual_seed(0)
-    ours = build_model(cfg)
-    model = ours if case.impl == "ours" else to_hf(ours)
-    if case.impl == "hf":
-        model.config.use_cache = False
-    model = model.to(device).train()
-    forward = torch.compile(model) if case.compiled else model
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
-    try:
-        opt = torch.optim.AdamW(groups, lr=1e-4, fused=True)
-    except (RuntimeError, TypeError):
-        opt = torch.optim.AdamW(groups, lr=1e-4, foreach=True)
-
-    def loss_fn(x, y):
-        if case.impl == "ours":
-            return forward(x, y, return_logits=False)[1]  # what sweeps.train calls
-        logits = forward(input_ids=x, use_cache=False).logits  # (B, T, V)
-        return F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
-
-    return model, opt, loss_fn, cfg
-
-
-class Runner:
-    """One model, its optimizer and a fixed batch; ``run(n)`` does n training steps."""
-
-    def __init__(self, case: Case, device, dtype: str, sdpa: str = "default"):
-        import contextlib
-
-        import torch
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        self.case, self.device = case, device
-        self.model, self.opt, self.loss_fn, self.cfg = build(case, device)
-        g = torch.Generator().manual_seed(0)
-        s = case.shape
-        tokens = torch.randint(0, s.vocab, (s.batch, s.seq + 1), generator=g).to(device)
-        self.x, self.y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-        self.autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16")
-        flash = [SDPBackend.FLASH_ATTENTION]
-        self.sdpa = (lambda: sdpa_kernel(flash)) if sdpa == "flash" else contextlib.nullcontext
-
-    def run(self, steps: int) -> float:
-        """Seconds for ``steps`` training steps (one host sync, at the end)."""
-        import torch
-
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            with self.autocast, self.sdpa():
-                loss = self.loss_fn(self.x, self.y)
-            loss.backward()
-            self.opt.step()
-            self.opt.zero_grad(set_to_none=True)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
-        else:
-            loss.item()
-        return time.perf_counter() - t0
-
-    def static_bytes(self) -> int:
-        params = sum(p.numel() * p.element_size() for p in self.model.parameters())
-        state = sum(
-            t.numel() * t.element_size()
-            for s in self.opt.state.values()
-            for t in s.values()
-            if hasattr(t, "numel")
-        )
-        return params + state
-
-
-# ----- peak FLOP/s and memory -------------------------------------------------------------------
-def measured_peak_flops(device, dtype: str, n: int = 1024, reps: int = 5) -> float:
-    """Best FLOP/s of an n x n x n matmul in the benchmark dtype (a practical, not datasheet, peak)."""
-    import torch
-
-    dt = torch.bfloat16 if dtype == "bf16" else torch.float32
-    a, b = (torch.randn(n, n, device=device, dtype=dt) for _ in range(2))
-    best = float("inf")
-    for _ in range(reps):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        c = a @ b
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - t0)
-    del c
-    return 2 * n**3 / best
-
-
-def _proc_status_kb(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
-def probe(case: Case, dtype: str, threads: int, warmup: int, steps: int, malloc: str) -> dict:
-    """``case``'s training steps in a fresh Python process, so no other model's allocations (or
-    allocator setting) count: {"peak_mb": peak RSS above the RSS after imports, "ms_per_step":
-    mean of the ``steps`` timed steps after ``warmup``}."""
-    payload = json.dumps({"case": asdict(case), "dtype": dtype, "threads": threads,
-                          "warmup": warmup, "steps": steps, "malloc": malloc})  # fmt: skip
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.throughput", "--probe", payload],
-        cwd=ROOT, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    if out.returncode != 0:
-        raise RuntimeError(f"probe of {case.label} failed:\n{out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def probe_memory(
-    case: Case, dtype: str, threads: int, warmup: int, steps: int, malloc: str
-) -> float:
-    """Peak RSS (MB) of ``case``'s training steps, from `probe`."""
-    return probe(case, dtype, threads, warmup, steps, malloc)["peak_mb"]
-
-
-def set_malloc(malloc: str) -> None:
-    """``keep``: glibc keeps freed blocks (what ``sweeps.train`` does on the CPU,
-    sweeps/hostmem.py); ``system``: the C library's defaults, what a plain script gets. Both
-    implementations in the process run under the same setting."""
-    if malloc == "keep" and not keep_freed_memory():
-        raise SystemExit("--malloc keep: needs glibc (Linux); use --malloc system")
-
-
-def _probe_main(payload: str) -> None:
-    import torch
-    import transformers  # noqa: F401  (both implementations pay the same imports)
-
-    import models  # noqa: F401
-
-    p = json.loads(payload)
-    set_malloc(p["malloc"])
-    torch.set_num_threads(p["threads"])
-    case = Case(**{**p["case"], "shape": Shape(**p["case"]["shape"])})
-    base_kb = _proc_status_kb("VmRSS")
-    runner = Runner(case, torch.device("cpu"), p["dtype"])
-    runner.run(p["warmup"])
-    seconds = runner.run(p["steps"])
-    print(json.dumps({"peak_mb": (_proc_status_kb("VmHWM") - base_kb) / 1024,
-                      "ms_per_step": 1e3 * seconds / p["steps"]}))  # fmt: skip
+from training.monitor import matmul_peak_flops
 
 
 # ----- the benchmark ----------------------------------------------------------------------------
-def machine(device, threads: int, malloc: str) -> dict:
-    import torch
-    import transformers
-
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    info = {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "threads": threads,
-        "malloc": malloc,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "load_average_1m_at_end": os.getloadavg()[0],  # other processes share these cores
-    }
-    if device.type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(device)
-    return info
-
-
 def benchmark(args) -> dict:
     import torch
 
@@ -315,7 +93,7 @@ def benchmark(args) -> dict:
     # Interleaved: every model (and the matmul peak) once per repetition.
     for rep, order in enumerate(repetitions(cases, args.reps)):
         if not args.peak_tflops:
-            peaks.append(measured_peak_flops(device, args.dtype))
+            peaks.append(matmul_peak_flops(device, _torch_dtype(args.dtype), n=1024))
         for case in order:
             if device.type == "cuda" and rep == args.reps - 1:
                 torch.cuda.reset_peak_memory_stats(device)
@@ -359,7 +137,7 @@ def benchmark(args) -> dict:
                 row["mem_ratio"] = row["peak_mem_mb"] / hf["peak_mem_mb"]
     return {
         "machine": machine(device, threads, args.malloc),
-        "settings": {k: v for k, v in vars(args).items() if k not in ("probe", "out")},
+        "settings": {k: v for k, v in vars(args).items() if k != "out"},
         "peak_flops": peak,
         "peak_source": "given"
         if args.peak_tflops
@@ -371,6 +149,12 @@ def benchmark(args) -> dict:
         ),
         "rows": rows,
     }
+
+
+def _torch_dtype(dtype: str):
+    import torch
+
+    return torch.bfloat16 if dtype == "bf16" else torch.float32
 
 
 def _key(row: dict) -> tuple:
@@ -406,23 +190,13 @@ def worst_line(result: dict) -> str:
     )
 
 
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
 def parse_args(argv=None):
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.throughput", description=__doc__.split("\n")[0]
     )
-    ints = lambda s: [int(v) for v in s.split(",")]  # noqa: E731
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
-    p.add_argument("--families", default=list(FAMILIES), type=lambda s: s.split(","))
-    p.add_argument("--d-models", default=[128, 256], type=ints)
-    p.add_argument("--layers", default=4, type=int)
-    p.add_argument("--seq", default=256, type=int)
-    p.add_argument("--batch", default=8, type=int)
-    p.add_argument("--vocab", default=4096, type=int)
+    add_shape_args(p, d_models=[128, 256])
     p.add_argument("--compile", default="both", choices=["eager", "compiled", "both"])
     p.add_argument("--reps", default=9, type=int, help="interleaved repetitions (median)")
     p.add_argument("--steps", default=2, type=int, help="training steps per timed repetition")
@@ -437,12 +211,11 @@ def parse_args(argv=None):
     p.add_argument("--peak-tflops", default=0.0, type=float, help="datasheet peak (0: measure)")
     p.add_argument(
         "--malloc", default="system", choices=["system", "keep"],
-        help="host allocator for both models: C library defaults | keep freed blocks (sweeps.train)",
+        help="host allocator for both models: C library defaults | keep freed blocks (training.train)",
     )  # fmt: skip
     p.add_argument("--no-memory", dest="memory", action="store_false", help="skip RSS probes (CPU)")
     p.add_argument("--out", default=str(ROOT / "results" / "benchmarks"), help="output directory")
     p.add_argument("--name", default=None, help="output file stem (default throughput_<device>)")
-    p.add_argument("--probe", default=None, help=argparse.SUPPRESS)  # internal: memory probe
     args = p.parse_args(argv)
     for f in args.families:
         if f not in FAMILIES:
@@ -455,9 +228,6 @@ def parse_args(argv=None):
 def main(argv=None) -> dict:
     command = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
-    if args.probe:
-        _probe_main(args.probe)
-        return {}
     result = benchmark(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from typing import Any, Literal
 # The ladder and the accounting it uses read a config's fields but never import this module at
 # run time, so this is the one direction of the dependency.
 from models.ladder import config_for_size
+from models.values import int_if_integral
 
 NormPosition = Literal["pre", "post"]
 Norm = Literal["layernorm", "rmsnorm"]
@@ -109,9 +110,8 @@ class ModelConfig:
                 f"unknown model config key {unknown[0]!r}; allowed keys: {', '.join(names + ['size'])}"
             )
         for name in _INT_FIELDS:  # `1e3` from YAML/CLI is a float: accept integral floats
-            v = d.get(name)
-            if isinstance(v, float) and v.is_integer():
-                d[name] = int(v)
+            if name in d:
+                d[name] = int_if_integral(d[name])
         cfg = cls(**d)
         if size is None:
             return cfg

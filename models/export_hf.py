@@ -19,7 +19,7 @@ Anything else (Post-LN, sinusoidal/ALiBi/NoPE positions, RMSNorm with learned po
 raises ``ExportError`` naming the first field that no target can represent. Dropout is mapped
 where HF has it (GPT-2: all three; Llama: attention only); it does not affect the function.
 
-Checkpoint format read by the CLI (written by ``sweeps.train``; this module reads the torch file
+Checkpoint format read by the CLI (written by ``training.train``; this module reads the torch file
 directly and never imports ``sweeps``): a ``torch.save``'d dict with ``"model"`` (the
 ``TransformerLM`` state dict) and the model config either inline as ``"model_config"`` (a
 ``ModelConfig.to_dict()``) or in ``config.yaml`` next to the checkpoint (the resolved run
@@ -220,7 +220,7 @@ def export_hf(model: torch.nn.Module, out_dir: str | Path) -> Path:
 
 # ----- CLI ----------------------------------------------------------------------------------
 def load_checkpoint_model(checkpoint: Path, config: Path | None = None) -> torch.nn.Module:
-    """Rebuild the ``TransformerLM`` saved in a ``sweeps.train`` checkpoint (see module doc)."""
+    """Rebuild the ``TransformerLM`` saved in a ``training.train`` checkpoint (see module doc)."""
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     if not isinstance(state, dict) or "model" not in state:
         raise ExportError(f"{checkpoint}: expected a dict with a 'model' state dict")
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
         prog="python -m models.export_hf", description=__doc__.split("\n")[0]
     )
-    p.add_argument("--checkpoint", type=Path, required=True, help="a sweeps.train .pt checkpoint")
+    p.add_argument("--checkpoint", type=Path, required=True, help="a training.train .pt checkpoint")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--config", type=Path, help="resolved run config YAML (default: next to it)")
     args = p.parse_args(argv)

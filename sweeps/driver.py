@@ -24,7 +24,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from sweeps import plan as P
+from sweeps import plan
 from sweeps.sweep_view import SweepProgress, plan_rows, print_plan, print_summary
 
 Compose = Callable[[Sequence[str]], DictConfig]
@@ -37,7 +37,7 @@ FAILED_BEFORE = "failed before"  # how a point skipped because its run key FAILE
 class Outcome:
     """What happened to a point in this invocation (for the summary table)."""
 
-    run: P.PlannedRun
+    run: plan.PlannedRun
     state: str  # finished | done-before | skipped | failed | not-run
     reason: str = ""
 
@@ -51,7 +51,7 @@ def parse_cli(arguments: Sequence[str]) -> tuple[list[str], dict[str, list[str]]
         key = o.key_or_group
         if o.is_sweep_override():
             if not o.is_discrete_sweep():
-                raise P.PlanError(
+                raise plan.PlanError(
                     f"{key}: only comma lists (a,b,c) can be swept on the command line"
                 )
             axes[key] = list(o.sweep_string_iterator())
@@ -62,36 +62,36 @@ def parse_cli(arguments: Sequence[str]) -> tuple[list[str], dict[str, list[str]]
     return fixed, axes, keys
 
 
-def spec_from_config(cfg: DictConfig, cli_axes: dict[str, list[str]]) -> P.SweepSpec:
+def spec_from_config(cfg: DictConfig, cli_axes: dict[str, list[str]]) -> plan.SweepSpec:
     sweep = OmegaConf.to_container(cfg.sweep, resolve=True)
-    unknown = set(sweep) - P.SPEC_FIELDS - SETTINGS
+    unknown = set(sweep) - plan.SPEC_FIELDS - SETTINGS
     if unknown:
-        allowed = ", ".join(sorted(P.SPEC_FIELDS | SETTINGS))
-        raise P.PlanError(f"sweep.{sorted(unknown)[0]}: unknown field; allowed: {allowed}")
+        allowed = ", ".join(sorted(plan.SPEC_FIELDS | SETTINGS))
+        raise plan.PlanError(f"sweep.{sorted(unknown)[0]}: unknown field; allowed: {allowed}")
     for key in cli_axes:
         if key in (sweep.get("axes") or {}):
-            raise P.PlanError(f"{key} is swept on the command line and in sweep.axes; drop one")
+            raise plan.PlanError(f"{key} is swept on the command line and in sweep.axes; drop one")
     sweep["axes"] = {**(sweep.get("axes") or {}), **cli_axes}
-    return P.SweepSpec.from_dict(str(sweep["name"]), sweep)
+    return plan.SweepSpec.from_dict(str(sweep["name"]), sweep)
 
 
-def facts(cfg: DictConfig) -> P.RunFacts:
-    """Exact N, FLOPs per token and run key of one composed point, exactly as `sweeps.train`
+def facts(cfg: DictConfig) -> plan.RunFacts:
+    """Exact N, FLOPs per token and run key of one composed point, exactly as `training.train`
     resolves it (no data or model built). A model the factory cannot build (e.g. a size the
     ladder cannot reach) raises ValueError: the point is skipped with that reason. Any other
     config error fails the whole sweep before anything starts."""
     from models import count_params, flops_per_token
-    from sweeps.config import ConfigError, resolve_config
     from sweeps.job import training_config
+    from training.config import ConfigError, resolve_config
 
     try:
         spec = resolve_config(training_config(cfg))
     except ConfigError as e:
         if str(e).startswith("model:"):
             raise ValueError(str(e)) from None
-        raise P.PlanError(str(e)) from None
+        raise plan.PlanError(str(e)) from None
     pc = count_params(spec.model)
-    return P.RunFacts(
+    return plan.RunFacts(
         run_key=spec.run_key,
         arch=spec.model.arch,
         n_layers=spec.model.n_layers,
@@ -108,43 +108,43 @@ def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: L
     s = cfg.sweep
     jobs = int(s.jobs)
     if jobs < 1:
-        raise P.PlanError(f"sweep.jobs: expected a positive number of parallel jobs, got {jobs}")
+        raise plan.PlanError(f"sweep.jobs: expected a positive number of parallel jobs, got {jobs}")
     fixed_args, cli_axes, cli_keys = parse_cli(arguments)
     spec = spec_from_config(cfg, cli_axes)
     spec.check_conflicts(cli_keys)
 
-    from sweeps import tracking
+    from training import tracking
 
     compose_fast = cached_compose(compose)
     datasets: dict[str, Any] = {}
     # where records and checkpoints go: the command line and sweep.fixed may set them
-    base = compose_fast([*fixed_args, *(f"{k}={P.format_value(v)}" for k, v in spec.fixed.items())])
+    base = compose_fast([*fixed_args, *(f"{k}={plan.format_value(v)}" for k, v in spec.fixed.items())])
     tc = base.tracking
     uri = tracking.resolve_tracking_uri(tc.get("uri"))
     runs_dir = _runs_dir(base)
 
-    def facts_of(overrides: Sequence[str]) -> P.RunFacts:
+    def facts_of(overrides: Sequence[str]) -> plan.RunFacts:
         cfg_point = compose_fast([*fixed_args, *overrides])
         data = OmegaConf.to_container(cfg_point.data, resolve=True)
         datasets.setdefault(repr(sorted(data.items())), data)
         try:
             return facts(cfg_point)
-        except P.PlanError:
+        except plan.PlanError:
             raise
         except ValueError as e:
             if OmegaConf.select(cfg_point, "model.size") is None:
-                raise P.PlanError(str(e)) from None  # not a size the ladder cannot reach
+                raise plan.PlanError(str(e)) from None  # not a size the ladder cannot reach
             raise
 
     def checkpoint_path(key: str, tokens: int) -> str:
-        from sweeps.checkpoint import branch_checkpoint_path
+        from training.checkpoint import branch_checkpoint_path
 
         return str(branch_checkpoint_path(runs_dir, key, tokens))
 
     tic = time.perf_counter()
-    runs = P.resolve(
+    runs = plan.resolve(
         spec,
-        P.expand(spec),
+        plan.expand(spec),
         facts_of,
         checkpoint_path,
         flops_per_sec=float(s.throughput.flops_per_sec),
@@ -185,7 +185,7 @@ def cached_compose(compose: Compose) -> Compose:
                     cfg, o.key_or_group, o.value(), force_add=o.is_force_add() or o.is_add()
                 )
             except Exception as e:  # e.g. a key the config does not have (Hydra refuses it too)
-                raise P.PlanError(
+                raise plan.PlanError(
                     f"{o.input_line}: cannot override ({type(e).__name__}: {e})".splitlines()[0]
                 ) from None
         return cfg
@@ -199,9 +199,9 @@ def _prepare_data(cfg: DictConfig, base: DictConfig, datasets: list[dict]) -> No
     launcher = str(OmegaConf.select(cfg, "hydra.launcher._target_", default=""))
     if "Slurm" in launcher:
         return
-    from sweeps.config import DataConfig
-    from sweeps.data import prepare_data
-    from sweeps.paths import default_cache_dir, resolve_dir
+    from training.config import DataConfig
+    from training.data import prepare_data
+    from training.paths import default_cache_dir, resolve_dir
 
     cache_dir = resolve_dir(base.get("paths", {}).get("cache_dir"), default_cache_dir())
     for d in datasets:
@@ -209,7 +209,7 @@ def _prepare_data(cfg: DictConfig, base: DictConfig, datasets: list[dict]) -> No
 
 
 def _runs_dir(cfg: DictConfig) -> Path:
-    from sweeps.paths import default_runs_dir, resolve_dir
+    from training.paths import default_runs_dir, resolve_dir
 
     return resolve_dir(cfg.get("paths", {}).get("runs_dir"), default_runs_dir())
 
@@ -217,7 +217,8 @@ def _runs_dir(cfg: DictConfig) -> Path:
 def _read_records(uri: str, experiment: str, create: bool):
     """{run_key: RunRecord} of the experiment; None in a dry run on a store that does not exist
     yet (a dry run never creates anything)."""
-    from sweeps import sweep_records, tracking
+    from sweeps import sweep_records
+    from training import tracking
 
     db = tracking.sqlite_path(uri)
     if not create:
@@ -233,7 +234,7 @@ def _read_records(uri: str, experiment: str, create: bool):
     return sweep_records.latest_by_key(uri, exp_id)
 
 
-def _apply_record(run: P.PlannedRun, rec, retry_failed: bool) -> P.PlannedRun:
+def _apply_record(run: plan.PlannedRun, rec, retry_failed: bool) -> plan.PlannedRun:
     """Turn the MLflow state of a point's run key into this invocation's decision."""
     if run.skip or rec is None:
         return run
@@ -247,7 +248,8 @@ def _apply_record(run: P.PlannedRun, rec, retry_failed: bool) -> P.PlannedRun:
 
 
 def _execute(cfg, spec, runs, fixed_args, cli_keys, uri, experiment, launch) -> list:
-    from sweeps import sweep_records, tracking
+    from sweeps import sweep_records
+    from training import tracking
 
     s = cfg.sweep
     exp_id = tracking.ensure_experiment(uri, experiment)
@@ -274,7 +276,7 @@ def _execute(cfg, spec, runs, fixed_args, cli_keys, uri, experiment, launch) -> 
     job_idx, status = 0, "FINISHED"
     try:
         with progress:
-            for wave in P.waves(todo):
+            for wave in plan.waves(todo):
                 batch = []
                 for r in wave:
                     stable = r.stable_index
@@ -332,7 +334,7 @@ def failed_points(outcomes) -> list[Outcome]:
     ]
 
 
-def _outcome(run: P.PlannedRun, ret: Any) -> Outcome:
+def _outcome(run: plan.PlannedRun, ret: Any) -> Outcome:
     from hydra.core.utils import JobStatus
 
     if ret.status == JobStatus.COMPLETED:

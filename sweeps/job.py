@@ -23,7 +23,7 @@ _held: list[Any] = []  # lock files stay open (and locked) for the life of the w
 
 
 def training_config(cfg: DictConfig) -> DictConfig:
-    """The point's `sweeps.train` config: everything but `sweep` and `hydra`."""
+    """The point's `training.train` config: everything but `sweep` and `hydra`."""
     return OmegaConf.masked_copy(cfg, [k for k in cfg if k not in ("sweep", "hydra")])
 
 
@@ -69,7 +69,7 @@ def run_point(cfg: DictConfig) -> Any:
         import submitit
 
         submitit.helpers.TorchDistributedEnvironment().export()
-    from sweeps.train import train
+    from training.train import train
 
     try:
         result = train(training_config(cfg))

@@ -49,8 +49,10 @@ def format_value(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer() and abs(value) >= 1:
-        return str(int(value))
+    if isinstance(value, float) and abs(value) >= 1:  # 0.0 stays a float for Hydra
+        from models.values import int_if_integral  # here: the models package imports torch
+
+        return str(int_if_integral(value))
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(format_value(v) for v in value) + "]"
     return str(value)
@@ -255,7 +257,7 @@ def _wsd_points(
 
 @dataclass(frozen=True)
 class RunFacts:
-    """What composing one point's config tells the plan (see `sweeps.sweep_config.facts`)."""
+    """What composing one point's config tells the plan (see `sweeps.driver.facts`)."""
 
     run_key: str
     arch: str
@@ -444,8 +446,9 @@ def waves(runs: Sequence[PlannedRun]) -> list[list[PlannedRun]]:
     return [w for w in (first, second) if w]
 
 
-def human_count(x: float) -> str:
-    """3.1M, 2.0e+13 style numbers for tables."""
+def format_count(x: float) -> str:
+    """A count for tables, 3 significant digits with K/M/B/T (thousand .. trillion): 3.1M,
+    2.4B, 20T (cf. `training.monitor.format_si`, k/M/G for progress lines)."""
     if x == 0 or not math.isfinite(x):
         return str(x)
     for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from sweeps.paths import PROJECT_ROOT
+from training.paths import PROJECT_ROOT
 
 CONF_DIR = PROJECT_ROOT / "conf"
 

@@ -2,12 +2,12 @@
 
 A sweep is one parent run (tag `sweep_parent=<name>`, one per sweep name and experiment, reused
 when the sweep is rerun) and every point is a child run (`mlflow.parentRunId`, tags `sweep` and
-`variant`, written by `sweeps.train` from `tracking.parent_run_id` / `tracking.tags`). The
+`variant`, written by `training.train` from `tracking.parent_run_id` / `tracking.tags`). The
 parent is tagged `sweep_parent`, not `sweep`, so queries on `tags.sweep` return only the points.
 
 Resumability is read from run keys: the run of a key (`tracking.run_of_key`: its latest
 FINISHED run, else its latest run) decides what the sweep does with the point (FINISHED: skip;
-FAILED: skip unless retry_failed; RUNNING/KILLED: relaunch, and `sweeps.train` resumes it from
+FAILED: skip unless retry_failed; RUNNING/KILLED: relaunch, and `training.train` resumes it from
 its checkpoint into the same MLflow run).
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweeps import tracking
+from training import tracking
 
 PARENT_TAG = "sweep_parent"
 
@@ -34,25 +34,11 @@ class RunRecord:
 
 
 def latest_by_key(uri: str, experiment_id: str, filter_string: str = "") -> dict[str, RunRecord]:
-    """The run of every run key in the experiment (optionally filtered): `tracking.run_of_key`,
-    its latest FINISHED run, else its latest run of any status."""
-    c = tracking.client(uri)
-    by_key: dict[str, list] = {}
-    token = None
-    while True:
-        page = c.search_runs(
-            [experiment_id], filter_string=filter_string, max_results=1000, page_token=token
-        )
-        for r in page:
-            key = r.data.tags.get("run_key")
-            if key:
-                by_key.setdefault(key, []).append(r)
-        token = page.token
-        if not token:
-            break
+    """The run of every run key in the experiment (optionally filtered):
+    `tracking.latest_runs_by_key`, its latest FINISHED run, else its latest run of any status."""
+    runs = tracking.latest_runs_by_key(tracking.client(uri), experiment_id, filter_string)
     out: dict[str, RunRecord] = {}
-    for key, runs in by_key.items():
-        r = tracking.run_of_key(runs)
+    for key, r in runs.items():
         t = r.data.tags
         out[key] = RunRecord(
             r.info.run_id,
@@ -83,7 +69,7 @@ def open_parent(uri: str, experiment_id: str, name: str, tags: dict[str, Any]) -
     else:
         run = c.create_run(experiment_id, run_name=f"sweep:{name}", tags={PARENT_TAG: name})
         run_id = run.info.run_id
-    tracking.set_tags(uri, run_id, tags)
+    tracking.set_tags(c, run_id, tags)
     return run_id
 
 

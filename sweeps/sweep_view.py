@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sweeps import plan as P
+from sweeps import plan
 
 TERMINAL = ("FINISHED", "FAILED")
 
@@ -26,7 +26,7 @@ def console() -> Console:
     return Console() if sys.stdout.isatty() else Console(width=180, force_terminal=False)
 
 
-def plan_rows(runs: list[P.PlannedRun]) -> list[dict[str, Any]]:
+def plan_rows(runs: list[plan.PlannedRun]) -> list[dict[str, Any]]:
     """One dict per point: the plan artifact of the parent run and the dry-run table."""
     rows = []
     for r in runs:
@@ -61,10 +61,10 @@ def _dur(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
-def print_plan(spec: P.SweepSpec, runs, jobs: int, records_read: bool, plan_s: float) -> None:
+def print_plan(spec: plan.SweepSpec, runs, jobs: int, records_read: bool, plan_s: float) -> None:
     kind = spec.kind
     if spec.budgets:
-        kind += f", budgets C in {P.C_LABEL[spec.budget_flops]} FLOPs"
+        kind += f", budgets C in {plan.C_LABEL[spec.budget_flops]} FLOPs"
     t = Table(title=f"sweep '{spec.name}' ({kind}): {len(runs)} points", title_justify="left")
     left = ("run key", "variant", "phase", "arch")
     cols = ("#", *left, "L", "d", "N", "D", "C (6ND)", "C (exact)", "D/N", "est")
@@ -81,8 +81,8 @@ def print_plan(spec: P.SweepSpec, runs, jobs: int, records_read: bool, plan_s: f
             f.arch if f else "",
             str(f.n_layers) if f else "",
             str(f.d_model) if f else "",
-            P.human_count(r.n) if f else "",
-            P.human_count(r.d) if f else "",
+            plan.format_count(r.n) if f else "",
+            plan.format_count(r.d) if f else "",
             f"{r.c:.2e}" if f else "",
             f"{r.c_exact:.2e}" if f else "",
             f"{r.d / r.n:.1f}" if f and r.n else "",
@@ -97,10 +97,10 @@ def print_plan(spec: P.SweepSpec, runs, jobs: int, records_read: bool, plan_s: f
     out.print(
         f"{len(todo)} to run, {len(runs) - len(todo)} skipped; compute {spent:.3g} FLOPs (6ND), "
         f"{spent_exact:.3g} FLOPs (exact); "
-        f"estimated wall time {_dur(P.total_estimate(todo, jobs))} with sweep.jobs={jobs} "
+        f"estimated wall time {_dur(plan.total_estimate(todo, jobs))} with sweep.jobs={jobs} "
         f"(planned in {plan_s:.1f}s; dry run: nothing trained, no runs created)"
     )
-    wsd_spent, cosine = P.wsd_compute(runs)
+    wsd_spent, cosine = plan.wsd_compute(runs)
     if cosine:
         out.print(
             f"WSD branches: {wsd_spent:.3g} FLOPs (6ND) instead of {cosine:.3g} for independent cosine "
@@ -128,7 +128,7 @@ def print_summary(name: str, outcomes, uri: str, parent_run_id: str) -> None:
         for o in bad:
             r = o.run
             d.add_row(
-                str(r.index), r.variant, P.human_count(r.n), P.human_count(r.d), o.state, o.reason
+                str(r.index), r.variant, plan.format_count(r.n), plan.format_count(r.d), o.state, o.reason
             )
         out.print(d)
     out.print(f"MLflow: parent run {parent_run_id} in {uri}")

@@ -69,7 +69,7 @@ def one_error_line(err: str) -> str:
     return lines[0].removeprefix("error: ")
 
 
-# ---------------------------------------------------------------- sweeps.train
+# ---------------------------------------------------------------- training.train
 TRAIN_ROWS = [
     # non-finite floats: NaN and inf passed every `<=`/`<` range check and trained
     ("train.lr=nan", "train.lr:"),
@@ -112,7 +112,7 @@ TRAIN_ROWS = [
 
 @pytest.mark.parametrize("override, field", TRAIN_ROWS)
 def test_train_bad_input_is_one_line_exit_2_and_writes_nothing(place, capsys, override, field):
-    from sweeps.train import _main
+    from training.train import _main
 
     override = override.format(corpus=place["corpus"])
     extra = ["data=text", "data.tokenizer=byte"] if override.startswith("data.path") else []
@@ -127,7 +127,7 @@ def test_train_bad_input_is_one_line_exit_2_and_writes_nothing(place, capsys, ov
 
 
 def test_train_range_messages_name_the_allowed_values(place, capsys):
-    from sweeps.train import _main
+    from training.train import _main
 
     with pytest.raises(SystemExit):
         _main(compose(*place["overrides"], "train.lr=nan"))
@@ -139,7 +139,7 @@ def test_train_range_messages_name_the_allowed_values(place, capsys):
 
 
 def test_tracking_uri_from_the_environment_is_checked_too(place, capsys, monkeypatch):
-    from sweeps.train import _main
+    from training.train import _main
 
     cfg = compose(*place["overrides"][1:])  # tracking.uri null: $MLFLOW_TRACKING_URI decides
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "garbage://x")
@@ -160,7 +160,7 @@ def test_train_cli_fails_in_seconds(place, override, field):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     t0 = time.monotonic()
     out = subprocess.run(
-        [sys.executable, "-m", "sweeps.train", *place["overrides"], override],
+        [sys.executable, "-m", "training.train", *place["overrides"], override],
         cwd=place["cwd"], env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     elapsed = time.monotonic() - t0
@@ -251,8 +251,8 @@ def test_analysis_server_check_times_out_on_a_silent_server(tmp_path, capsys):
 # ---------------------------------------------------------------- token cache integrity
 @pytest.fixture
 def small_cache(tmp_path):
-    from sweeps.config import DataConfig
-    from sweeps.data import prepare_data
+    from training.config import DataConfig
+    from training.data import prepare_data
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -292,14 +292,14 @@ def _garble_meta(path: Path) -> None:
 )
 @pytest.mark.parametrize("name", ["train.bin", "val.bin"])
 def test_a_spoiled_token_cache_is_detected_and_rebuilt(small_cache, caplog, spoil, what, name):
-    import sweeps.data as data_mod
+    import training.data as data_mod
 
     cfg, root, data = small_cache
     want_train, want_val = np.array(data.train), np.array(data.val)
     data_mod._verified.clear()  # a new process: checksums not yet seen
     spoil(data.cache_dir / name)
     assert what in data_mod.cache_problem(data.cache_dir)
-    with caplog.at_level(logging.WARNING, logger="sweeps.data"):
+    with caplog.at_level(logging.WARNING, logger="training.data"):
         again = data_mod.prepare_data(cfg, root)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and str(data.cache_dir) in warnings[0] and "rebuilding" in warnings[0]
@@ -312,13 +312,13 @@ def test_a_spoiled_token_cache_is_detected_and_rebuilt(small_cache, caplog, spoi
 
 
 def test_a_sound_cache_is_loaded_without_rebuilding(small_cache, caplog):
-    import sweeps.data as data_mod
+    import training.data as data_mod
 
     cfg, root, data = small_cache
     assert set(data.meta["sha256"]) == {"train.bin", "val.bin"}
     mtime = (data.cache_dir / "meta.json").stat().st_mtime_ns
     data_mod._verified.clear()
-    with caplog.at_level(logging.INFO, logger="sweeps.data"):
+    with caplog.at_level(logging.INFO, logger="training.data"):
         again = data_mod.prepare_data(cfg, root)
     assert not caplog.records  # neither a warning nor a build
     assert (again.cache_dir / "meta.json").stat().st_mtime_ns == mtime
@@ -327,7 +327,7 @@ def test_a_sound_cache_is_loaded_without_rebuilding(small_cache, caplog):
 def test_a_cache_without_checksums_is_checked_by_size(small_cache):
     """Caches built before the checksums were recorded: the token counts still catch a
     truncation."""
-    import sweeps.data as data_mod
+    import training.data as data_mod
 
     _, _, data = small_cache
     meta_path = data.cache_dir / "meta.json"

@@ -9,8 +9,9 @@ import pytest
 
 pytest.importorskip("transformers")
 
+from benchmarks.harness import Case, Shape, model_config, probe_memory  # noqa: E402
 from benchmarks.interleave import median_ratio, repetitions  # noqa: E402
-from benchmarks.throughput import Case, Shape, main, model_config, probe_memory  # noqa: E402
+from benchmarks.throughput import main  # noqa: E402
 
 TINY = ["--d-models", "32", "--layers", "1", "--seq", "16", "--batch", "2", "--vocab", "64"]
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sweeps.config import ConfigError, DataConfig, TrainConfig
-from sweeps.data import (
+from training.config import ConfigError, DataConfig, TrainConfig
+from training.data import (
     BatchSampler,
     load_corpus,
     prepare_data,
@@ -124,7 +124,7 @@ def test_stdlib_bpe_is_built_once_and_cached(tmp_path):
     assert first.fingerprint.startswith("stdlib-py3.") and second.fingerprint == first.fingerprint
     assert first.vocab_size == 1024 and first.meta["n_train_tokens"] > 2_000_000
     assert np.array_equal(first.val, second.val) and cached_s < build_s / 3, (build_s, cached_s)
-    from sweeps.data import load_tokenizer
+    from training.data import load_tokenizer
 
     tok = load_tokenizer(first.cache_dir)
     ids = tok.encode_batch(["def foo(x):\n    return x"])[0]
@@ -169,7 +169,7 @@ def test_stdlib_walk_lists_the_same_files_as_a_filtered_rglob():
     """The pruned walk must not change the stdlib corpus (its fingerprint keys token caches)."""
     import sysconfig
 
-    from sweeps.data import STDLIB_EXCLUDED_DIRS
+    from training.data import STDLIB_EXCLUDED_DIRS
 
     root = Path(sysconfig.get_paths()["stdlib"])
     filtered = sorted(

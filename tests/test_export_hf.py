@@ -98,7 +98,7 @@ def test_cli_exports_a_training_checkpoint_with_config_yaml(tmp_path, capsys):
     model = trained_like(cfg)
     run = tmp_path / "run"
     run.mkdir()
-    # The layout sweeps.train writes: last.pt holds "model" (and resume state); config.yaml
+    # The layout training.train writes: last.pt holds "model" (and resume state); config.yaml
     # next to it holds the resolved config, whose model section carries `size`.
     torch.save({"model": model.state_dict(), "step": 3}, run / "last.pt")
     resolved = {"model": {**cfg.to_dict(), "size": 1e4}, "train": {"lr": 1e-3}}

@@ -37,7 +37,7 @@ LONG = ["train.tokens=51200", "train.checkpoint_every=20", "train.eval_every=50"
 def start(overrides: list[str], output: Path) -> subprocess.Popen:
     with open(output, "wb") as sink:
         return subprocess.Popen(
-            [sys.executable, "-m", "sweeps.train", *overrides],
+            [sys.executable, "-m", "training.train", *overrides],
             cwd=ROOT,
             env={**os.environ, "OMP_NUM_THREADS": "1"},
             stdout=sink,
@@ -67,8 +67,8 @@ def steps_once(uri: str, run_id: str) -> dict[str, list[int]]:
 
 @pytest.mark.slow
 def test_sigterm_checkpoints_marks_killed_and_rerun_resumes_to_the_same_curves(lab, tmp_path):
-    from sweeps.checkpoint import load_checkpoint
-    from sweeps.train import train
+    from training.checkpoint import load_checkpoint
+    from training.train import train
 
     long = [*lab, *LONG]
     output = tmp_path / "terminated.log"
@@ -114,8 +114,8 @@ def test_resume_after_sigkill_logs_every_step_once(lab, tmp_path):
     steps again and does not log them a second time."""
     from mlflow.tracking import MlflowClient
 
-    from sweeps.checkpoint import load_checkpoint
-    from sweeps.train import train
+    from training.checkpoint import load_checkpoint
+    from training.train import train
 
     long = [*lab, *LONG]
     output = tmp_path / "killed.log"
@@ -150,7 +150,7 @@ def test_resume_after_sigkill_logs_every_step_once(lab, tmp_path):
 
 @pytest.mark.slow
 def test_diverged_run_logs_the_non_finite_loss_at_its_step(lab):
-    from sweeps.train import train
+    from training.train import train
 
     result = train(
         compose(*lab, "train.lr=1e9", "train.grad_clip=0", "train.warmup=0", "train.log_every=8")
@@ -167,7 +167,7 @@ def test_diverged_run_logs_the_non_finite_loss_at_its_step(lab):
 def test_two_identical_commands_at_once_train_one_run(lab, tmp_path):
     """The second command waits for the first (the run key's lock) and then finds the run
     FINISHED: one MLflow run, one run's worth of metrics."""
-    from sweeps.train import train
+    from training.train import train
 
     cfg = [*lab, "train.tokens=256000", "train.checkpoint_every=100", "train.eval_every=250"]
     train(compose(*cfg, "train.tokens=512", "tracking.experiment=warm"))  # builds the cache
@@ -233,9 +233,9 @@ def test_unreadable_checkpoint_fails_with_one_line_and_marks_the_run_failed(lab,
     """A `last.pt` cut short (or empty): one `error:` line naming the file and
     `train.resume=false`, exit 2, the run it would resume FAILED with that reason; a stray
     temporary file of a killed write is removed; `train.resume=false` then trains."""
-    from sweeps import tracking
-    from sweeps.config import resolve_config
-    from sweeps.train import train
+    from training import tracking
+    from training.config import resolve_config
+    from training.train import train
 
     short = [*lab, "train.tokens=2048", "train.checkpoint_every=4"]
     spec = resolve_config(compose(*short))
@@ -256,7 +256,7 @@ def test_unreadable_checkpoint_fails_with_one_line_and_marks_the_run_failed(lab,
     stray.write_bytes(b"partial")
 
     out = subprocess.run(
-        [sys.executable, "-m", "sweeps.train", *short],
+        [sys.executable, "-m", "training.train", *short],
         cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
         timeout=HANG_DEADLINE_S,
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""sweeps.hostmem: glibc keeps freed blocks, so touching a reallocated tensor costs no page faults.
+"""training.hostmem: glibc keeps freed blocks, so touching a reallocated tensor costs no page faults.
 
 Measured in a child process: the setting is process-wide and cannot be undone.
 """
@@ -13,7 +13,7 @@ import pytest
 CHILD = r"""
 import json, resource, sys
 import torch
-from sweeps.hostmem import keep_freed_memory
+from training.hostmem import keep_freed_memory
 
 def faults_per_cycle(cycles=30, numel=16 * 1024 * 1024):  # 64 MB of fp32, above any mmap default
     faults = []

@@ -6,7 +6,7 @@ import re
 import pytest
 from rich.console import Console
 
-from sweeps.monitor import Progress, format_stats
+from training.monitor import Progress, format_stats
 
 STATS = {"train_loss": 2.91934, "lr": 0.00096, "tokens_per_sec": 22700.0, "mfu": 0.0179}
 TITLE = "pre-rmsnorm-rope-gqa2-swiglu b0be79a053152cbf | N=39.0k | 977 steps"

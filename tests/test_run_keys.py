@@ -1,5 +1,5 @@
 """Run keys name what a run computes: the corpus by content, a branch point by its run key and
-step, and nothing that only changes where files are or how a batch is split (sweeps/keys.py)."""
+step, and nothing that only changes where files are or how a batch is split (training/keys.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.config import ConfigError, resolve_config
+from training.config import ConfigError, resolve_config
 
 TINY = {"d_model": 32, "n_layers": 2, "n_heads": 2}
 
@@ -99,8 +99,8 @@ def test_hf_corpora_are_keyed_by_their_files(tmp_path):
 
     import datasets
 
-    from sweeps.config import DataConfig
-    from sweeps.data import source_fingerprint
+    from training.config import DataConfig
+    from training.data import source_fingerprint
 
     rows = [{"text": f"story {i}"} for i in range(20)]
     for name, part in (("a", rows), ("b", rows), ("c", rows[1:])):

@@ -12,10 +12,9 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from models import ModelConfig, count_params, flops_per_token
-from sweeps import driver
-from sweeps import plan as P
-from sweeps.checkpoint import branch_checkpoint_path
+from sweeps import driver, plan
 from sweeps.sweep_view import plan_rows
+from training.checkpoint import branch_checkpoint_path
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 SWEEPS = sorted(p.stem for p in (CONF / "sweep").glob("*.yaml"))
@@ -43,9 +42,9 @@ def plan_of(comp, arguments):
     spec = driver.spec_from_config(cfg, axes)
     spec.check_conflicts(keys)
     fast = driver.cached_compose(comp)
-    runs = P.resolve(
+    runs = plan.resolve(
         spec,
-        P.expand(spec),
+        plan.expand(spec),
         lambda ov: driver.facts(fast([*fixed, *ov])),
         lambda key, t: str(branch_checkpoint_path(Path("/ckpt"), key, t)),  # the runs layout
         flops_per_sec=1e9,
@@ -104,7 +103,7 @@ def test_default_budget_convention_keeps_every_d_and_run_key(comp):
 
 
 def test_a_bad_budget_convention_fails_the_plan_naming_the_field(comp):
-    with pytest.raises(P.PlanError, match=r"^sweep.budget_flops: expected one of 6nd, exact"):
+    with pytest.raises(plan.PlanError, match=r"^sweep.budget_flops: expected one of 6nd, exact"):
         plan_of(comp, ["sweep=isoflop", "+sweep.budget_flops=chinchilla"])
 
 
@@ -121,7 +120,7 @@ def test_every_shipped_sweep_plans(comp, name):
     assert runs and all(r.facts for r in runs if not r.skip)
     assert len({r.run_key for r in runs if not r.skip}) == sum(1 for r in runs if not r.skip)
     if spec.wsd_tokens:
-        spent, cosine = P.wsd_compute(runs)
+        spent, cosine = plan.wsd_compute(runs)
         assert 0 < spent < cosine
 
 
@@ -135,9 +134,9 @@ def test_demo_is_the_default_and_crosses_vanilla_and_llama(comp):
 
 
 def test_a_bad_training_override_fails_the_plan_naming_the_key(comp):
-    with pytest.raises(P.PlanError, match="train.lr"):
+    with pytest.raises(plan.PlanError, match="train.lr"):
         plan_of(comp, ["sweep=tiny", "train.lr=-1"])
-    with pytest.raises(P.PlanError, match="model.size and model.d_model"):
+    with pytest.raises(plan.PlanError, match="model.size and model.d_model"):
         plan_of(comp, ["sweep=tiny", "model.d_model=64"])
 
 

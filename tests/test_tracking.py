@@ -15,18 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from sweeps import tracking as trk
-from sweeps.keys import run_key
+from training import tracking
+from training.keys import run_key
 
 
 def test_uri_defaults_are_absolute(monkeypatch, tmp_path):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    uri = trk.resolve_tracking_uri(None)
+    uri = tracking.resolve_tracking_uri(None)
     assert uri.startswith("sqlite:////") and uri.endswith("/mlruns.db")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://example:5000")
-    assert trk.resolve_tracking_uri(None) == "http://example:5000"
+    assert tracking.resolve_tracking_uri(None) == "http://example:5000"
     monkeypatch.chdir(tmp_path)
-    assert trk.resolve_tracking_uri("sqlite:///rel.db") == f"sqlite:///{tmp_path / 'rel.db'}"
+    assert tracking.resolve_tracking_uri("sqlite:///rel.db") == f"sqlite:///{tmp_path / 'rel.db'}"
 
 
 def test_run_key_ignores_tracking_and_cadence_only():
@@ -38,7 +38,7 @@ def test_run_key_ignores_tracking_and_cadence_only():
 
 
 def _create(uri: str) -> str:
-    return trk.ensure_experiment(uri, "race")
+    return tracking.ensure_experiment(uri, "race")
 
 
 def test_fresh_sqlite_store_created_concurrently(tmp_path):
@@ -50,20 +50,20 @@ def test_fresh_sqlite_store_created_concurrently(tmp_path):
 
 def test_metric_buffer_batches_and_run_lookup(tmp_path):
     uri = f"sqlite:///{tmp_path / 'm.db'}"
-    exp = trk.ensure_experiment(uri, "buffer")
-    c = trk.client(uri)
+    exp = tracking.ensure_experiment(uri, "buffer")
+    c = tracking.client(uri)
     run_id = c.create_run(exp).info.run_id
-    trk.set_tags(uri, run_id, {"run_key": "abc", "skipped": None})
-    trk.log_params(uri, run_id, trk.flatten({"model": {"d_model": 64, "size": None}}))
-    trk.log_params(uri, run_id, {"model.d_model": 64, "train.lr": 0.1})  # re-log: no error
-    buf = trk.MetricBuffer(uri, run_id)
+    tracking.set_tags(c, run_id, {"run_key": "abc", "skipped": None})
+    tracking.log_params(c, run_id, tracking.flatten({"model": {"d_model": 64, "size": None}}))
+    tracking.log_params(c, run_id, {"model.d_model": 64, "train.lr": 0.1})  # re-log: no error
+    buf = tracking.MetricBuffer(c, run_id)
     for step in range(1500):
         buf.add(step * 256, train_loss=1.0 / (step + 1))
     buf.flush()
     hist = c.get_metric_history(run_id, "train_loss")
     assert len(hist) == 1500 and hist[-1].step == 1499 * 256
-    assert trk.find_run_by_key(uri, exp, "abc").info.run_id == run_id
-    assert trk.find_run_by_key(uri, exp, "nope") is None
+    assert tracking.find_run_by_key(c, exp, "abc").info.run_id == run_id
+    assert tracking.find_run_by_key(c, exp, "nope") is None
     run = c.get_run(run_id)
     assert run.data.params == {"model.d_model": "64", "model.size": "None", "train.lr": "0.1"}
     assert "skipped" not in run.data.tags
@@ -90,18 +90,19 @@ def test_real_mlflow_server_round_trip(tmp_path):
         deadline = time.time() + 120
         while True:
             try:
-                trk.check_reachable(uri, timeout_s=1)
+                tracking.check_reachable(uri, timeout_s=1)
                 break
-            except trk.TrackingUnavailable:
+            except tracking.TrackingUnavailable:
                 assert server.poll() is None and time.time() < deadline, "server did not start"
                 time.sleep(0.5)
-        exp = trk.ensure_experiment(uri, "remote")
-        run_id = trk.client(uri).create_run(exp).info.run_id
-        trk.set_tags(uri, run_id, {"run_key": "k1"})
-        buf = trk.MetricBuffer(uri, run_id)
+        exp = tracking.ensure_experiment(uri, "remote")
+        c = tracking.client(uri)
+        run_id = c.create_run(exp).info.run_id
+        tracking.set_tags(c, run_id, {"run_key": "k1"})
+        buf = tracking.MetricBuffer(c, run_id)
         buf.add(512, val_loss=2.5)
         buf.flush()
-        trk.client(uri).set_terminated(run_id, "FINISHED")
+        c.set_terminated(run_id, "FINISHED")
         req = urllib.request.Request(
             f"{uri}/api/2.0/mlflow/runs/search",
             data=json.dumps({"experiment_ids": [exp], "filter": "tags.run_key = 'k1'"}).encode(),
@@ -120,37 +121,34 @@ def test_real_mlflow_server_round_trip(tmp_path):
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
-    with pytest.raises(trk.TrackingUnavailable, match="not reachable"):
-        trk.check_reachable(uri, timeout_s=1)
+    with pytest.raises(tracking.TrackingUnavailable, match="not reachable"):
+        tracking.check_reachable(uri, timeout_s=1)
 
 
 def test_experiments_open_on_training_runs_in_the_mlflow_ui(tmp_path):
     uri = f"sqlite:///{tmp_path / 'kind.db'}"
-    c = trk.client(uri)
-    new = trk.ensure_experiment(uri, "new")
+    c = tracking.client(uri)
+    new = tracking.ensure_experiment(uri, "new")
     assert c.get_experiment(new).tags["mlflow.experimentKind"] == "custom_model_development"
     older = c.create_experiment("older")  # made before the suite tagged its experiments
     assert "mlflow.experimentKind" not in c.get_experiment(older).tags
-    assert trk.ensure_experiment(uri, "older") == older
+    assert tracking.ensure_experiment(uri, "older") == older
     assert c.get_experiment(older).tags["mlflow.experimentKind"] == "custom_model_development"
     chosen = c.create_experiment("chosen", tags={"mlflow.experimentKind": "genai_development"})
-    trk.ensure_experiment(uri, "chosen")  # a kind the user chose in the UI is kept
+    tracking.ensure_experiment(uri, "chosen")  # a kind the user chose in the UI is kept
     assert c.get_experiment(chosen).tags["mlflow.experimentKind"] == "genai_development"
 
 
-def test_one_rule_names_the_run_of_a_key_for_train_sweeps_and_analysis(tmp_path):
-    """The latest FINISHED run of a key, else its latest run (ties: the larger run id), in
-    sweeps.tracking (train), sweeps.sweep_records (sweeps.run) and analysis.load (reports)."""
-    from analysis.load import load_mlflow
-    from sweeps import sweep_records
-
+def _attempts_store(tmp_path) -> tuple[str, str, dict[str, str], dict[str, str]]:
+    """A store with every case of the rule: (uri, experiment id, {key: the run of the key},
+    {name: run id} of the runs the assertions name)."""
     uri = f"sqlite:///{tmp_path / 'rule.db'}"
-    exp = trk.ensure_experiment(uri, "rule")
-    c = trk.client(uri)
+    exp = tracking.ensure_experiment(uri, "rule")
+    c = tracking.client(uri)
 
     def run(key: str, status: str, start: int, loss: float = 2.0) -> str:
         run_id = c.create_run(exp, start_time=start, tags={"run_key": key}).info.run_id
-        trk.log_params(uri, run_id, {"n_params_nonembed": 1000, "tokens": 4096})
+        tracking.log_params(c, run_id, {"n_params_nonembed": 1000, "tokens": 4096})
         if status == "FINISHED":
             c.log_metric(run_id, "final_val_loss", loss, step=4096)
         if status != "RUNNING":
@@ -166,12 +164,52 @@ def test_one_rule_names_the_run_of_a_key_for_train_sweeps_and_analysis(tmp_path)
     killed = run("open", "KILLED", 2000)  # no FINISHED run: the latest attempt
     tied = sorted([run("tie", "FINISHED", 5000), run("tie", "FINISHED", 5000)])
     expected = {"rerun": rerun, "kept": kept, "open": killed, "tie": tied[-1]}
+    return uri, exp, expected, {"rerun": rerun, "kept": kept, "killed": killed, "tie": tied[-1]}
 
-    assert {k: trk.find_run_by_key(uri, exp, k).info.run_id for k in expected} == expected
+
+def test_one_rule_names_the_run_of_a_key_for_train_sweeps_and_analysis(tmp_path):
+    """The latest FINISHED run of a key, else its latest run (ties: the larger run id), in
+    training.tracking (train), sweeps.sweep_records (sweeps.run) and analysis.load (reports)."""
+    from analysis.load import load_mlflow
+    from sweeps import sweep_records
+
+    uri, exp, expected, named = _attempts_store(tmp_path)
+    rerun, kept, killed, tie = named["rerun"], named["kept"], named["killed"], named["tie"]
+    c = tracking.client(uri)
+    assert {k: tracking.find_run_by_key(c, exp, k).info.run_id for k in expected} == expected
     records = sweep_records.latest_by_key(uri, exp)
     assert {k: r.run_id for k, r in records.items()} == expected
     assert records["open"].status == "KILLED" and records["kept"].status == "FINISHED"
     loaded = load_mlflow("rule", tracking_uri=uri)
-    assert sorted(loaded.frame["run_id"]) == sorted([rerun, kept, tied[-1]])
+    assert sorted(loaded.frame["run_id"]) == sorted([rerun, kept, tie])
     assert loaded.frame.set_index("run_id").loc[rerun, "loss"] == 2.4
     assert list(loaded.excluded["run_id"]) == [killed]
+
+
+def _runs_of_keys_by_training(uri: str, exp: str) -> dict[str, str]:
+    runs = tracking.latest_runs_by_key(tracking.client(uri), exp)
+    return {key: run.info.run_id for key, run in runs.items()}
+
+
+def _runs_of_keys_by_analysis(uri: str, exp: str) -> dict[str, str]:
+    """analysis.load's copy of the rule, through its public loader: the FINISHED runs it
+    reports plus the unfinished ones it names as excluded, one per key."""
+    from analysis.load import load_mlflow
+
+    loaded = load_mlflow("rule", tracking_uri=uri)
+    ids = [*loaded.frame["run_id"], *loaded.excluded["run_id"]]
+    c = tracking.client(uri)
+    return {c.get_run(run_id).data.tags["run_key"]: run_id for run_id in ids}
+
+
+@pytest.mark.parametrize(
+    "runs_of_keys",
+    [_runs_of_keys_by_training, _runs_of_keys_by_analysis],
+    ids=["training.tracking", "analysis.load"],
+)
+def test_both_copies_of_the_rule_name_the_same_run_of_each_key(tmp_path, runs_of_keys):
+    """analysis keeps its own copy of `run_of_key` (it never imports training code): on one
+    store, with reruns, ties, FAILED-after-FINISHED and KILLED-only keys, both copies name the
+    same run of every key (docs/contracts.md, "The run of a run key")."""
+    uri, exp, expected, _ = _attempts_store(tmp_path)
+    assert runs_of_keys(uri, exp) == expected

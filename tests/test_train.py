@@ -41,7 +41,7 @@ def compose(*overrides: str):
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory) -> Path:
     """60 small stdlib files as a text corpus (real code and prose, ~300 KB)."""
-    from sweeps.data import stdlib_files
+    from training.data import stdlib_files
 
     folder = tmp_path_factory.mktemp("corpus")
     small = [(rel, p) for rel, p in stdlib_files() if 2_000 < p.stat().st_size < 8_000][:60]
@@ -156,7 +156,7 @@ def run_launcher(cmd: list[str], timeout_s: float, **kwargs) -> subprocess.Compl
 @pytest.mark.slow
 @pytest.mark.parametrize("schedule", ["cosine", "wsd", "constant"])
 def test_tiny_run_records_schema(lab, schedule):
-    from sweeps.train import train
+    from training.train import train
 
     result = train(
         compose(*lab, f"train.schedule={schedule}", "tracking.tags={sweep: t, variant: base}")
@@ -195,9 +195,9 @@ def test_same_config_in_a_second_experiment_trains_in_full_and_rerun_reuses(lab)
     with the same losses; a rerun in the first experiment reuses its run. D is what was
     trained: 8000 tokens asked for are 32 whole batches of 256 = 8192."""
     from analysis.load import load_mlflow
-    from sweeps.checkpoint import owner
-    from sweeps.config import ConfigError
-    from sweeps.train import train
+    from training.checkpoint import owner
+    from training.config import ConfigError
+    from training.train import train
 
     cfg = [*lab, "model.dropout=0.1", "train.label_smoothing=0.1", "train.tokens=8000"]
     first = train(compose(*cfg))
@@ -229,13 +229,13 @@ def test_same_config_in_a_second_experiment_trains_in_full_and_rerun_reuses(lab)
 
 @pytest.mark.slow
 def test_resume_after_sigkill_matches_uninterrupted(lab, tmp_path):
-    from sweeps.train import train
+    from training.train import train
 
     long = [*lab, "train.tokens=51200", "train.checkpoint_every=20", "train.eval_every=50"]
     output = tmp_path / "killed_run.log"
     with open(output, "wb") as sink:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "sweeps.train", *long],
+            [sys.executable, "-m", "training.train", *long],
             cwd=ROOT,
             env={**os.environ, "OMP_NUM_THREADS": "1"},
             stdout=sink,
@@ -247,7 +247,7 @@ def test_resume_after_sigkill_matches_uninterrupted(lab, tmp_path):
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-    from sweeps.checkpoint import load_checkpoint
+    from training.checkpoint import load_checkpoint
 
     assert list(runs.glob("*/last.pt")) == [last]
     killed_at = load_checkpoint(last)["step"]
@@ -266,7 +266,7 @@ def test_resume_after_sigkill_matches_uninterrupted(lab, tmp_path):
 
 @pytest.mark.slow
 def test_compiled_run_matches_eager(lab, tmp_path):
-    from sweeps.train import train
+    from training.train import train
 
     eager = train(compose(*lab, "train.compile=false", "tracking.experiment=eager",
                           f"paths.runs_dir={tmp_path / 'e'}"))  # fmt: skip
@@ -278,7 +278,7 @@ def test_compiled_run_matches_eager(lab, tmp_path):
 
 @pytest.mark.slow
 def test_nan_loss_fails_run_and_keeps_metrics(lab):
-    from sweeps.train import train
+    from training.train import train
 
     result = train(compose(*lab, "train.lr=1e9", "train.grad_clip=0", "train.warmup=0"))
     assert result.status == "FAILED" and result.failure_reason.startswith("diverged at step ")
@@ -290,8 +290,8 @@ def test_nan_loss_fails_run_and_keeps_metrics(lab):
 def test_unreachable_server_fails_fast_before_data(lab, tmp_path):
     import socket
 
-    from sweeps.tracking import TrackingUnavailable
-    from sweeps.train import train
+    from training.tracking import TrackingUnavailable
+    from training.train import train
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -314,8 +314,8 @@ def test_unreachable_server_fails_fast_before_data(lab, tmp_path):
     ],
 )
 def test_invalid_overrides_fail_before_data(lab, tmp_path, override, field):
-    from sweeps.config import ConfigError
-    from sweeps.train import train
+    from training.config import ConfigError
+    from training.train import train
 
     cache = tmp_path / "fresh-cache"
     with pytest.raises(ConfigError) as err:
@@ -326,8 +326,8 @@ def test_invalid_overrides_fail_before_data(lab, tmp_path, override, field):
 
 @pytest.mark.slow
 def test_wsd_branch_continues_from_stable_checkpoint(lab, tmp_path):
-    from sweeps.checkpoint import branch_checkpoint_path
-    from sweeps.train import train
+    from training.checkpoint import branch_checkpoint_path
+    from training.train import train
 
     wsd = [*lab, "train.schedule=wsd", "train.warmup=0.25"]
     stable = train(compose(*wsd, "train.decay_fraction=0", "train.save_at_tokens=[4096]"))
@@ -353,7 +353,7 @@ def test_cli_prints_result_and_writes_nothing_in_cwd(lab, tmp_path):
     work.mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     out = subprocess.run(
-        [sys.executable, "-m", "sweeps.train", *lab, "train.tokens=2e3", "train.progress=auto"],
+        [sys.executable, "-m", "training.train", *lab, "train.tokens=2e3", "train.progress=auto"],
         cwd=work, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
@@ -361,7 +361,7 @@ def test_cli_prints_result_and_writes_nothing_in_cwd(lab, tmp_path):
     assert "step 8/8" in out.stdout  # plain progress lines when not on a terminal
     assert list(work.iterdir()) == []  # no outputs/, .hydra/ or logs in the cwd
     bad = subprocess.run(
-        [sys.executable, "-m", "sweeps.train", *lab, "train.nope=1"],
+        [sys.executable, "-m", "training.train", *lab, "train.nope=1"],
         cwd=work, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert bad.returncode != 0 and "nope" in bad.stderr
@@ -372,12 +372,12 @@ def test_two_cpu_ranks_form_one_data_parallel_run_equal_to_one_process(lab, tmp_
     """torchrun with 2 CPU ranks (gloo): one MLflow run with world_size 2, written by the main
     process only, and the same global batch gives the single-process losses (up to all-reduce
     rounding)."""
-    from sweeps.train import train
+    from training.train import train
 
     single = train(compose(*lab, "tracking.experiment=single", f"paths.runs_dir={tmp_path / 's'}"))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     out = run_launcher(
-        [*cmd, "-m", "sweeps.train", *lab],
+        [*cmd, "-m", "training.train", *lab],
         timeout_s=HANG_DEADLINE_S,
         cwd=ROOT,
         env={**os.environ, "OMP_NUM_THREADS": "1"},

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sweeps.config import ConfigError, TrainConfig
-from sweeps.schedules import Schedule, warmup_steps, wsd_decay_start
-from sweeps.train import batch_geometry
+from training.config import ConfigError, TrainConfig
+from training.schedules import Schedule, warmup_steps, wsd_decay_start
+from training.step import batch_geometry
 
 
 def test_warmup_fraction_or_steps():
@@ -50,7 +50,7 @@ def test_batch_geometry():
 def test_compile_setting_auto_is_on_for_cuda_only():
     import torch
 
-    from sweeps.train import use_compile
+    from training.step import use_compile
 
     assert TrainConfig.from_dict({}).compile == "auto"
     assert TrainConfig.from_dict({"compile": True}).compile is True
@@ -64,8 +64,8 @@ def test_compile_setting_auto_is_on_for_cuda_only():
 def test_keep_host_memory_setting_auto_is_on_for_cpu_only():
     import torch
 
-    from sweeps.keys import run_key
-    from sweeps.train import use_keep_host_memory
+    from training.keys import run_key
+    from training.step import use_keep_host_memory
 
     assert TrainConfig.from_dict({}).keep_host_memory == "auto"
     with pytest.raises(ConfigError, match="train.keep_host_memory"):

@@ -56,16 +56,16 @@ class PlanSweeper(Sweeper):
         return self.launcher.launch(batch, initial_job_idx=first_idx)
 
     def sweep(self, arguments: list[str]) -> Any:
-        from sweeps.config import ConfigError
         from sweeps.driver import drive
         from sweeps.plan import PlanError
-        from sweeps.tracking import TrackingUnavailable
+        from training.config import ConfigError
+        from training.tracking import TrackingUnavailable
 
         assert self.config is not None
         try:
             return drive(self.config, arguments, self.compose, self.launch)
         except (PlanError, ConfigError, TrackingUnavailable) as e:
-            # Bad input: one line naming the field, as `python -m sweeps.train` prints, instead
+            # Bad input: one line naming the field, as `python -m training.train` prints, instead
             # of Hydra's traceback (it cannot trim one raised in a sweeper). SystemExit is not
             # an Exception, so Hydra passes it through.
             print(f"error: {e}", file=sys.stderr)

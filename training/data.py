@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sweeps.config import ConfigError, DataConfig
+from training.config import ConfigError, DataConfig
 
 log = logging.getLogger(__name__)
 

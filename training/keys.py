@@ -6,15 +6,15 @@ or how fast it runs (tracking, paths, logging/eval/checkpoint cadence, progress 
 the host allocator, `train.micro_batch`: gradient accumulation splits the same global batch)
 are excluded: changing them must not start a different run.
 
-Inputs that name data by where it is are keyed by what it is (`sweeps.config.resolve_config`
+Inputs that name data by where it is are keyed by what it is (`training.config.resolve_config`
 fills both in before hashing):
-- the corpus: `data.fingerprint` = `sweeps.data.source_fingerprint`, a hash of the bytes the
+- the corpus: `data.fingerprint` = `training.data.source_fingerprint`, a hash of the bytes the
   documents are read from and of their names inside `data.path` (these decide the train/val
   split). `data.path`, `data.from_disk` and `data.data_files` are not hashed. So editing the
   files behind a path gives a new key, and the same files under another folder (a moved or
   copied corpus, another machine's checkout) give the same key: the run trains on identical
   tokens there. The stdlib corpus is the running Python's: another Python, another key.
-- `train.init_from`: the checkpoint's run key and step (`sweeps.checkpoint.identity`), not its
+- `train.init_from`: the checkpoint's run key and step (`training.checkpoint.identity`), not its
   absolute path, so a branch planned before its stable run exists has the key it trains under,
   and the same branch from another runs folder is the same run.
 """
@@ -57,14 +57,14 @@ def key_payload(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def _canonical(value: Any) -> Any:
-    # Integral floats hash like ints, so `tokens: 2e6` and `tokens: 2000000` give one key.
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
+    from models.values import int_if_integral  # here: the models package imports torch
+
     if isinstance(value, dict):
         return {str(k): _canonical(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_canonical(v) for v in value]
-    return value
+    # Integral floats hash like ints, so `tokens: 2e6` and `tokens: 2000000` give one key.
+    return int_if_integral(value)
 
 
 def run_key(cfg: dict[str, Any]) -> str:

@@ -6,7 +6,7 @@ type and allowed values, so a wrong override fails at load time with one line na
 counts written as floats (`2e6`) to ints and refuses non-integral ones. Every float must be
 finite (NaN and inf slip through range comparisons and trained, silently wrong), and
 `tracking.uri` (or `$MLFLOW_TRACKING_URI` when it is null) must be a form MLflow can open
-(`check_tracking_uri`; whether a server answers is checked later, `sweeps.tracking`).
+(`check_tracking_uri`; whether a server answers is checked later, `training.tracking`).
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ TRACKING_URI_SCHEMES = {
 def check_tracking_uri(uri: str, name: str = "tracking.uri") -> None:
     """Raise ConfigError naming `name` unless `uri` is a form MLflow can open (its tracking store
     registry: http(s), SQLAlchemy databases, databricks, file paths). Syntax only, no I/O; a
-    server's reachability is `sweeps.tracking.check_reachable`."""
+    server's reachability is `training.tracking.check_reachable`."""
     if not uri.strip():
         raise ConfigError(f"{name}: empty; use {TRACKING_URI_FORMS}")
     scheme, sep, rest = uri.partition("://")
@@ -311,7 +311,7 @@ class RunSpec:
     tracking: TrackingConfig
     paths: PathsConfig
     run_key: str
-    data_source: str = ""  # sweeps.data.source_fingerprint: the corpus as the run key sees it
+    data_source: str = ""  # training.data.source_fingerprint: the corpus as the run key sees it
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved config (what is logged as params and as config.yaml)."""
@@ -345,11 +345,11 @@ def build_model_config(model_section: dict, vocab_size: int, seq_len: int):
 def resolve_config(cfg: Any) -> RunSpec:
     """Validate a composed config (DictConfig or dict with model/data/train/tracking/paths) and
     compute its run key. Fails with ConfigError before any data or model work: it only hashes
-    the corpus files (`sweeps.data.source_fingerprint`) and reads the run key and step of a
-    `train.init_from` checkpoint (see sweeps/keys.py), nothing is decoded or tokenized."""
-    from sweeps.checkpoint import identity
-    from sweeps.data import source_fingerprint
-    from sweeps.keys import run_key
+    the corpus files (`training.data.source_fingerprint`) and reads the run key and step of a
+    `train.init_from` checkpoint (see training/keys.py), nothing is decoded or tokenized."""
+    from training.checkpoint import identity
+    from training.data import source_fingerprint
+    from training.keys import run_key
 
     if not isinstance(cfg, dict):
         from omegaconf import OmegaConf

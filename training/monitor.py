@@ -2,8 +2,10 @@
 
 - `Progress`: a rich progress bar (loss, tokens/s, ETA) on a terminal, plain one-line reports
   every `train.log_every` steps otherwise (CI logs, Slurm files), or nothing.
-- `peak_flops`: the configured per-device peak, else a matmul peak measured once per process
-  (so MFU on a laptop CPU means something; it is a practical peak, not a datasheet number).
+- `measured_peak_flops`: a matmul peak measured once per process, for MFU when
+  `train.peak_flops` is not given (so MFU on a laptop CPU means something; it is a practical
+  peak, not a datasheet number). `matmul_peak_flops` measures it anew (the benchmarks, each
+  repetition).
 """
 
 from __future__ import annotations
@@ -15,33 +17,45 @@ from typing import Literal
 _MEASURED_PEAK: dict[str, float] = {}
 
 
-def measured_peak_flops(device, dtype=None) -> float:
-    """Best FLOP/s of a few square matmuls on `device` (cached per device and dtype).
+def matmul_peak_flops(device, dtype, n: int, reps: int = 5) -> float:
+    """Best FLOP/s of `reps` n x n x n matmuls in `dtype` on `device` (a practical, not
+    datasheet, peak; measured anew on every call).
 
     The operands come from a private generator: drawing them from the global RNG (which
     dropout uses) made the first run of a process train differently from the same config
     run after it (measured once per process, between seeding and the first step)."""
     import torch
 
+    gen = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(n, n, device=device, dtype=dtype, generator=gen)
+    b = torch.randn(n, n, device=device, dtype=dtype, generator=gen)
+    best = float("inf")
+    for _ in range(reps):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        (a @ b).sum().item()
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best
+
+
+def measured_peak_flops(device, dtype=None) -> float:
+    """The peak MFU is measured against when `train.peak_flops` is unset: `matmul_peak_flops`
+    at n = 4096 on CUDA, 1024 otherwise, in bf16 on CUDA, fp32 otherwise (once per process,
+    device and dtype)."""
+    import torch
+
     dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
     key = f"{device}-{dtype}"
     if key not in _MEASURED_PEAK:
         n = 4096 if device.type == "cuda" else 1024
-        gen = torch.Generator(device=device).manual_seed(0)
-        a = torch.randn(n, n, device=device, dtype=dtype, generator=gen)
-        b = torch.randn(n, n, device=device, dtype=dtype, generator=gen)
-        best = float("inf")
-        for _ in range(5):
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            (a @ b).sum().item()
-            best = min(best, time.perf_counter() - t0)
-        _MEASURED_PEAK[key] = 2 * n**3 / best
+        _MEASURED_PEAK[key] = matmul_peak_flops(device, dtype, n)
     return _MEASURED_PEAK[key]
 
 
-def human(x: float) -> str:
+def format_si(x: float) -> str:
+    """A number for progress lines with an SI prefix (k, M, G) and one decimal: 22.7k, 1.3G
+    (cf. `sweeps.plan.format_count`, K/M/B/T for tables)."""
     for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(x) >= scale:
             return f"{x / scale:.1f}{unit}"
@@ -70,9 +84,9 @@ def format_stats(stats: dict[str, float], narrow: bool = False) -> str:
         elif k == "mfu":
             parts.append(f"mfu {100 * v:.1f}%")
         elif k == "tokens_per_sec":
-            parts.append(f"tok/s {human(v)}")
+            parts.append(f"tok/s {format_si(v)}")
         else:
-            parts.append(f"{k} {human(v) if v >= 1 else f'{v:.3g}'}")
+            parts.append(f"{k} {format_si(v) if v >= 1 else f'{v:.3g}'}")
     return " | ".join(parts)
 
 
@@ -131,7 +145,7 @@ class Progress:
             eta = elapsed / done * (self.total - step) if done else 0.0
             print(
                 f"step {step}/{self.total} ({100 * step / max(self.total, 1):.0f}%) | tokens "
-                f"{human(tokens)} | {format_stats(stats)} | eta {duration(eta)}",
+                f"{format_si(tokens)} | {format_stats(stats)} | eta {duration(eta)}",
                 flush=True,
             )
 

@@ -12,9 +12,12 @@ so many runs in one process (a Hydra sweep) never leak an active run into each o
   before launching jobs; `train()` calls it again, which is then a cheap lookup. It tags the
   experiment `mlflow.experimentKind=custom_model_development` (also an existing one without the
   tag), so MLflow 3's UI opens it on its training runs, not on the GenAI traces overview.
-- `run_of_key` / `find_run_by_key`: THE run of a run key in an experiment (rule below), shared
-  by `sweeps.train` (reuse or resume) and `sweeps.sweep_records` (skip or relaunch);
-  `analysis.load` keeps its own copy of the rule (analysis never imports sweeps).
+- `run_of_key` / `latest_runs_by_key` / `find_run_by_key`: THE run of a run key in an
+  experiment (rule below), shared by `training.train` (reuse or resume) and
+  `sweeps.sweep_records` (skip or relaunch); `analysis.load` keeps its own copy of the rule
+  (analysis never imports training or sweeps).
+- The logging functions take an `MlflowClient` (`client(uri)`): a run opens one and passes it
+  to everything it logs, instead of one client per call.
 - `MetricBuffer`: collects metrics and writes them with `log_batch` every N steps; on resume it
   drops the points the interrupted process already logged (`logged_steps`).
 """
@@ -31,7 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sweeps.paths import PROJECT_ROOT, default_tracking_uri
+from training.paths import PROJECT_ROOT, default_tracking_uri
 
 MAX_PARAMS_PER_BATCH = 100  # MLflow log_batch limits
 MAX_METRICS_PER_BATCH = 1000
@@ -95,6 +98,7 @@ def _store_lock(uri: str) -> Iterator[None]:
 
 
 def client(uri: str):
+    """An `MlflowClient` on `uri`; make it after `ensure_experiment` (which creates the store)."""
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=uri)
@@ -127,7 +131,7 @@ def run_of_key(runs) -> Any:
     latest FINISHED run; if none FINISHED, its latest run of any status. Latest = the largest
     start_time, ties broken by the larger run_id. None for no runs.
 
-    One rule for every reader (docs/contracts.md, "The run of a run key"): `sweeps.train`
+    One rule for every reader (docs/contracts.md, "The run of a run key"): `training.train`
     returns that FINISHED run instead of training (or resumes the unfinished one),
     `sweeps.run` skips the point as done, and `analysis.load` reports that run, so the three
     name the same MLflow run. A later rerun that did not finish (`train.resume=false`, then
@@ -135,20 +139,30 @@ def run_of_key(runs) -> Any:
     return max(runs, key=_rank, default=None)
 
 
-def find_run_by_key(uri: str, experiment_id: str, run_key: str):
-    """The run of `run_key` in the experiment (`run_of_key`), or None."""
-    c, found, token = client(uri), [], None
+def latest_runs_by_key(client, experiment_id: str, filter_string: str = "") -> dict[str, Any]:
+    """{run key: the run of that key (`run_of_key`)} over the experiment's runs that carry a
+    `run_key` tag, optionally filtered (an MLflow filter string). The one query behind
+    `find_run_by_key` (train: reuse or resume) and `sweeps.sweep_records.latest_by_key`
+    (sweeps.run: skip or relaunch)."""
+    by_key: dict[str, list] = {}
+    token = None
     while True:
-        page = c.search_runs(
-            [experiment_id],
-            filter_string=f"tags.run_key = '{run_key}'",
-            max_results=1000,
-            page_token=token,
+        page = client.search_runs(
+            [experiment_id], filter_string=filter_string, max_results=1000, page_token=token
         )
-        found.extend(page)
+        for run in page:
+            key = run.data.tags.get("run_key")
+            if key:
+                by_key.setdefault(key, []).append(run)
         token = page.token
         if not token:
-            return run_of_key(found)
+            return {key: run_of_key(runs) for key, runs in by_key.items()}
+
+
+def find_run_by_key(client, experiment_id: str, run_key: str):
+    """The run of `run_key` in the experiment (`run_of_key`), or None."""
+    found = latest_runs_by_key(client, experiment_id, f"tags.run_key = '{run_key}'")
+    return found.get(run_key)
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -163,34 +177,32 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def log_params(uri: str, run_id: str, params: dict[str, Any]) -> None:
+def log_params(client, run_id: str, params: dict[str, Any]) -> None:
     """Log params in chunks; skips keys already logged (a resumed run keeps its params)."""
     from mlflow.entities import Param
 
-    c = client(uri)
-    existing = c.get_run(run_id).data.params
+    existing = client.get_run(run_id).data.params
     items = [
         Param(k, "None" if v is None else str(v)[:MAX_PARAM_VALUE_CHARS])
         for k, v in sorted(params.items())
         if k not in existing
     ]
     for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
-        c.log_batch(run_id, params=items[i : i + MAX_PARAMS_PER_BATCH])
+        client.log_batch(run_id, params=items[i : i + MAX_PARAMS_PER_BATCH])
 
 
-def set_tags(uri: str, run_id: str, tags: dict[str, Any]) -> None:
+def set_tags(client, run_id: str, tags: dict[str, Any]) -> None:
     from mlflow.entities import RunTag
 
     items = [RunTag(k, str(v)) for k, v in tags.items() if v is not None]
     for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
-        client(uri).log_batch(run_id, tags=items[i : i + MAX_PARAMS_PER_BATCH])
+        client.log_batch(run_id, tags=items[i : i + MAX_PARAMS_PER_BATCH])
 
 
-def logged_steps(uri: str, run_id: str) -> dict[str, int]:
+def logged_steps(client, run_id: str) -> dict[str, int]:
     """{metric key: the largest step logged for it} of a run (empty for a new run)."""
-    c = client(uri)
-    keys = c.get_run(run_id).data.metrics
-    return {k: max(m.step for m in c.get_metric_history(run_id, k)) for k in keys}
+    keys = client.get_run(run_id).data.metrics
+    return {k: max(m.step for m in client.get_metric_history(run_id, k)) for k in keys}
 
 
 class MetricBuffer:
@@ -201,9 +213,9 @@ class MetricBuffer:
     process may already have logged (with the same values: a resume is bit-identical), so each
     metric keeps one point per step."""
 
-    def __init__(self, uri: str, run_id: str, logged: dict[str, int] | None = None):
-        self.uri, self.run_id = uri, run_id
-        self._client = client(uri)
+    def __init__(self, client, run_id: str, logged: dict[str, int] | None = None):
+        self.run_id = run_id
+        self._client = client
         self._pending: list = []
         self._logged = dict(logged or {})
 

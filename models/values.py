@@ -1,0 +1,13 @@
+"""Small value conversions every layer may use (models/ imports nothing of the project)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def int_if_integral(value: Any) -> Any:
+    """An integral float as an int (`1e3` from YAML or the command line is a float), any other
+    value unchanged: one rule for model shapes, run keys and override text."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value

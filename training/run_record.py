@@ -1,0 +1,140 @@
+"""The MLflow side of one training run (main process only): decide what to do with a run key
+(reuse, resume or start fresh), open the MLflow run with its params, tags and resolved config,
+and end it (FINISHED, FAILED or KILLED, with a `failure_reason`). Every function takes the one
+`MlflowClient` the run opened (`tracking.client`)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from training import checkpoint, tracking
+from training.config import ConfigError, RunSpec
+from training.step import Geometry
+
+log = logging.getLogger("training.train")
+
+
+def decide(client, spec: RunSpec, experiment_id: str, rdir: Path) -> dict[str, Any]:
+    """Reuse a FINISHED run, resume a checkpoint, or start fresh (and in which MLflow run).
+    `train.resume`: auto = resume when a checkpoint of this run exists; true = require one;
+    false = start over in a new MLflow run.
+
+    The run of the key in this experiment (`tracking.find_run_by_key`) decides. The folder
+    `<runs_dir>/<run_key>/` is shared by every experiment (and store) that trains the key, so
+    `last.pt` is resumed only when it records that MLflow run's id: another experiment's final
+    checkpoint is not this run's progress, and resuming it would train nothing."""
+    existing = tracking.find_run_by_key(client, experiment_id, spec.run_key)
+    last = rdir / checkpoint.LAST
+    resume = spec.train.resume
+    if existing is not None and existing.info.status == "FINISHED" and resume is not False:
+        return {"action": "reuse", "run_id": existing.info.run_id}
+    if resume is False:
+        last.unlink(missing_ok=True)
+        return {"action": "fresh", "run_id": None}
+    run_id = existing.info.run_id if existing is not None else None
+    try:
+        owner = checkpoint.owner(last) if last.exists() else None
+    except Exception as e:  # truncated, empty or not a checkpoint
+        raise unreadable(client, run_id, last, e) from None
+    mine = owner is not None and owner == run_id
+    if resume is True and not last.exists():
+        raise ConfigError(f"train.resume=true: no checkpoint at {last}")
+    if resume is True and not mine:
+        raise ConfigError(
+            f"train.resume=true: {last} was written by MLflow run {owner}, not by run key "
+            f"{spec.run_key}'s run in experiment '{spec.tracking.experiment}' "
+            f"({run_id or 'none yet'})"
+        )
+    if last.exists() and not mine:
+        log.warning(
+            "%s was written by MLflow run %s, not by run key %s's run in experiment '%s': "
+            "training from step 0",
+            last, owner, spec.run_key, spec.tracking.experiment,
+        )  # fmt: skip
+    return {"action": "resume" if mine else "fresh", "run_id": run_id}
+
+
+def unreadable(client, run_id: str | None, path: Path, e: Exception) -> ConfigError:
+    """A `last.pt` that cannot be read (a truncated copy, a full disk): the error to raise, one
+    line naming the file; the run it would have resumed is marked FAILED with that reason (a
+    rerun fails the same way until the file is replaced or `train.resume=false` is given).
+    `client` may be None where `run_id` is (a process that records nothing)."""
+    detail = (str(e).strip().splitlines() or [""])[0][:200]
+    reason = (
+        f"{path}: unreadable checkpoint ({type(e).__name__}: {detail}); rerun with "
+        "train.resume=false to start over"
+    )
+    if run_id is not None:
+        end_run(client, run_id, "FAILED", reason)
+    return ConfigError(reason)
+
+
+def derived_params(spec: RunSpec, model_cfg, geo: Geometry) -> dict[str, Any]:
+    from models import count_params, flops_per_token
+
+    pc = count_params(model_cfg)
+    fl = flops_per_token(model_cfg, spec.train.seq_len)
+    trained = geo.total_steps * spec.train.batch_tokens  # whole batches: >= train.tokens
+    return {
+        "n_params": pc.total,
+        "n_params_nonembed": pc.non_embedding,
+        "n_params_embed": pc.embedding,
+        "tokens": spec.train.tokens,  # the budget asked for
+        "tokens_trained": trained,  # D: what the run trains (a branch: its stable prefix too)
+        "flops_6nd": 6 * pc.non_embedding * trained,
+        "flops_exact": fl.exact * trained,
+        "flops_per_token_exact": fl.exact,
+        "seq_len": spec.train.seq_len,
+        "batch_tokens": spec.train.batch_tokens,
+        "steps": geo.total_steps,
+        "micro_batch": geo.micro_batch,
+        "grad_accum": geo.grad_accum,
+        "world_size": geo.world_size,
+    }
+
+
+def open_run(
+    client, spec: RunSpec, experiment_id, run_id, model_cfg, geo, data, branched_from, rdir
+) -> str:
+    """Create the MLflow run (or reopen the one found by run key) and log params, tags and the
+    resolved config."""
+    tags = {
+        "arch": model_cfg.arch,
+        "run_key": spec.run_key,
+        "data_fingerprint": data.fingerprint,
+        "data_source": spec.data_source,
+        "git_commit": tracking.git_commit(),
+        "branched_from": branched_from,
+        **spec.tracking.tags,
+    }
+    if spec.tracking.parent_run_id:
+        tags["mlflow.parentRunId"] = spec.tracking.parent_run_id
+    if run_id is None:
+        name = spec.tracking.run_name or f"{model_cfg.arch}-{spec.run_key[:8]}"
+        run_id = client.create_run(experiment_id, run_name=name).info.run_id
+    else:
+        client.update_run(run_id, status="RUNNING")
+    tracking.set_tags(client, run_id, tags)
+    resolved = spec.to_dict()
+    resolved["model"].update(model_cfg.to_dict())
+    params = tracking.flatten(resolved)
+    params.update(derived_params(spec, model_cfg, geo))
+    params["data.cache"] = str(data.cache_dir)
+    tracking.log_params(client, run_id, params)
+
+    import yaml
+
+    text = yaml.safe_dump(resolved, sort_keys=False)
+    checkpoint.atomic_write(rdir / "config.yaml", lambda f: f.write(text.encode()))
+    client.log_artifact(run_id, str(rdir / "config.yaml"))
+    return run_id
+
+
+def end_run(client, run_id: str, status: str, failure_reason: str | None = None) -> None:
+    """Mark the MLflow run `status` (FINISHED | FAILED | KILLED), tagged with why it did not
+    finish."""
+    if failure_reason is not None:
+        tracking.set_tags(client, run_id, {"failure_reason": failure_reason})
+    client.set_terminated(run_id, status)

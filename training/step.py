@@ -1,0 +1,177 @@
+"""The mechanics of one optimizer step, shared by the training loop and the benchmarks.
+
+Batch geometry (how a step's tokens split over processes and micro-batches), the mixed
+precision choice, the optimizer (AdamW with its two parameter groups), the step-and-clip pair,
+the loss of one micro-batch, one whole optimizer step, and the validation loss. Each is a plain
+function of its arguments: `benchmarks/` times exactly what `training.train` runs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from training.config import ConfigError, TrainConfig
+
+
+@dataclass
+class Geometry:
+    world_size: int
+    micro_batch: int  # sequences per forward per process
+    grad_accum: int  # micro-steps per optimizer step
+    total_steps: int  # ceil(tokens / batch_tokens)
+
+
+def batch_geometry(train: TrainConfig, world_size: int) -> Geometry:
+    seqs = train.batch_tokens // train.seq_len  # sequences per optimizer step, all ranks
+    if seqs % world_size:
+        raise ConfigError(
+            f"train.batch_tokens: {train.batch_tokens} tokens = {seqs} sequences cannot be "
+            f"split over {world_size} processes"
+        )
+    per_rank = seqs // world_size
+    micro = train.micro_batch or per_rank
+    if per_rank % micro:
+        raise ConfigError(
+            f"train.micro_batch: {micro} must divide the {per_rank} sequences per process "
+            f"(batch_tokens / seq_len / processes)"
+        )
+    return Geometry(
+        world_size, micro, per_rank // micro, math.ceil(train.tokens / train.batch_tokens)
+    )
+
+
+def mixed_precision(train: TrainConfig, cuda: bool) -> str:
+    """Accelerate's `mixed_precision` for `train.precision` (auto: bf16 on CUDA, fp32 on CPU)."""
+    precision = train.precision
+    if precision == "auto":
+        precision = "bf16" if cuda else "fp32"
+    if precision == "fp16" and not cuda:
+        raise ConfigError("train.precision: fp16 needs a GPU; use fp32 or bf16 on CPU")
+    return {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision]
+
+
+def param_groups(model, weight_decay: float) -> list[dict]:
+    """AdamW groups: weight decay on tensors with dim >= 2 (matrices, embeddings), not on
+    biases and norm gains."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+
+
+def adamw(groups: list[dict], **kwargs):
+    """torch's fused AdamW where the device and dtype support it, else the foreach one."""
+    import torch
+
+    try:
+        return torch.optim.AdamW(groups, fused=True, **kwargs)
+    except (RuntimeError, TypeError):  # fused unsupported for this device/dtype
+        return torch.optim.AdamW(groups, foreach=True, **kwargs)
+
+
+def make_optimizer(model, train: TrainConfig):
+    """The run's AdamW (`param_groups`, `train.lr`, betas and eps)."""
+    return adamw(
+        param_groups(model, train.weight_decay),
+        lr=train.lr,
+        betas=(train.beta1, train.beta2),
+        eps=train.eps,
+    )
+
+
+def _on_for(setting: bool | str, device, auto_device_type: str) -> bool:
+    """A true | false | auto knob: ``auto`` = on exactly when training on ``auto_device_type``."""
+    return device.type == auto_device_type if setting == "auto" else bool(setting)
+
+
+def use_compile(setting: bool | str, device) -> bool:
+    """``train.compile``: true/false, or ``auto`` = on for CUDA, off on CPU and anything else.
+    On CPU compiling was no clear win in fp32 (llama 1.02-1.13x, gpt2 0.95-0.96x per step) and
+    costs ~40 s per new shape, ~8 s per later process (conf/train/default.yaml)."""
+    return _on_for(setting, device, "cuda")
+
+
+def use_keep_host_memory(setting: bool | str, device) -> bool:
+    """``train.keep_host_memory``: true/false, or ``auto`` = on when training on the CPU, where
+    activations and gradients live in malloc's memory (on CUDA the host only holds batches)."""
+    return _on_for(setting, device, "cpu")
+
+
+def step_and_clip(accelerator, optimizer):
+    """(optimizer to step, gradient clipping function) for the training loop.
+
+    Accelerate's optimizer and clipping wrappers do work only for fp16 loss scaling and for
+    XLA/FSDP/DeepSpeed; otherwise they are per-step Python overhead (``AcceleratedOptimizer.step``
+    looks up an optional package's metadata twice per call): ~1.08x per step of a tiny CPU model
+    (docs/performance.md). Then step the torch optimizer and clip with torch directly: the same
+    updates, bit for bit (the wrappers are no-ops here)."""
+    import functools
+
+    import torch
+    from accelerate.utils import DistributedType
+
+    plain = (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU)
+    if accelerator.scaler is None and accelerator.distributed_type in plain:
+        return optimizer.optimizer, functools.partial(torch.nn.utils.clip_grad_norm_, foreach=True)
+    return optimizer, accelerator.clip_grad_norm_
+
+
+def loss(model, x, y, label_smoothing: float):
+    """Mean next-token cross-entropy of one micro-batch (x, y: (B, T))."""
+    import torch.nn.functional as F
+
+    if label_smoothing == 0.0:
+        return model(x, y, return_logits=False)[1]  # chunked loss, no (B, T, V) logits
+    logits, _ = model(x)  # (B, T, V)
+    return F.cross_entropy(
+        logits.float().reshape(-1, logits.size(-1)), y.reshape(-1), label_smoothing=label_smoothing
+    )
+
+
+def optimizer_step(
+    model, sampler, accelerator, step_opt, clip, params, train: TrainConfig, grad_accum: int
+):
+    """One optimizer step over `grad_accum` micro-batches from `sampler`: backward on each, then
+    clip (train.grad_clip > 0) and step on the last. Returns the step's mean loss, a device
+    tensor (reading it would sync the host every step)."""
+    import torch
+
+    step_loss = torch.zeros((), device=accelerator.device)
+    for _ in range(grad_accum):
+        x, y = sampler.next()  # (B, T) each
+        x = x.to(accelerator.device, non_blocking=True)
+        y = y.to(accelerator.device, non_blocking=True)
+        with accelerator.accumulate(model):
+            micro_loss = loss(model, x, y, train.label_smoothing)
+            accelerator.backward(micro_loss)
+            if accelerator.sync_gradients:  # the last micro-batch of the step
+                if train.grad_clip > 0:
+                    clip(params, train.grad_clip)
+                step_opt.step()
+                step_opt.zero_grad(set_to_none=True)
+        step_loss += micro_loss.detach().float()
+    return step_loss / grad_accum
+
+
+def evaluate(model, windows, micro_batch: int, accelerator) -> float:
+    """Mean next-token loss over the fixed validation windows (split across processes).
+
+    ``model`` is the plain module, not the compiled or data-parallel wrapper: a compiled model
+    would compile again for eval mode and again for the last, smaller batch (two more graphs per
+    run, ~5-7 s each on CPU even for a tiny model). The training precision is applied here."""
+    import torch
+
+    mine = windows[accelerator.process_index :: accelerator.num_processes]  # (n_rank, T + 1)
+    total = torch.zeros(2, device=accelerator.device, dtype=torch.float64)
+    model.eval()
+    with torch.no_grad(), accelerator.autocast():
+        for i in range(0, len(mine), micro_batch):
+            batch = torch.from_numpy(mine[i : i + micro_batch]).to(accelerator.device)
+            _, batch_loss = model(batch[:, :-1], batch[:, 1:], return_logits=False)
+            total[0] += batch_loss.double() * len(batch)
+            total[1] += len(batch)
+    model.train()
+    total = accelerator.reduce(total, "sum")
+    return (total[0] / total[1]).item()
