@@ -137,6 +137,33 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+MIN_TRAIN_RUNS = 10  # below this a 4-7 parameter law has too few spare points to judge
+
+
+def report_blocks(runs: pd.DataFrame, n_boot: int = 200, seed: int = 0) -> list[tuple]:
+    """The comparison as `analysis.report` blocks (h2, p, table), or [] when the runs are too
+    few: no held-out runs above the default threshold or fewer than MIN_TRAIN_RUNS below it.
+    Not wired into the report yet: call it from `build_blocks` with the fitted runs."""
+    train, test = splits(runs, None, False)[0]
+    if test.empty or len(train) < MIN_TRAIN_RUNS:
+        return []
+    result = compare(runs, None, False, n_boot, seed)
+    rows = []
+    for r in result["rows"]:
+        if "skipped" in r:
+            rows.append([r["law"], r["n_params"], "skipped: " + r["skipped"], ""])
+        else:
+            rows.append([r["law"], r["n_params"], _pct(r["mean_rel_error"], r["ci95"]["mean_rel_error"]),
+                         _pct(r["worst_rel_error"], r["ci95"]["worst_rel_error"])])  # fmt: skip
+    return [
+        ("h2", "Laws compared on held-out runs"),
+        ("p", f"Every law the columns allow, fitted on the {len(train)} runs below "
+              f"C = {test['C'].min():.3g} and judged on the {len(test)} above; 95% intervals "
+              f"from {n_boot} bootstrap refits of the training runs."),  # fmt: skip
+        ("table", ["law", "parameters", "mean |relative error|", "worst |relative error|"], rows),
+    ]
+
+
 def figure(result: dict):
     """Mean and worst |relative error| per law, with their intervals."""
     import matplotlib.pyplot as plt

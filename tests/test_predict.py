@@ -148,3 +148,12 @@ def test_compare_laws_missing_U_for_datablations_exits_2(tmp_path, capsys):
     code = compare_laws.main(["--csv", csv, "--law", "datablations", "--out", str(tmp_path / "c")])
     err = capsys.readouterr().err
     assert code == 2 and "needs a column 'U'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_report_blocks_table_or_nothing_when_runs_are_too_few():
+    N, D = grid(np.geomspace(1e5, 1e8, 6), [2, 5, 20, 80, 300])
+    data = runs(LAWS["overtrain"], OVERTRAIN, N, D)
+    assert compare_laws.report_blocks(data.iloc[:8], n_boot=10) == []  # 8 runs: too few
+    blocks = compare_laws.report_blocks(data, n_boot=10)
+    assert [b[0] for b in blocks] == ["h2", "p", "table"]
+    assert [row[:2] for row in blocks[2][2]] == [["chinchilla", 5], ["kaplan", 4], ["overtrain", 4]]
