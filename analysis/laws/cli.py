@@ -15,9 +15,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import chinchilla
-from analysis.bootstrap import resample_counts
-from analysis.laws import DEFAULT, LAWS, check_columns, get, replicates, replicates_path, section
+from analysis.laws import (
+    DEFAULT,
+    LAWS,
+    check_columns,
+    fit_law,
+    get,
+    replicates,
+    replicates_path,
+    section,
+)
 from analysis.load import InputError
 
 
@@ -60,12 +67,8 @@ def apply(frame: pd.DataFrame, args: argparse.Namespace, result: dict) -> dict[s
     results = result.get("groups", {"": result})
     for name, g in groups(frame, args.group).items():
         res = results[name]
-        if law.name == DEFAULT:
-            point = chinchilla.fit_parametric(g["N"], g["D"], g["loss"], fixed=args.fixed)
-            counts = resample_counts(len(g), args.bootstrap, args.seed)
-            thetas, _ = chinchilla.bootstrap_parametric(g["N"], g["D"], g["loss"], point, counts,
-                                                        fixed=args.fixed)  # fmt: skip
-            out[name] = thetas[:, [2, 0, 1, 3, 4]]  # analysis.chinchilla's order -> the law's
+        if law.name == DEFAULT:  # fit.json as before; only the replicates are new
+            out[name] = fit_law(law, g, args.bootstrap, args.seed, args.fixed)[2]
             continue
         res["parametric"], out[name] = section(law, g, res["budgets"], args.bootstrap, args.seed,
                                                fixed=args.fixed)  # fmt: skip

@@ -22,6 +22,7 @@ import torch
 
 from analysis import chinchilla
 from analysis.laws.base import Law, bootstrap, fit, one_thread, tensors
+from analysis.laws.chinchilla import ORDER
 
 # The README's parameters (C4 fit): a, b, e, alpha, beta, rd_star, rn_star with A = exp(a) etc.
 README = dict(zip(("a", "b", "e", "alpha", "beta", "rd_star", "rn_star"),
@@ -85,7 +86,7 @@ def fitter(law: Law, runs: pd.DataFrame, counts: np.ndarray, fixed: dict | None 
     stage1 = chinchilla.fit_parametric(first["N"], first["D"], first["loss"], fixed=fixed)
     reps1, ok1 = chinchilla.bootstrap_parametric(first["N"], first["D"], first["loss"], stage1,
                                                  counts[:, one], fixed=fixed)  # fmt: skip
-    order = [2, 0, 1, 3, 4]  # chinchilla's (log A, log B, log E, alpha, beta) -> ours
+    order = ORDER  # analysis.chinchilla's theta order -> ours
     cols, loss = tensors(runs, law.columns), runs["loss"].to_numpy(float)
     stars = law.starts()[:, 5:]  # (S, 2) grid of log R_D*, log R_N*
     free = np.array([False] * 5 + [True] * 2)
