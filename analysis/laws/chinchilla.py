@@ -35,7 +35,9 @@ def fitter(law: Law, runs: pd.DataFrame, counts: np.ndarray, fixed: dict | None 
     point = chinchilla.fit_parametric(runs["N"], runs["D"], runs["loss"], fixed=fixed)
     thetas, converged = chinchilla.bootstrap_parametric(runs["N"], runs["D"], runs["loss"], point,
                                                         counts, fixed=fixed)  # fmt: skip
-    return point.theta[ORDER], point.objective, thetas[:, ORDER], converged
+    with np.errstate(divide="ignore"):  # E -> 0 on a bound: log E = -inf, flagged by reasons
+        theta = point.theta[ORDER]
+    return theta, point.objective, thetas[:, ORDER], converged
 
 
 LAW = Law(
