@@ -27,8 +27,9 @@ import numpy as np
 import pandas as pd
 
 from analysis.bootstrap import percentile_interval, resample_counts
-from analysis.chinchilla import budget_groups, envelope, padded
+from analysis.envelope import envelope, padded
 from analysis.identification import MIN_CONVERGED, exponent_problem
+from analysis.isoflop import budget_groups
 from analysis.powerlaw import PowerLaw, fit_power_laws, theta_of
 
 FAMILY_LEVEL = 0.05  # family-wise error rate of the verdicts

@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import chinchilla
 from analysis.bootstrap import percentile_interval
 from analysis.fit import default_holdout_threshold, jsonable
+from analysis.isoflop import budget_groups
 from analysis.laws import LAWS, Law, check_columns, fit_law
 from analysis.load import InputError, add_selection_args, check_fittable, load_selected
 
@@ -66,7 +66,7 @@ def splits(runs: pd.DataFrame, threshold: float | None, rollout: bool):
     if not rollout:
         t = default_holdout_threshold(runs) if threshold is None else threshold
         return [(runs[runs["C"] < t], runs[runs["C"] >= t])]
-    labels = chinchilla.budget_groups(runs["C"])
+    labels = budget_groups(runs["C"])
     return [(runs[labels < k], runs[labels == k]) for k in np.unique(labels)[1:]]
 
 

@@ -14,14 +14,17 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from analysis import chinchilla, identification
+from analysis import identification
 from analysis import laws as law_forms  # --law: the parametric form (analysis/laws/)
 from analysis.bootstrap import intervals, resample_counts
+from analysis.envelope import envelope, envelope_report, padded, resampled_envelopes
+from analysis.isoflop import budget_groups, isoflop_groups, isoflop_report
 from analysis.laws import cli as law_cli
 from analysis.load import (
     InputError,
@@ -29,6 +32,13 @@ from analysis.load import (
     check_fittable,
     load_selected,
     with_total_params,
+)
+from analysis.parametric import (
+    FIXABLE,
+    FlopsPerToken,
+    Parametric,
+    fit_parametric,
+    parametric_report,
 )
 from analysis.powerlaw import PowerLaw, fit_power_laws, theta_of
 
@@ -61,7 +71,7 @@ def law_section(
 ) -> dict | None:
     """Power law y = E + A x^-alpha with bootstrap intervals over the points.
 
-    `resampled` (xs, ys, mask), padded (R, width) arrays as `chinchilla.padded` makes them,
+    `resampled` (xs, ys, mask), padded (R, width) arrays as `envelope.padded` makes them,
     replaces the resampling of the points themselves: e.g. the frontier recomputed in every
     resample of runs. A replicate with fewer distinct x than the law needs gives no value.
     """
@@ -105,7 +115,7 @@ def final_point_envelopes(runs: pd.DataFrame, n_boot: int, seed: int) -> list[pd
     approach 1 (without intermediate points) and the L(C) law, which resample runs alike."""
     points = runs[["run_id", "N", "D", "C", "loss"]]
     counts = resample_counts(points["run_id"].nunique(), n_boot, seed)
-    return chinchilla.resampled_envelopes(points, counts)
+    return resampled_envelopes(points, counts)
 
 
 def kaplan_section(
@@ -117,10 +127,10 @@ def kaplan_section(
     `fronts` from `final_point_envelopes`), not the frontier points: those were selected by the
     very losses being resampled."""
     at_d, at_n = _at_largest(runs, "D"), _at_largest(runs, "N")
-    front = chinchilla.envelope(runs[["run_id", "N", "C", "loss"]])
+    front = envelope(runs[["run_id", "N", "C", "loss"]])
     if fronts is None:
         fronts = final_point_envelopes(runs, n_boot, seed)
-    fronts = chinchilla.padded(fronts)
+    fronts = padded(fronts)
     return {
         "L_N": law_section(at_d["N"], at_d["loss"], n_boot, seed),
         "L_N_at_D": float(at_d["D"].median()),
@@ -137,9 +147,9 @@ def default_holdout_threshold(runs: pd.DataFrame, rtol: float = 0.1) -> float:
     """Just below the largest IsoFLOP budget (its smallest C), or below the largest compute
     budget when there is no IsoFLOP profile. Runs of any sweep within rtol below that budget are
     held out with it, so no run at (nearly) the held-out compute is trained on."""
-    profiles = chinchilla.isoflop_groups(runs, rtol)
+    profiles = isoflop_groups(runs, rtol)
     C = runs["C"].to_numpy(dtype=float)
-    labels = profiles if (profiles >= 0).any() else chinchilla.budget_groups(C, rtol)
+    labels = profiles if (profiles >= 0).any() else budget_groups(C, rtol)
     top = labels == labels[np.argmax(np.where(labels >= 0, C, -np.inf))]
     lowest = C[top].min()
     return float(C[C >= lowest / (1 + rtol)].min() * 0.999)
@@ -159,7 +169,7 @@ def extrapolation_section(
         return {**section, "skipped": str(err)}
     if test.empty:
         return {**section, "skipped": "no runs at or above the threshold"}
-    law = chinchilla.fit_parametric(train["N"], train["D"], train["loss"], fixed=fixed)
+    law = fit_parametric(train["N"], train["D"], train["loss"], fixed=fixed)
     pred = law.predict(test["N"], test["D"])
     rel = (pred - test["loss"].to_numpy()) / test["loss"].to_numpy()
     section["fit"] = {k: getattr(law, k) for k in ("E", "A", "B", "alpha", "beta")}
@@ -176,6 +186,40 @@ def extrapolation_section(
 # ---------------------------------------------------------------- all fits for one set of runs
 
 
+@dataclass(frozen=True)
+class Fits:
+    """Every law fitted to one set of runs: the fitted objects, and each section of fit.json.
+
+    `law` is approach 3's point estimate as the fit returned it (the figures draw it), so no
+    caller rebuilds it from the JSON. The sections are the plain dicts fit.json is written from
+    (`as_dict`, in the file's order); `contracts.md` describes them.
+    """
+
+    law: Parametric  # approach 3's L(N, D) point estimate
+    flops: FlopsPerToken | None  # f(N) of the exact-FLOPs allocation; None under C = 6ND
+    n_runs: int
+    compute: str  # "6nd" or "exact": what every C counts
+    budgets: list[float]  # where approach 3's allocation is reported
+    parametric: dict  # approach 3: estimates, allocation, intervals, identification
+    isoflop: dict | None  # approach 2; None without IsoFLOP profiles, {"skipped": why} if not run
+    envelope: dict  # approach 1
+    kaplan: dict  # single-variable laws L_N, L_D, L_C (each a section or None)
+    extrapolation: dict  # approach 3 fitted below a compute threshold, checked above it
+
+    def as_dict(self) -> dict:
+        """fit.json's content for these runs."""
+        return {
+            "n_runs": self.n_runs,
+            "compute": self.compute,
+            "budgets": self.budgets,
+            "parametric": self.parametric,
+            "isoflop": self.isoflop,
+            "envelope": self.envelope,
+            "kaplan": self.kaplan,
+            "extrapolation": self.extrapolation,
+        }
+
+
 def fit_all(
     runs: pd.DataFrame,
     *,
@@ -188,8 +232,8 @@ def fit_all(
     isoflop: bool = True,
     compute: str = "6nd",
     fixed: dict[str, float] | None = None,
-) -> dict:
-    """Every section of fit.json for one set of runs (validated with `check_fittable`).
+) -> Fits:
+    """Every law the runs support, fitted (runs validated with `check_fittable`).
 
     `curves` (run_id, tokens, val_loss) with `intermediate=True` adds every logged evaluation to
     approach 1. Only valid when the learning-rate schedule does not depend on the run length
@@ -199,7 +243,7 @@ def fit_all(
     `compute`: "6nd" (C = 6 N D, Kaplan's and Chinchilla's convention) or "exact" (C = the
     runs' exact training FLOPs, column C_exact, which count the head, embedding side and
     attention): every C below, budgets included, is then exact, and approach 3's allocation
-    minimises L under C = f(N) D with f fitted to the runs (`chinchilla.FlopsPerToken`).
+    minimises L under C = f(N) D with f fitted to the runs (`parametric.FlopsPerToken`).
     Approach 2 then uses only budgets that are iso in exact FLOPs (`budget_flops: exact` plans).
     `fixed` holds approach-3 parameters at given values (e.g. {"E": 1.7}), reported as fixed.
     """
@@ -208,16 +252,14 @@ def fit_all(
     if compute == "exact":
         check_exact_compute(runs)
         runs = runs.assign(C=runs["C_exact"].astype(float))
-        flops = chinchilla.FlopsPerToken.fit(runs["N"], runs["C"], runs["D"])
+        flops = FlopsPerToken.fit(runs["N"], runs["C"], runs["D"])
     budgets = budgets or default_budgets(runs)
     if compute == "exact" and not _planned_exact(runs):
         isoflop = False  # a 6ND profile is not iso in exact FLOPs (its small sizes cost more)
-    iso = chinchilla.isoflop_report(runs, n_boot, seed) if isoflop else {"skipped": NOT_ISO}
+    iso = isoflop_report(runs, n_boot, seed) if isoflop else {"skipped": NOT_ISO}
     if compute == "exact" and not isoflop:
         iso = {"skipped": NOT_ISO_EXACT}
-    law, parametric = chinchilla.parametric_report(
-        runs, budgets, n_boot, seed, fixed=fixed, flops=flops
-    )
+    law, parametric = parametric_report(runs, budgets, n_boot, seed, fixed=fixed, flops=flops)
     points = runs[["run_id", "N", "D", "C", "loss"]]
     fronts = final_point_envelopes(runs, n_boot, seed)  # approach 1 and L(C) alike
     with_curves = intermediate and curves is not None and not curves.empty
@@ -227,20 +269,22 @@ def fit_all(
         extra = extra.assign(D=extra["tokens"], C=extra["per_token"] * extra["tokens"],
                              loss=extra["val_loss"])  # fmt: skip
         points = pd.concat([points, extra[["run_id", "N", "D", "C", "loss"]]], ignore_index=True)
-    return {
-        "n_runs": int(len(runs)),
-        "compute": compute,
-        "budgets": budgets,
-        "parametric": parametric,
-        "isoflop": iso,
-        "envelope": {
-            **(chinchilla.envelope_report(points, n_boot, seed, fronts=None if with_curves else fronts)
+    return Fits(
+        law=law,
+        flops=flops,
+        n_runs=int(len(runs)),
+        compute=compute,
+        budgets=budgets,
+        parametric=parametric,
+        isoflop=iso,
+        envelope={
+            **(envelope_report(points, n_boot, seed, fronts=None if with_curves else fronts)
                or {"skipped": "too few points"}),
             "uses_intermediate_points": bool(intermediate and curves is not None),
         },
-        "kaplan": kaplan_section(runs, n_boot, seed, fronts),
-        "extrapolation": extrapolation_section(runs, holdout_threshold, fixed),
-    }
+        kaplan=kaplan_section(runs, n_boot, seed, fronts),
+        extrapolation=extrapolation_section(runs, holdout_threshold, fixed),
+    )
 
 
 def _planned_exact(runs: pd.DataFrame) -> bool:
@@ -353,7 +397,7 @@ def add_fit_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fix", action="append", default=[], metavar="NAME=VALUE",
         help="hold an approach-3 parameter fixed instead of fitting it, e.g. --fix E=1.7 "
-             f"(one of {', '.join(chinchilla.FIXABLE)}); repeatable",
+             f"(one of {', '.join(FIXABLE)}); repeatable",
     )  # fmt: skip
 
 
@@ -363,15 +407,15 @@ def parse_fixed(items: list[str]) -> dict[str, float]:
     for item in items:
         name, sep, value = item.partition("=")
         name = name.strip()
-        if not sep or name not in chinchilla.FIXABLE:
+        if not sep or name not in FIXABLE:
             raise InputError(
-                f"--fix {item}: expected NAME=VALUE with NAME one of {', '.join(chinchilla.FIXABLE)}"
+                f"--fix {item}: expected NAME=VALUE with NAME one of {', '.join(FIXABLE)}"
             )
         try:
             number = float(value)
         except ValueError:
             raise InputError(f"--fix {item}: '{value}' is not a number") from None
-        log_scale = chinchilla.FIXABLE[name][1]
+        log_scale = FIXABLE[name][1]
         if not np.isfinite(number) or (log_scale and number <= 0) or number < 0:
             raise InputError(f"--fix {item}: {name} must be a finite, positive number")
         if name in fixed:
@@ -398,7 +442,7 @@ def fit_groups(runs: pd.DataFrame, group: str | None, args: argparse.Namespace) 
     if group is None:
         if args.compute == "exact":
             check_exact_compute(runs)  # before any work
-        return fit_all(runs, **kwargs)
+        return fit_all(runs, **kwargs).as_dict()
     if group not in runs.columns:
         raise InputError(f"--group: no column '{group}'; columns: {sorted(map(str, runs.columns))}")
     groups = {str(k): g for k, g in runs.groupby(group, sort=True)}
@@ -406,7 +450,8 @@ def fit_groups(runs: pd.DataFrame, group: str | None, args: argparse.Namespace) 
         check_fittable(g, f"group {group}={name}")
         if args.compute == "exact":
             check_exact_compute(g)
-    return {"group_by": group, "groups": {k: fit_all(g, **kwargs) for k, g in groups.items()}}
+    fitted = {k: fit_all(g, **kwargs).as_dict() for k, g in groups.items()}
+    return {"group_by": group, "groups": fitted}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from analysis.chinchilla import Parametric, allocation, isoflop_profiles  # noqa: E402
+from analysis.isoflop import isoflop_profiles  # noqa: E402
+from analysis.parametric import Parametric, allocation  # noqa: E402
 
 SVG_META = {"Date": None, "Creator": None}
 PNG_META = {"Software": None}

@@ -4,6 +4,10 @@ Fitted in log space, log y = logsumexp(log A - alpha log x, log E), by least squ
 residuals, so every decade of x counts the same. Without the irreducible term the fit is a
 straight line in log-log coordinates (closed form). Weights (R, n) fit R bootstrap replicates
 in one batched call; x and y may also differ per replicate (R, n) (e.g. a resampled frontier).
+
+Also the allocation exponents of Chinchilla approaches 1 and 2 (`frontier_exponents`): pure
+power laws N_opt = k_N C^a and D_opt = k_D C^b through compute-optimal points, fitted alike by
+both (`analysis.envelope`, `analysis.isoflop`), so they live below both.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ import itertools
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
+from analysis.bootstrap import intervals
 from analysis.lbfgs import chunked, minimize_batched
 
 
@@ -117,3 +123,35 @@ def fit_power_law(x, y, *, irreducible: bool = True) -> PowerLaw:
 def theta_of(law: PowerLaw) -> np.ndarray:
     """Warm-start vector (log A, alpha, log E) of a fitted law with an irreducible term."""
     return np.array([np.log(law.A), law.alpha, np.log(max(law.E, 1e-12))])
+
+
+# ---------------------------------------------------------------- allocation exponents
+
+
+def _loglog_line(x, y) -> tuple[float, float]:
+    """Least-squares exponent and coefficient of y = k x^p."""
+    p, log_k = np.polyfit(np.log(x), np.log(y), 1)
+    with np.errstate(over="ignore"):  # a degenerate bootstrap replicate may give k = inf
+        return float(p), float(np.exp(log_k))
+
+
+def frontier_exponents(optima: pd.DataFrame) -> dict | None:
+    """a, b and coefficients of N_opt = k_N C^a, D_opt = k_D C^b from per-budget optima."""
+    n_opt, d_opt = optima["N_opt"].to_numpy(float), optima["D_opt"].to_numpy(float)
+    # A nearly flat parabola puts its minimum at exp(huge) = inf: not a point to fit a line to.
+    ok = optima[np.isfinite(n_opt) & np.isfinite(d_opt) & (n_opt > 0)]
+    if len(ok) < 2 or ok["C"].nunique() < 2:
+        return None
+    a, k_N = _loglog_line(ok["C"], ok["N_opt"])
+    b, k_D = _loglog_line(ok["C"], ok["D_opt"])
+    return {"a": a, "b": b, "k_N": k_N, "k_D": k_D, "n_budgets": int(len(ok))}
+
+
+def exponent_intervals(replicates: list[dict | None]) -> dict:
+    """95% intervals of a, b, k_N, k_D over bootstrap replicates' `frontier_exponents` (a
+    replicate that gave None counts as no value)."""
+    reps: dict[str, list[float]] = {k: [] for k in ("a", "b", "k_N", "k_D")}
+    for rep in replicates:
+        for k in reps:
+            reps[k].append(np.nan if rep is None else rep[k])
+    return intervals({k: np.array(v) for k, v in reps.items()})

@@ -14,12 +14,15 @@ from __future__ import annotations
 import argparse
 import html
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from analysis import summary as headline
+from analysis.ablation import compare_variants
 from analysis.fit import (
+    Fits,
     add_fit_args,
     check_exact_compute,
     check_fit_args,
@@ -368,7 +371,7 @@ def render_html(blocks, fig_dir: Path, title: str) -> str:
 
 
 def make_figures(
-    runs, curves, result, law_obj, ablation, fig_dir: Path, compute: str = "6nd", all_runs=None
+    runs, curves, fits: Fits | None, ablation, fig_dir: Path, compute: str = "6nd", all_runs=None
 ) -> list[tuple[str, str]]:
     """Figures of the baseline `runs` (and, with several variants in `all_runs`, per variant)."""
     from analysis import plots  # lazy: seaborn ~3 s
@@ -380,21 +383,21 @@ def make_figures(
         plots.save(fig, fig_dir, stem)
         figures.append((stem, caption))
 
-    if result is None:
+    if fits is None:
         add("loss_vs_compute", plots.loss_vs_compute(runs, None, compute),
             "Final validation loss of the baseline against compute, coloured by N.")  # fmt: skip
     else:
-        add("loss_vs_compute", plots.loss_vs_compute(runs, result["kaplan"]["L_C"], compute),
+        add("loss_vs_compute", plots.loss_vs_compute(runs, fits.kaplan["L_C"], compute),
             "Final validation loss against compute, coloured by N, with the fitted frontier "
             "L(C): its slope is -gamma, how fast the best reachable loss falls with compute.")  # fmt: skip
-        if (result.get("isoflop") or {}).get("per_budget"):
-            add("isoflop", plots.isoflop_curves(runs, result["isoflop"]),
+        if (fits.isoflop or {}).get("per_budget"):
+            add("isoflop", plots.isoflop_curves(runs, fits.isoflop),
                 "IsoFLOP profiles: loss against N per budget, parabolas in log N, minima (stars). "
                 "The minima moving to larger N as the budget grows are N_opt(C).")  # fmt: skip
-        add("loss_vs_params", plots.loss_vs_params(runs, law_obj),
+        add("loss_vs_params", plots.loss_vs_params(runs, fits.law),
             "L(N) per token budget with the fitted L(N, D) (approach 3): where the lines miss "
             "the points, the law does not describe these runs.")  # fmt: skip
-        add("contours", plots.contours(runs, law_obj),
+        add("contours", plots.contours(runs, fits.law),
             "Fitted L(N, D) contours with the compute-optimal allocation line (drawn from the "
             "point estimate, also where parts of the fit are not identified).")  # fmt: skip
     if curves is not None and not curves.empty and all_runs is not None and all_runs["variant"].nunique() > 1:
@@ -418,7 +421,54 @@ def make_figures(
     return figures
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass(frozen=True)
+class Comparison:
+    """What a report compares: every run labelled by its variant, and the baseline's runs."""
+
+    runs: pd.DataFrame  # every run; `variant` the --compare value as text, C exact if asked
+    base: pd.DataFrame  # the baseline variant's runs, index reset
+    variants: list[str]  # every variant, sorted
+    law_fit: bool  # fit L(N, D) to the baseline (False: an ablation at one token budget)
+
+
+def choose_variants(
+    runs: pd.DataFrame, compare: str = "variant", baseline: str = "base", compute: str = "6nd"
+) -> Comparison:
+    """Label every run with its value of `compare`, pick the `baseline` variant's runs, and
+    decide whether they support a law fit. InputError (one line) for a missing column, an
+    unknown baseline, a baseline that mixes architectures, or unfittable baseline runs."""
+    if compare != "variant":
+        if compare not in runs.columns:
+            raise InputError(f"--compare: no column '{compare}' in the runs")
+        runs = runs.assign(variant=runs[compare])
+    if "variant" not in runs.columns:
+        runs = runs.assign(variant=baseline)
+    elif compare == "variant" and runs["variant"].isna().any():
+        # a source without the column (its rows are NaN after concatenation): baseline runs
+        runs = runs.assign(variant=runs["variant"].fillna(baseline))
+    variants = sorted(runs["variant"].astype(str).unique())
+    runs = runs.assign(variant=runs["variant"].astype(str))
+    if baseline not in variants:
+        raise InputError(f"--baseline: no variant '{baseline}'; variants: {variants}")
+    if compute == "exact":  # every C below (fits, multipliers, figures) is exact
+        check_exact_compute(runs)
+        runs = runs.assign(C=runs["C_exact"].astype(float))
+    base = runs[runs["variant"] == baseline].reset_index(drop=True)
+    if "arch" in base.columns and base["arch"].nunique() > 1:
+        archs = sorted(base["arch"].astype(str).unique())
+        raise InputError(
+            f"baseline '{baseline}' mixes architectures {archs}: one scaling law per "
+            "architecture; use --compare arch --baseline ARCH"
+        )
+    # An ablation at one token budget (sizes x variants) has no L(N, D) to fit, but its
+    # compute multipliers only need each variant's L(C): report those alone.
+    law_fit = len(variants) == 1 or (base["N"].nunique() > 1 and base["D"].nunique() > 1)
+    if law_fit:
+        check_fittable(base, f"baseline variant '{baseline}'")
+    return Comparison(runs=runs, base=base, variants=variants, law_fit=law_fit)
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__)
     add_selection_args(parser)
     add_fit_args(parser)
@@ -434,52 +484,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--title", help="report title (default: experiment name(s) or CSV "
                                              "folder name(s))")  # fmt: skip
     parser.add_argument("--out", required=True, help="output folder")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     try:
         check_fit_args(args)
         loaded = load_selected(args)
-        runs = loaded.frame
-        if args.compare != "variant":
-            if args.compare not in runs.columns:
-                raise InputError(f"--compare: no column '{args.compare}' in the runs")
-            runs = runs.assign(variant=runs[args.compare])
-        if "variant" not in runs.columns:
-            runs = runs.assign(variant=args.baseline)
-        elif args.compare == "variant" and runs["variant"].isna().any():
-            # a source without the column (its rows are NaN after concatenation): baseline runs
-            runs = runs.assign(variant=runs["variant"].fillna(args.baseline))
-        variants = sorted(runs["variant"].astype(str).unique())
-        runs = runs.assign(variant=runs["variant"].astype(str))
-        if args.baseline not in variants:
-            raise InputError(f"--baseline: no variant '{args.baseline}'; variants: {variants}")
-        if args.compute == "exact":  # every C below (fits, multipliers, figures) is exact
-            check_exact_compute(runs)
-            runs = runs.assign(C=runs["C_exact"].astype(float))
-        base = runs[runs["variant"] == args.baseline].reset_index(drop=True)
-        if "arch" in base.columns and base["arch"].nunique() > 1:
-            archs = sorted(base["arch"].astype(str).unique())
-            raise InputError(
-                f"baseline '{args.baseline}' mixes architectures {archs}: one scaling law per "
-                "architecture; use --compare arch --baseline ARCH"
-            )
-        # An ablation at one token budget (sizes x variants) has no L(N, D) to fit, but its
-        # compute multipliers only need each variant's L(C): report those alone.
-        law_fit = len(variants) == 1 or (base["N"].nunique() > 1 and base["D"].nunique() > 1)
-        if law_fit:
-            check_fittable(base, f"baseline variant '{args.baseline}'")
-
+        chosen = choose_variants(loaded.frame, args.compare, args.baseline, args.compute)
+        runs, base = chosen.runs, chosen.base
         curves = _curves(args, runs)
-        from analysis import chinchilla
-        from analysis.ablation import compare_variants
-
-        result = None
-        if law_fit:
-            result = fit_all(base, n_boot=args.bootstrap, seed=args.seed, budgets=args.budget,
-                             curves=curves, intermediate=args.intermediate,
-                             holdout_threshold=args.holdout_above, compute=args.compute,
-                             fixed=args.fixed)  # fmt: skip
+        fits = None
+        if chosen.law_fit:
+            fits = fit_all(base, n_boot=args.bootstrap, seed=args.seed, budgets=args.budget,
+                           curves=curves, intermediate=args.intermediate,
+                           holdout_threshold=args.holdout_above, compute=args.compute,
+                           fixed=args.fixed)  # fmt: skip
         ablation = None
-        if len(variants) > 1:
+        if len(chosen.variants) > 1:
             ablation = compare_variants(runs, baseline=args.baseline, n_boot=args.bootstrap,
                                         seed=args.seed)  # fmt: skip
             ablation["compute"] = args.compute
@@ -493,11 +516,8 @@ def main(argv: list[str] | None = None) -> int:
     runs.to_csv(out / "runs.csv", index=False)
     if curves is not None and not curves.empty:
         curves.to_csv(out / "curves.csv", index=False)
-    law_obj = None
-    if result is not None:
-        p = result["parametric"]
-        law_obj = chinchilla.Parametric(p["E"], p["A"], p["B"], p["alpha"], p["beta"])
-    figures = make_figures(base, curves, result, law_obj, ablation, out / "figures", args.compute,
+    result = None if fits is None else fits.as_dict()
+    figures = make_figures(base, curves, fits, ablation, out / "figures", args.compute,
                            all_runs=runs)  # fmt: skip
     blocks = build_blocks(runs, loaded.excluded, result, ablation, figures, title, loaded.source)
     (out / "report.md").write_text(render_md(blocks))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.chinchilla import Parametric
+from analysis.parametric import Parametric
 
 # Hoffmann et al. (2022) approach-3 values at full precision (Besiroglu et al. 2024, table 1).
 HOFFMANN = Parametric(E=1.6934, A=406.40, B=410.72, alpha=0.33917, beta=0.28491)

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import scipy
 
-from analysis import chinchilla
+from analysis import parametric
 from analysis.bootstrap import resample_counts
 from analysis.synthetic import HOFFMANN, grid_runs
 
@@ -62,19 +62,19 @@ def main(argv=None) -> int:
     info = machine()
     runs = grid_runs(HOFFMANN, n=args.points, noise=0.01, seed=0)
     N, D, L = runs["N"], runs["D"], runs["loss"]
-    fit, grid_wall, grid_cpu = _timed(lambda: chinchilla.fit_parametric(N, D, L), args.repeats)
+    fit, grid_wall, grid_cpu = _timed(lambda: parametric.fit_parametric(N, D, L), args.repeats)
     counts = resample_counts(len(runs), args.bootstrap, seed=0)
     (thetas, _), boot_wall, boot_cpu = _timed(
-        lambda: chinchilla.bootstrap_parametric(N, D, L, fit, counts), args.repeats
+        lambda: parametric.bootstrap_parametric(N, D, L, fit, counts), args.repeats
     )
     # What a user waits for on a real ladder: the whole approach-3 section (grid fit, every
     # replicate from its own starts, identification) on the committed reference ladder.
     ladder = pd.read_csv(Path(__file__).parent.parent / "results" / "ref_ladder_v2" / "runs.csv")
     (_, section), ladder_wall, ladder_cpu = _timed(
-        lambda: chinchilla.parametric_report(ladder, [1e13], args.bootstrap, 0), args.repeats
+        lambda: parametric.parametric_report(ladder, [1e13], args.bootstrap, 0), args.repeats
     )
     rows = [
-        {"task": f"approach 3, full grid ({len(chinchilla.hoffmann_grid())} starts), "
+        {"task": f"approach 3, full grid ({len(parametric.hoffmann_grid())} starts), "
                  f"{args.points} points", "wall_s": grid_wall, "cpu_s": grid_cpu},
         {"task": f"{args.bootstrap} bootstrap refits (warm + 9 grid starts), {args.points} points",
          "wall_s": boot_wall, "cpu_s": boot_cpu},

@@ -33,8 +33,10 @@ IsoFLOP budgets in either; training logs ``flops_6nd`` and ``flops_exact``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from models.config import ModelConfig
+if TYPE_CHECKING:  # annotations only: models.config imports the ladder, which imports this
+    from models.config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -48,12 +50,12 @@ class ParamCount:
     head: int  # untied output head (0 when tied); included in `embedding`
 
 
-def _norm_params(cfg: ModelConfig) -> int:
-    # LayerNorm: gain + optional bias; RMSNorm: gain only.
+def norm_params(cfg: ModelConfig) -> int:
+    """Parameters of one norm layer: LayerNorm gain + optional bias; RMSNorm gain only."""
     return cfg.d_model * (2 if cfg.norm == "layernorm" and cfg.bias else 1)
 
 
-def _layer_params(cfg: ModelConfig) -> tuple[int, int, int]:
+def layer_params(cfg: ModelConfig) -> tuple[int, int, int]:
     """(attention, mlp, norms) parameters of one block."""
     d, b, f = cfg.d_model, int(cfg.bias), cfg.ffn_dim
     qkv_out = (cfg.n_heads + 2 * cfg.kv_heads) * cfg.head_dim
@@ -62,15 +64,15 @@ def _layer_params(cfg: ModelConfig) -> tuple[int, int, int]:
         mlp = 2 * d * f + b * (f + d)
     else:  # swiglu: fused gate+up (d -> 2f) and down (f -> d)
         mlp = 3 * d * f + b * (2 * f + d)
-    return attn, mlp, 2 * _norm_params(cfg)
+    return attn, mlp, 2 * norm_params(cfg)
 
 
 def count_params(cfg: ModelConfig) -> ParamCount:
     """Exact parameter counts of ``build_model(cfg)``; see the module docstring for conventions."""
-    attn, mlp, norms = _layer_params(cfg)
+    attn, mlp, norms = layer_params(cfg)
     attn, mlp, norms = cfg.n_layers * attn, cfg.n_layers * mlp, cfg.n_layers * norms
     if cfg.norm_position == "pre":
-        norms += _norm_params(cfg)  # final norm
+        norms += norm_params(cfg)  # final norm
     head = 0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model
     pos_table = cfg.max_seq_len * cfg.d_model if cfg.pos_encoding == "learned" else 0
     embedding = cfg.vocab_size * cfg.d_model + pos_table + head

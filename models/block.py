@@ -12,14 +12,17 @@ from models.positions import AttnInputs
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer_idx: int):
-        from models.registry import MLPS, NORMS  # registry imports this module
+    """``norm`` and ``mlp`` are the classes the config names, passed in by the caller (see
+    ``models.registry.build_block``) so that this module needs no registry."""
 
+    def __init__(
+        self, cfg: ModelConfig, layer_idx: int, norm: type[nn.Module], mlp: type[nn.Module]
+    ):
         super().__init__()
-        self.attn_norm = NORMS[cfg.norm](cfg)
+        self.attn_norm = norm(cfg)
         self.attn = CausalSelfAttention(cfg, layer_idx)
-        self.mlp_norm = NORMS[cfg.norm](cfg)
-        self.mlp = MLPS[cfg.mlp](cfg)
+        self.mlp_norm = norm(cfg)
+        self.mlp = mlp(cfg)
 
 
 class PreNormBlock(Block):

@@ -15,6 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+# The ladder and the accounting it uses read a config's fields but never import this module at
+# run time, so this is the one direction of the dependency.
+from models.ladder import config_for_size
+
 NormPosition = Literal["pre", "post"]
 Norm = Literal["layernorm", "rmsnorm"]
 PosEncoding = Literal["sinusoidal", "learned", "rope", "alibi", "none"]
@@ -115,8 +119,6 @@ class ModelConfig:
             raise ValueError(
                 f"size must be a positive number of non-embedding params, got {size!r}"
             )
-        from models.ladder import config_for_size
-
         return config_for_size(float(size), cfg)
 
 

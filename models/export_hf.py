@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from models.config import ModelConfig
+from models.lm import build_model
 
 # What each target needs; checked in this order so the error names the most basic mismatch.
 _TARGETS = {
@@ -220,8 +221,6 @@ def export_hf(model: torch.nn.Module, out_dir: str | Path) -> Path:
 # ----- CLI ----------------------------------------------------------------------------------
 def load_checkpoint_model(checkpoint: Path, config: Path | None = None) -> torch.nn.Module:
     """Rebuild the ``TransformerLM`` saved in a ``sweeps.train`` checkpoint (see module doc)."""
-    from models.lm import build_model
-
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     if not isinstance(state, dict) or "model" not in state:
         raise ExportError(f"{checkpoint}: expected a dict with a 'model' state dict")

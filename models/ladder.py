@@ -38,9 +38,12 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from models.accounting import _layer_params, _norm_params, count_params
-from models.config import ModelConfig
+from models.accounting import count_params, layer_params, norm_params
+
+if TYPE_CHECKING:  # annotations only: models.config imports this module for `size`
+    from models.config import ModelConfig
 
 ASPECT = 32.0  # preferred d_model / n_layers
 ASPECT_BAND = 4.0  # allowed aspect ratios: [ASPECT / 4, ASPECT * 4] = [8, 128]
@@ -106,8 +109,8 @@ def _candidates(base: ModelConfig) -> tuple[tuple[int, ...], tuple[Shape, ...]]:
         width = dataclasses.replace(
             base, n_layers=1, d_model=d, n_heads=heads[0], n_kv_heads=heads[1]
         )
-        per_layer = sum(_layer_params(width))
-        final = _norm_params(width) if base.norm_position == "pre" else 0
+        per_layer = sum(layer_params(width))
+        final = norm_params(width) if base.norm_position == "pre" else 0
         lo = max(1, math.ceil(d / (ASPECT * ASPECT_BAND)))
         hi = min(MAX_LAYERS, math.floor(d / (ASPECT / ASPECT_BAND)))
         for n_layers in range(lo, hi + 1):

@@ -27,7 +27,7 @@ from torch import nn
 from models.attention import KVCache
 from models.config import ModelConfig
 from models.loss import cross_entropy, linear_cross_entropy
-from models.registry import BLOCKS, NORMS, POSITIONS
+from models.registry import NORMS, POSITIONS, build_block
 
 
 class TransformerLM(nn.Module):
@@ -37,7 +37,7 @@ class TransformerLM(nn.Module):
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos = POSITIONS[cfg.pos_encoding](cfg)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(BLOCKS[cfg.norm_position](cfg, i) for i in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(build_block(cfg, i) for i in range(cfg.n_layers))
         self.final_norm = NORMS[cfg.norm](cfg) if cfg.norm_position == "pre" else nn.Identity()
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:

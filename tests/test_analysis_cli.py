@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import chinchilla, fit, report
-from analysis.chinchilla import Parametric
-from analysis.load import load_selected
+from analysis import fit, isoflop, report
+from analysis.load import InputError, load_selected
+from analysis.parametric import Parametric
 from analysis.synthetic import isoflop_runs
 
 LAW = Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
@@ -40,6 +40,29 @@ def test_fit_cli_writes_json_with_every_section(runs_csv, tmp_path, capsys):
     assert res["extrapolation"]["n_test"] == 4
     assert all("rel_error" in r for r in res["extrapolation"]["runs"])
     assert "approach 3: L = " in capsys.readouterr().out
+
+
+def test_fit_all_returns_the_fitted_law_that_fit_json_describes(runs_csv, tmp_path):
+    """fit_all hands back approach 3's law as fitted (the report draws it, not a copy rebuilt
+    from the JSON) next to the sections, and fit.json is exactly those sections."""
+    runs = load_selected(argparse.Namespace(csv=[str(runs_csv)], experiment=None, sweep=None,
+                                            tracking_uri=None)).frame  # fmt: skip
+    fits = fit.fit_all(runs, n_boot=20, seed=0)
+    p = fits.parametric
+    assert isinstance(fits.law, Parametric) and fits.flops is None
+    assert fits.law.n_points == p["n_points"] == 12 and fits.law.objective == p["objective"]
+    for q in ("E", "A", "B", "alpha", "beta", "a", "b"):
+        assert getattr(fits.law, q) == pytest.approx(p[q], rel=1e-12)
+    for row in p["allocation"]:  # the object's allocation is the one the section reports
+        n_opt, d_opt = fits.law.optimal(row["C"])
+        assert (n_opt, d_opt) == pytest.approx((row["N_opt"], row["D_opt"]), rel=1e-9)
+    assert list(fits.as_dict()) == ["n_runs", "compute", "budgets", "parametric", "isoflop",
+                                    "envelope", "kaplan", "extrapolation"]  # fmt: skip
+    out = tmp_path / "fit.json"
+    assert fit.main(["--csv", str(runs_csv), "--bootstrap", "20", "--out", str(out)]) == 0
+    written = json.loads(out.read_text())
+    assert written == {"source": written["source"], "params": "nonembed",
+                       **json.loads(fit.dumps(fits.as_dict()))}  # fmt: skip
 
 
 def test_fit_cli_fits_each_group(tmp_path):
@@ -192,6 +215,27 @@ def test_report_refuses_to_pool_architectures_and_compares_them_by_arch(tmp_path
     assert ablation["baseline"] == "post-b" and set(ablation["variants"]) == {"post-b", "pre-a"}
 
 
+def test_choose_variants_labels_runs_and_decides_whether_a_law_is_fitted():
+    """The choice the report makes before fitting: every run gets a text variant (a source
+    without the column joins the baseline), the baseline's runs are picked, and a baseline at
+    one token budget gets no L(N, D) fit; a wrong --compare or --baseline is one clear error."""
+    grid = isoflop_runs(LAW, seed=0, **SMALL)
+    runs = pd.concat([grid.assign(variant="rope"), grid.assign(variant=np.nan)], ignore_index=True)
+    chosen = report.choose_variants(runs, baseline="nope-free")
+    assert chosen.variants == ["nope-free", "rope"] and chosen.law_fit
+    assert len(chosen.base) == len(grid) and list(chosen.base.index) == list(range(len(grid)))
+    assert (chosen.runs["variant"] == "rope").sum() == len(grid)
+    one_budget = grid.assign(D=2e9, C=6 * grid["N"] * 2e9)
+    two = pd.concat([one_budget.assign(variant="base"), one_budget.assign(variant="b")])
+    assert not report.choose_variants(two).law_fit
+    by_seed = report.choose_variants(grid.assign(seed=grid.index % 2), compare="seed", baseline="1")
+    assert by_seed.variants == ["0", "1"] and (by_seed.base["seed"] == 1).all()
+    with pytest.raises(InputError, match="--compare: no column 'arch'"):
+        report.choose_variants(grid, compare="arch")
+    with pytest.raises(InputError, match=r"--baseline: no variant 'x'; variants: \['base'\]"):
+        report.choose_variants(grid.assign(variant="base"), baseline="x")
+
+
 def test_missing_sqlite_store_is_an_error_not_a_new_empty_store(tmp_path, capsys):
     missing = tmp_path / "nope.db"
     args = ["--experiment", "x", "--tracking-uri", f"sqlite:///{missing}"]
@@ -264,7 +308,7 @@ def test_report_over_an_isoflop_sweep_and_a_token_grid(tmp_path):
     assert report.main([*args, *common, "--out", str(out)]) == 0
     res = json.loads((out / "fit.json").read_text())
     assert res["n_runs"] == 18 and res["parametric"]["n_points"] == 18  # approach 3: all runs
-    alone = chinchilla.isoflop_report(ladder, n_boot=30, seed=0)  # the IsoFLOP sweep only
+    alone = isoflop.isoflop_report(ladder, n_boot=30, seed=0)  # the IsoFLOP sweep only
     iso = res["isoflop"]
     assert [o["sweep"] for o in iso["per_budget"]] == ["iso"] * 3
     assert [o["n_points"] for o in iso["per_budget"]] == [4, 4, 4]
@@ -302,14 +346,14 @@ def test_isoflop_figure_names_the_profiles_of_the_table(ladders):
         ladder = isoflop_runs(LAW, budgets=budgets, sizes_per_budget=4, noise=0.005, seed=seed)
         frames.append(ladder.assign(sweep=sweep, run_id=sweep + "-" + ladder["run_id"]))
     runs = pd.concat(frames, ignore_index=True)
-    result = fit.fit_all(runs, n_boot=20, seed=0, holdout_threshold=1e30)
-    blocks = report.build_blocks(runs, pd.DataFrame(), result, None, [], "t")
+    fits = fit.fit_all(runs, n_boot=20, seed=0, holdout_threshold=1e30)
+    blocks = report.build_blocks(runs, pd.DataFrame(), fits.as_dict(), None, [], "t")
     start = blocks.index(("h2", "Approach 2: IsoFLOP profiles"))
     _, header, rows = next(b for b in blocks[start:] if b[0] == "table")
     sweep, budget = header.index("sweep"), header.index("C (6ND)")
     in_table = [f"{row[budget]} ({row[sweep]})" for row in rows]
     assert {row[sweep] for row in rows} == set(ladders)  # every ladder, never the grid
-    fig = plots.isoflop_curves(runs, result["isoflop"])
+    fig = plots.isoflop_curves(runs, fits.isoflop)
     in_legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     plots.plt.close(fig)
     assert in_legend == [*in_table, "minimum"]
@@ -328,7 +372,7 @@ def test_sources_without_sweep_or_run_id_are_kept_apart(tmp_path):
     assert list(frame["run_id"][[0, 12]]) == ["csv1-row0", "csv2-row0"]
     assert list(frame.columns[:2]) == ["run_id", "source"]
     assert frame["sweep"].value_counts().to_dict() == {str(a): 12, str(b): 6}
-    labels = chinchilla.isoflop_groups(frame)
+    labels = isoflop.isoflop_groups(frame)
     assert (labels[:12] >= 0).all() and (labels[12:] == -1).all()
 
 

@@ -4,14 +4,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import chinchilla
+from analysis import envelope, isoflop, parametric
 from analysis.ablation import compare_variants
 from analysis.bootstrap import resample_counts
 from analysis.lbfgs import minimize_batched
 from analysis.powerlaw import fit_power_law
 from analysis.synthetic import HOFFMANN, isoflop_runs
 
-TRUTH = chinchilla.Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
+TRUTH = parametric.Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
 
 
 def test_hoffmann_full_precision_values_give_the_papers_allocation():
@@ -21,7 +21,7 @@ def test_hoffmann_full_precision_values_give_the_papers_allocation():
     assert 39.5e9 < n_opt[0] < 41.5e9
     assert n_opt[0] * d_opt[0] * 6 == pytest.approx(5.76e23)
     # Sensitivity: the rounded exponents move the answer by 20%, to ~32B.
-    rounded = chinchilla.Parametric(E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28)
+    rounded = parametric.Parametric(E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28)
     assert 31e9 < rounded.optimal(5.76e23)[0][0] < 33e9
 
 
@@ -43,7 +43,7 @@ def test_approach3_recovers_known_parameters_and_intervals_cover_them():
     # exponents within 0.03 and E within 5% (a few bootstrap standard deviations at this noise,
     # measured: ~0.01 for alpha/beta); A and B trade off against the exponents, so 35%.
     runs = isoflop_runs(TRUTH, noise=0.01, seed=3)
-    fit, section = chinchilla.parametric_report(runs, [1e21], n_boot=200, seed=0)
+    fit, section = parametric.parametric_report(runs, [1e21], n_boot=200, seed=0)
     assert fit.alpha == pytest.approx(TRUTH.alpha, abs=0.03)
     assert fit.beta == pytest.approx(TRUTH.beta, abs=0.03)
     assert fit.E == pytest.approx(TRUTH.E, rel=0.05)
@@ -60,19 +60,19 @@ def test_approach3_recovers_known_parameters_and_intervals_cover_them():
 def test_approach3_objective_is_the_best_of_the_grid():
     # Every start of the grid ends at or above the kept optimum.
     runs = isoflop_runs(TRUTH, noise=0.01, seed=1, budgets=(1e17, 1e18, 1e19), sizes_per_budget=5)
-    fit = chinchilla.fit_parametric(runs["N"], runs["D"], runs["loss"])
+    fit = parametric.fit_parametric(runs["N"], runs["D"], runs["loss"])
     logs = [np.log(runs[c].to_numpy()) for c in ("N", "D", "loss")]
-    some_starts = chinchilla.hoffmann_grid()[::97]
-    f, _ = chinchilla.huber_objective(some_starts, np.zeros(len(some_starts), int), *logs,
+    some_starts = parametric.hoffmann_grid()[::97]
+    f, _ = parametric.huber_objective(some_starts, np.zeros(len(some_starts), int), *logs,
                                       np.ones((1, len(runs))))  # fmt: skip
     assert fit.objective <= f.min()
-    refit = chinchilla.fit_parametric(runs["N"], runs["D"], runs["loss"], starts=some_starts)
+    refit = parametric.fit_parametric(runs["N"], runs["D"], runs["loss"], starts=some_starts)
     assert fit.objective <= refit.objective + 1e-12
 
 
 def test_approach2_recovers_the_n_opt_exponent():
     runs = isoflop_runs(TRUTH, budgets=np.geomspace(1e17, 1e20, 6), noise=0.003, seed=0)
-    iso = chinchilla.isoflop_report(runs, n_boot=200, seed=0)
+    iso = isoflop.isoflop_report(runs, n_boot=200, seed=0)
     assert iso["n_budgets"] == 6
     assert iso["a"] == pytest.approx(TRUTH.a, abs=0.02)
     assert iso["a"] + iso["b"] == pytest.approx(1.0)  # D_opt = C / (6 N_opt)
@@ -83,24 +83,24 @@ def test_approach2_recovers_the_n_opt_exponent():
 
 def test_isoflop_skips_budgets_without_three_sizes():
     runs = isoflop_runs(TRUTH, budgets=(1e17, 1e18), sizes_per_budget=2, noise=0.0)
-    assert chinchilla.isoflop_report(runs, n_boot=20, seed=0) is None
+    assert isoflop.isoflop_report(runs, n_boot=20, seed=0) is None
 
 
 def test_budgets_are_grouped_within_each_sweep():
     """A token grid run whose C matches an IsoFLOP budget is not part of that budget."""
     C = np.array([1e18, 1.02e18, 0.99e18, 1.01e18, 1e17])
-    assert len(set(chinchilla.budget_groups(C))) == 2  # no sweeps: one 1e18 budget
+    assert len(set(isoflop.budget_groups(C))) == 2  # no sweeps: one 1e18 budget
     sweep = np.array(["iso", "iso", "iso", "grid", "iso"])
-    labels = chinchilla.budget_groups(C, sweep=sweep)
+    labels = isoflop.budget_groups(C, sweep=sweep)
     assert labels[3] not in labels[:3] and len(set(labels[:3])) == 1
     runs = pd.DataFrame({"C": C, "N": [1, 2, 3, 4, 5], "sweep": sweep})
-    groups = chinchilla.isoflop_groups(runs)  # only the 3-size 1e18 group of 'iso' is a profile
+    groups = isoflop.isoflop_groups(runs)  # only the 3-size 1e18 group of 'iso' is a profile
     assert groups[0] == groups[1] == groups[2] >= 0 and (groups[3:] == -1).all()
 
 
 def test_envelope_keeps_the_lowest_loss_per_compute_bin():
     runs = isoflop_runs(TRUTH, noise=0.0)
-    front = chinchilla.envelope(runs[["run_id", "N", "C", "loss"]], n_bins=5)
+    front = envelope.envelope(runs[["run_id", "N", "C", "loss"]], n_bins=5)
     assert len(front) == 5
     for _, row in front.iterrows():
         same_budget = runs[np.isclose(runs["C"], row["C"], rtol=0.05)]
@@ -129,7 +129,7 @@ def test_resample_counts_is_seeded_and_keeps_strata_sizes():
 def _scaled(law, k):
     """Law of a variant worth k times the compute: L_v(N, D) = L(N sqrt k, D sqrt k)."""
     s = np.sqrt(k)
-    return chinchilla.Parametric(law.E, law.A * s**-law.alpha, law.B * s**-law.beta, law.alpha,
+    return parametric.Parametric(law.E, law.A * s**-law.alpha, law.B * s**-law.beta, law.alpha,
                                  law.beta)  # fmt: skip
 
 
@@ -161,7 +161,7 @@ def test_isoflop_without_minima_reports_the_profiles_not_a_law():
     below the measured sizes): no N_opt(C) law, but each budget's profile is reported."""
     import pandas as pd
 
-    from analysis.chinchilla import isoflop_report
+    from analysis.isoflop import isoflop_report
 
     rows = []
     for C in (1e11, 1e12):
@@ -180,12 +180,12 @@ def test_bootstrap_intervals_cover_the_truth_when_e_is_weakly_identified():
     some fits put E on its bound (seed 0: E ~ 1e-252). Each replicate must find its own optimum:
     warm-started at such an estimate alone, no replicate could leave it and the intervals of E
     and a collapsed onto it (the old code's 'E 8.6e-54 [8.6e-54, 8.6e-54]')."""
-    truth = chinchilla.Parametric(E=0.5, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
+    truth = parametric.Parametric(E=0.5, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
     budgets = tuple(np.geomspace(1e17, 1e18, 4))
     covered, on_bound = 0, 0
     for seed in range(12):
         runs = isoflop_runs(truth, budgets=budgets, sizes_per_budget=5, noise=0.02, seed=seed)
-        fit, section = chinchilla.parametric_report(runs, [1e19], n_boot=60, seed=seed)
+        fit, section = parametric.parametric_report(runs, [1e19], n_boot=60, seed=seed)
         lo, hi = section["ci95"]["a"]
         covered += lo <= truth.a <= hi
         e_lo, e_hi = section["ci95"]["E"]
@@ -207,7 +207,7 @@ def test_envelope_keeps_only_points_that_no_cheaper_point_matches():
         "C": [3e10, 1e11, 2.7e11, 5.15e11, 6.1e11, 1.2e12, 6.5e12],
         "loss": [2.95, 2.49, 2.35, 2.69, 2.23, 2.06, 1.72],
     })  # fmt: skip
-    front = chinchilla.envelope(points, n_bins=7)
+    front = envelope.envelope(points, n_bins=7)
     assert "d" not in set(front["run_id"])
     for _, row in front.iterrows():
         cheaper = points[points["C"] < row["C"]]
@@ -215,7 +215,7 @@ def test_envelope_keeps_only_points_that_no_cheaper_point_matches():
     # a resample without a frontier run gets the next-best run in its frontier
     counts = np.ones((1, 7))
     counts[0, 2] = 0  # drop run c
-    (replicate,) = chinchilla.resampled_envelopes(points, counts, n_bins=7)
+    (replicate,) = envelope.resampled_envelopes(points, counts, n_bins=7)
     assert "c" not in set(replicate["run_id"]) and "d" not in set(replicate["run_id"])
     assert set(replicate["run_id"]) == {"a", "b", "e", "f", "g"}
 
@@ -243,7 +243,7 @@ def test_holm_adjustment_matches_the_step_down_formula():
 
 def test_fixing_e_at_the_truth_recovers_the_exponents():
     runs = isoflop_runs(TRUTH, noise=0.01, seed=3)
-    fit, section = chinchilla.parametric_report(runs, [1e21], n_boot=50, seed=0,
+    fit, section = parametric.parametric_report(runs, [1e21], n_boot=50, seed=0,
                                                 fixed={"E": TRUTH.E})  # fmt: skip
     assert fit.E == pytest.approx(TRUTH.E)
     assert section["fixed"] == {"E": TRUTH.E} and section["ci95"]["E"] is None
@@ -253,11 +253,11 @@ def test_fixing_e_at_the_truth_recovers_the_exponents():
 
 
 def test_exact_compute_allocation_spends_the_budget_and_tends_to_6nd():
-    flops = chinchilla.FlopsPerToken(c=2e5, q=0.5)  # head-like extra term
+    flops = parametric.FlopsPerToken(c=2e5, q=0.5)  # head-like extra term
     theta = TRUTH.theta[None, :]
     small, huge = 1e15, 1e30
-    exact = chinchilla.allocation_exact(theta, [small, huge], flops)
-    six = chinchilla.allocation(theta, np.array([small, huge]))
+    exact = parametric.allocation_exact(theta, [small, huge], flops)
+    six = parametric.allocation(theta, np.array([small, huge]))
     for k, C in enumerate((small, huge)):
         assert flops(exact["N_opt"][0, k]) * exact["D_opt"][0, k] == pytest.approx(C)
     # brute force at the small budget: the grid minimum is the optimum

@@ -2,7 +2,7 @@
 
     LAWS["kaplan"].predict(theta, {"N": ..., "D": ...})
 
-`chinchilla` (default, approach 3 of `analysis.chinchilla`), `kaplan` (Kaplan et al. 2020,
+`chinchilla` (default, approach 3 of `analysis.parametric`), `kaplan` (Kaplan et al. 2020,
 eq. 1.5), `datablations` (Muennighoff et al. 2023, needs a column U of unique tokens) and
 `overtrain` (Gadre et al. 2024). Every form: fitted from a start grid, bootstrap over runs,
 identification flags, allocation for compute budgets; `section` writes fit.json's shape

@@ -3,7 +3,7 @@
 A form (`Law`) is a prediction log L(theta; N, D, ...) written once in torch, so the fit gets
 exact gradients from autograd instead of hand-derived ones for every form. theta holds the
 paper's parameters, scale parameters as logs (`log_scale`), so a start grid can span decades.
-Every form is fitted the way approach 3 is (`analysis.chinchilla`): summed Huber loss of log
+Every form is fitted the way approach 3 is (`analysis.parametric`): summed Huber loss of log
 residuals (delta 1e-3), batched L-BFGS (`analysis.lbfgs`) from every point of a start grid,
 L-BFGS-B polish of the best; every bootstrap replicate refitted from the point estimate and a
 few grid points. One objective for every form, so a comparison of forms compares the forms.
@@ -131,7 +131,7 @@ class Fit:
 def fit(law: Law, columns, loss, starts: np.ndarray | None = None, free=None,
         polish: int = 3) -> Fit:
     """Point estimate: batched L-BFGS from every start, L-BFGS-B polish of the `polish` best
-    distinct results (as `chinchilla.fit_parametric`). `free` (P,) bool holds the others at
+    distinct results (as `parametric.fit_parametric`). `free` (P,) bool holds the others at
     their starting values."""
     n = len(np.asarray(loss))
     fun = huber_objective(law, columns, loss)
@@ -166,7 +166,7 @@ def fit(law: Law, columns, loss, starts: np.ndarray | None = None, free=None,
 
 def bootstrap_starts(law: Law, k: int = 9) -> np.ndarray:
     """k points spread over the start grid (every len(grid)/k-th in its order), so a replicate
-    can leave a point estimate stuck on a boundary (see `chinchilla.bootstrap_starts`)."""
+    can leave a point estimate stuck on a boundary (see `parametric.bootstrap_starts`)."""
     grid = law.starts()
     return grid[np.linspace(0, len(grid) - 1, min(k, len(grid))).round().astype(int)]
 
@@ -176,7 +176,7 @@ def bootstrap(law: Law, columns, loss, counts: np.ndarray, starts: np.ndarray, f
     """Refit every replicate (counts (R, n)) from its own starts: (S, P) shared by all, or
     (R, S, P) per replicate. Returns thetas (R, P), nan where not converged, and the
     converged flags (R,). Every start runs `screen_iter` iterations, the `keep` best of each
-    replicate run to convergence (as `chinchilla.bootstrap_parametric`)."""
+    replicate run to convergence (as `parametric.bootstrap_parametric`)."""
     n_rep = counts.shape[0]
     starts = np.broadcast_to(starts, (n_rep, *starts.shape[-2:]))
     n_start = starts.shape[1]

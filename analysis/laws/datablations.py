@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from analysis import chinchilla
+from analysis import parametric
 from analysis.laws.base import Law, bootstrap, fit, one_thread, tensors
 from analysis.laws.chinchilla import ORDER
 
@@ -83,10 +83,10 @@ def fitter(law: Law, runs: pd.DataFrame, counts: np.ndarray, fixed: dict | None 
     """The two-stage fit and its bootstrap: theta (7,), objective, thetas (R, 7), converged."""
     one = single_epoch(runs)
     first = runs[one]
-    stage1 = chinchilla.fit_parametric(first["N"], first["D"], first["loss"], fixed=fixed)
-    reps1, ok1 = chinchilla.bootstrap_parametric(first["N"], first["D"], first["loss"], stage1,
+    stage1 = parametric.fit_parametric(first["N"], first["D"], first["loss"], fixed=fixed)
+    reps1, ok1 = parametric.bootstrap_parametric(first["N"], first["D"], first["loss"], stage1,
                                                  counts[:, one], fixed=fixed)  # fmt: skip
-    order = ORDER  # analysis.chinchilla's theta order -> ours
+    order = ORDER  # analysis.parametric's theta order -> ours
     cols, loss = tensors(runs, law.columns), runs["loss"].to_numpy(float)
     stars = law.starts()[:, 5:]  # (S, 2) grid of log R_D*, log R_N*
     free = np.array([False] * 5 + [True] * 2)
