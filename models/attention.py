@@ -85,15 +85,15 @@ class SelfAttention(nn.Module):
 
 
 def with_key_padding(pos: AttnInputs, keep: torch.Tensor | None) -> AttnInputs:
-    """``pos`` with the padded keys of each sequence masked out; keep (B, S) bool, True = a real
-    token. The mask becomes (B, H or 1, T, S); a causal fast path turns into an explicit mask."""
+    """Bidirectional ``pos`` with the padded keys of each sequence masked out; keep (B, S),
+    1/True = a real token. The mask becomes (B, H or 1, T, S). (A causal stack needs no key
+    mask for right padding: no real position sees a later pad.)"""
     if keep is None:
         return pos
+    if pos.is_causal:
+        raise ValueError("key padding is for bidirectional attention inputs (causal=False)")
     pad = keep.bool()[:, None, None, :]  # (B, 1, 1, S)
     mask = pos.mask
-    if pos.is_causal:
-        T = S = keep.shape[1]
-        mask = torch.ones(T, S, dtype=torch.bool, device=keep.device).tril()[None]
     if mask is None:
         mask = pad
     elif mask.dtype == torch.bool:

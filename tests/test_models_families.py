@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import typing
 
 import pytest
 import torch
@@ -22,6 +23,8 @@ from models import (
     flops_per_sequence,
     flops_per_token,
 )
+from models.lm import FAMILIES
+from models.registry import CROSS_BLOCKS
 
 V = 61
 TINY = dict(vocab_size=V, max_seq_len=16, n_layers=2, d_model=32, n_heads=4)
@@ -251,3 +254,9 @@ def test_arch_names_the_family():
         tiny("encoder_decoder", n_kv_heads=1).arch
         == "encoder_decoder-pre-layernorm-learned-mqa-gelu"
     )
+
+
+def test_family_and_cross_block_registries_cover_the_config_choices():
+    hints = typing.get_type_hints(ModelConfig)
+    assert set(FAMILIES) == set(typing.get_args(hints["family"]))
+    assert set(CROSS_BLOCKS) == set(typing.get_args(hints["norm_position"]))
