@@ -1,5 +1,8 @@
 """Typed model configuration: every architecture axis of scaling-lab in one dataclass.
 
+``family`` picks the Transformer family (decoder-only LM, 2017 encoder-decoder, BERT-style
+encoder); every other axis applies to each family's stacks alike.
+
 A config is plain data (YAML/JSON friendly). String knobs are ``Literal``-typed and checked in
 ``__post_init__``, so a bad value fails at construction with one line naming the field and the
 allowed values. ``ModelConfig.from_dict`` additionally rejects unknown keys and accepts ``size``
@@ -24,11 +27,24 @@ NormPosition = Literal["pre", "post"]
 Norm = Literal["layernorm", "rmsnorm"]
 PosEncoding = Literal["sinusoidal", "learned", "rope", "alibi", "none"]
 Mlp = Literal["gelu", "swiglu"]
+Family = Literal["decoder", "encoder_decoder", "encoder"]
+
+# Fields the decoder family holds at their defaults (validated). ``to_dict`` leaves them out of
+# a decoder config, so its dict, and every run key and MLflow param set made from it, is what it
+# was before the families existed.
+FAMILY_FIELDS = ("family", "n_encoder_layers", "n_decoder_layers")
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """A decoder-only causal Transformer LM.
+    """A Transformer of one of three families (``family``):
+
+    - ``decoder``: a causal LM (GPT-2, Llama), ``n_layers`` blocks.
+    - ``encoder_decoder``: the 2017 model. An encoder stack (bidirectional self-attention, MLP)
+      of ``n_encoder_layers`` and a decoder stack (causal self-attention, cross-attention over
+      the encoder output, MLP) of ``n_decoder_layers``; both default to ``n_layers``.
+    - ``encoder``: a masked LM (BERT): bidirectional self-attention, ``n_layers`` blocks, a norm
+      after the embeddings, BERT's MLM head.
 
     Shape fields may be chosen by the size ladder instead: pass ``size`` to ``from_dict``.
     """
@@ -53,6 +69,9 @@ class ModelConfig:
     dropout: float = 0.0  # embedding, attention-probability and residual dropout (train only)
     norm_eps: float = 1e-5
     init_std: float = 0.02  # std of normal init; residual output projections / sqrt(2 n_layers)
+    family: Family = "decoder"
+    n_encoder_layers: int | None = None  # encoder_decoder only; None = n_layers
+    n_decoder_layers: int | None = None  # encoder_decoder only; None = n_layers
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -84,14 +103,40 @@ class ModelConfig:
         return f"gqa{self.n_heads // self.kv_heads}"
 
     @property
+    def encoder_layers(self) -> int:
+        """Blocks in the encoder stack (0 for the decoder family)."""
+        if self.family == "decoder":
+            return 0
+        if self.family == "encoder":
+            return self.n_layers
+        return self.n_layers if self.n_encoder_layers is None else self.n_encoder_layers
+
+    @property
+    def decoder_layers(self) -> int:
+        """Blocks in the (causal) decoder stack (0 for the encoder family)."""
+        if self.family == "encoder":
+            return 0
+        if self.family == "decoder":
+            return self.n_layers
+        return self.n_layers if self.n_decoder_layers is None else self.n_decoder_layers
+
+    @property
     def arch(self) -> str:
-        """Size-independent architecture signature, e.g. ``pre-rmsnorm-rope-gqa2-swiglu``."""
+        """Size-independent architecture signature, e.g. ``pre-rmsnorm-rope-gqa2-swiglu``;
+        other families than the decoder lead with theirs (``encoder_decoder-post-...``)."""
         parts = [self.norm_position, self.norm, self.pos_encoding, self.attention_kind, self.mlp]
+        if self.family != "decoder":
+            parts.insert(0, self.family)
         return "-".join(parts)
 
     # ----- (de)serialisation ------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every field; a decoder leaves out ``FAMILY_FIELDS`` (they then hold their defaults)."""
+        d = dataclasses.asdict(self)
+        if self.family == "decoder":
+            for name in FAMILY_FIELDS:
+                del d[name]
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ModelConfig:
@@ -139,8 +184,18 @@ def default_d_ff(d_model: int, mlp: str, bias: bool) -> int:
 
 
 # ----- validation ---------------------------------------------------------------------------
-_INT_FIELDS = ("vocab_size", "max_seq_len", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff")
-_OPTIONAL_INT_FIELDS = ("n_kv_heads", "d_ff")
+_INT_FIELDS = (
+    "vocab_size",
+    "max_seq_len",
+    "n_layers",
+    "d_model",
+    "n_heads",
+    "n_kv_heads",
+    "d_ff",
+    "n_encoder_layers",
+    "n_decoder_layers",
+)
+_OPTIONAL_INT_FIELDS = ("n_kv_heads", "d_ff", "n_encoder_layers", "n_decoder_layers")
 
 
 @functools.cache
@@ -186,6 +241,13 @@ def _validate(c: ModelConfig) -> None:
             f"n_kv_heads ({c.kv_heads}) must divide n_heads ({c.n_heads}); allowed n_kv_heads: "
             f"{', '.join(map(str, divisors))}"
         )
+    if c.family != "encoder_decoder":
+        for name in ("n_encoder_layers", "n_decoder_layers"):
+            if getattr(c, name) is not None:
+                raise ValueError(
+                    f"{name} applies to family='encoder_decoder' only (family={c.family!r}); "
+                    "use n_layers or null"
+                )
     if c.pos_encoding == "rope" and c.head_dim % 2 != 0:
         raise ValueError(
             f"head_dim = d_model / n_heads = {c.head_dim} must be even with pos_encoding='rope' "

@@ -337,9 +337,15 @@ def build_model_config(model_section: dict, vocab_size: int, seq_len: int):
 
     d = {**model_section, "vocab_size": vocab_size, "max_seq_len": seq_len}
     try:
-        return ModelConfig.from_dict(d)
+        model = ModelConfig.from_dict(d)
     except (ValueError, TypeError) as e:
         raise ConfigError(f"model: {e}") from None
+    if model.family != "decoder":  # the factory builds them; the loop trains next-token LMs only
+        raise ConfigError(
+            f"model.family={model.family}: training runs the decoder family only (the "
+            "encoder and encoder_decoder families have no objective in the loop yet)"
+        )
+    return model
 
 
 def resolve_config(cfg: Any) -> RunSpec:
