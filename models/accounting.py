@@ -45,10 +45,8 @@ IsoFLOP budgets in either; training logs ``flops_6nd`` and ``flops_exact``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # annotations only: models.config imports the ladder, which imports this
-    from models.config import ModelConfig
+from models.config import ModelConfig
 
 
 @dataclass(frozen=True)

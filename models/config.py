@@ -5,8 +5,9 @@ encoder); every other axis applies to each family's stacks alike.
 
 A config is plain data (YAML/JSON friendly). String knobs are ``Literal``-typed and checked in
 ``__post_init__``, so a bad value fails at construction with one line naming the field and the
-allowed values. ``ModelConfig.from_dict`` additionally rejects unknown keys and accepts ``size``
-(a target non-embedding parameter count) which the size ladder turns into a shape.
+allowed values. ``ModelConfig.from_dict`` additionally rejects unknown keys. A ``size`` (a target
+non-embedding parameter count) is the size ladder's business: ``models.ladder.model_config``
+turns a mapping with ``size`` into a shape, so this module depends on nothing else in models/.
 """
 
 from __future__ import annotations
@@ -18,9 +19,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-# The ladder and the accounting it uses read a config's fields but never import this module at
-# run time, so this is the one direction of the dependency.
-from models.ladder import config_for_size
 from models.values import int_if_integral
 
 NormPosition = Literal["pre", "post"]
@@ -46,7 +44,8 @@ class ModelConfig:
     - ``encoder``: a masked LM (BERT): bidirectional self-attention, ``n_layers`` blocks, a norm
       after the embeddings, BERT's MLM head.
 
-    Shape fields may be chosen by the size ladder instead: pass ``size`` to ``from_dict``.
+    Shape fields may be chosen by the size ladder instead: ``models.ladder.model_config`` with
+    ``size`` in the mapping.
     """
 
     vocab_size: int = 4096  # training overrides this from the tokenizer
@@ -140,14 +139,15 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ModelConfig:
-        """Build from a plain mapping (e.g. a resolved Hydra ``model`` group).
-
-        Unknown keys raise ``ValueError`` naming the key. ``size`` (a number, or None) asks the
-        size ladder for ``n_layers``, ``d_model``, ``n_heads`` and ``n_kv_heads``; the given shape
-        fields then only supply the attention grouping (MHA / GQA ratio / MQA) to keep.
-        """
+        """Build from a plain mapping of the fields. Unknown keys raise ``ValueError`` naming
+        the key. A ``size`` of None (what a Hydra model group carries when no size is asked
+        for) is ignored; a number is refused here: ``models.ladder.model_config`` applies it."""
         d = dict(d)
-        size = d.pop("size", None)
+        if d.pop("size", None) is not None:
+            raise ValueError(
+                "size: a target size is applied by the size ladder; build the config with "
+                "models.ladder.model_config"
+            )
         names = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(d) - set(names))
         if unknown:
@@ -157,14 +157,7 @@ class ModelConfig:
         for name in _INT_FIELDS:  # `1e3` from YAML/CLI is a float: accept integral floats
             if name in d:
                 d[name] = int_if_integral(d[name])
-        cfg = cls(**d)
-        if size is None:
-            return cfg
-        if isinstance(size, bool) or not isinstance(size, (int, float)) or not size > 0:
-            raise ValueError(
-                f"size must be a positive number of non-embedding params, got {size!r}"
-            )
-        return config_for_size(float(size), cfg)
+        return cls(**d)
 
 
 def default_d_ff(d_model: int, mlp: str, bias: bool) -> int:

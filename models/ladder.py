@@ -45,13 +45,12 @@ import bisect
 import dataclasses
 import functools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 from models.accounting import count_params
-
-if TYPE_CHECKING:  # annotations only: models.config imports this module for `size`
-    from models.config import ModelConfig
+from models.config import ModelConfig
 
 ASPECT = 32.0  # preferred d_model / n_layers
 ASPECT_BAND = 4.0  # allowed aspect ratios: [ASPECT / 4, ASPECT * 4] = [8, 128]
@@ -196,6 +195,21 @@ def apply_shape(base: ModelConfig, shape: Shape) -> ModelConfig:
     return dataclasses.replace(
         base, n_layers=shape.n_layers, d_model=shape.d_model, n_heads=shape.n_heads, n_kv_heads=n_kv
     )
+
+
+def model_config(d: Mapping[str, Any]) -> ModelConfig:
+    """The config a mapping (e.g. a resolved Hydra ``model`` group) describes, with ``size``
+    (a number, or None) applied: a size asks the ladder for ``n_layers``, ``d_model``,
+    ``n_heads`` and ``n_kv_heads``; the given shape fields then only supply the attention
+    grouping (MHA / GQA ratio / MQA) to keep. Raises ``ValueError`` naming the field."""
+    d = dict(d)
+    size = d.pop("size", None)
+    cfg = ModelConfig.from_dict(d)
+    if size is None:
+        return cfg
+    if isinstance(size, bool) or not isinstance(size, (int, float)) or not size > 0:
+        raise ValueError(f"size must be a positive number of non-embedding params, got {size!r}")
+    return config_for_size(float(size), cfg)
 
 
 def config_for_size(size: float, base: ModelConfig) -> ModelConfig:

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from models import ModelConfig, build_model, count_params
 from models.config import FAMILY_FIELDS
-from models.ladder import config_for_size, size_ladder
+from models.ladder import config_for_size, model_config, size_ladder
 from training.config import resolve_config
 from training.keys import run_key
 
@@ -47,7 +47,7 @@ def test_decoder_dict_has_exactly_the_fields_it_had():
     for family in ("encoder", "encoder_decoder"):
         d = ModelConfig(family=family).to_dict()
         assert set(d) == set(DECODER_FIELDS) | set(FAMILY_FIELDS)
-        assert ModelConfig.from_dict(d) == ModelConfig(family=family)
+        assert model_config(d) == ModelConfig(family=family)
 
 
 @pytest.mark.parametrize(("preset", "size"), sorted(KEYS_BEFORE, key=str))
@@ -82,7 +82,7 @@ def test_bad_family_fields_name_the_field(overrides, field):
 
 def test_integral_float_layer_counts_are_accepted():
     d = {"family": "encoder_decoder", "n_encoder_layers": 3.0, "n_decoder_layers": 1e0}
-    cfg = ModelConfig.from_dict(d)
+    cfg = model_config(d)
     assert (cfg.n_encoder_layers, cfg.n_decoder_layers) == (3, 1)
 
 
@@ -118,18 +118,18 @@ def test_ladder_works_per_family(family, base):
 
 def test_ladder_rejects_explicit_stack_depths():
     with pytest.raises(ValueError, match="n_encoder_layers must be null when size is set"):
-        ModelConfig.from_dict({"family": "encoder_decoder", "n_encoder_layers": 2, "size": 1e6})
+        model_config({"family": "encoder_decoder", "n_encoder_layers": 2, "size": 1e6})
 
 
 def test_vanilla_seq2seq_preset_is_the_2017_model_at_any_size():
     raw = compose_model("vanilla_seq2seq")
     assert set(raw) == {f.name for f in dataclasses.fields(ModelConfig)} | {"size"}
-    cfg = ModelConfig.from_dict(raw)
+    cfg = model_config(raw)
     assert cfg.arch == "encoder_decoder-post-layernorm-sinusoidal-mha-gelu"
     assert (cfg.scale_embeddings, cfg.tie_embeddings, cfg.bias) == (True, True, True)
-    vanilla = ModelConfig.from_dict(compose_model("vanilla"))
+    vanilla = model_config(compose_model("vanilla"))
     assert dataclasses.replace(cfg, family="decoder") == vanilla  # the same block
-    base = ModelConfig.from_dict(
+    base = model_config(
         compose_model("vanilla_seq2seq", "model.d_model=512", "model.n_heads=8", "model.n_layers=6")
     )
     # the 2017 base model by hand: attention 4 (d^2 + d), MLP 2 d 4d + 4d + d, LayerNorms 2d each
@@ -138,7 +138,7 @@ def test_vanilla_seq2seq_preset_is_the_2017_model_at_any_size():
     assert count_params(base).non_embedding == 6 * (attn + mlp + 2 * norm) + 6 * (
         2 * attn + mlp + 3 * norm
     )  # 44.1M; with the paper's ~37k shared BPE vocabulary 63.1M in all (its table 3: 65M)
-    sized = ModelConfig.from_dict(compose_model("vanilla_seq2seq", "model.size=2e6"))
+    sized = model_config(compose_model("vanilla_seq2seq", "model.size=2e6"))
     assert abs(count_params(sized).non_embedding / 2e6 - 1) <= 0.04
     assert sized.family == "encoder_decoder"
     build_model(sized)
