@@ -345,7 +345,7 @@ def _ci(section: dict, key: str, fmt: str = ".4g", name: str | None = None) -> s
 def summary(result: dict, title: str = "") -> str:
     p = result["parametric"]
     lines = [f"== {title or 'fit'}: {result['n_runs']} runs, 95% bootstrap intervals"]
-    if "law" in p:  # --law other than chinchilla: its own parameters
+    if p.get("law", "chinchilla") != "chinchilla":  # --law NAME: its own parameters
         return "\n".join([*lines, law_forms.summary(p)])
     lines.append(
         f"approach 3: L = {_ci(p, 'E')} + {_ci(p, 'A')} / N^{_ci(p, 'alpha')}"

@@ -367,6 +367,7 @@ def parametric_report(
     for name in fixed or {}:
         ci[name] = None
     section = {
+        "law": "chinchilla",  # the form (analysis/laws/); other forms write their own section
         **{k: point[k] for k in ("E", "A", "B", "alpha", "beta", "a", "b")},
         "fixed": dict(fixed or {}),
         "compute": "6nd" if flops is None else "exact",

@@ -174,8 +174,7 @@ def test_fit_cli_writes_the_law_section_and_replicates(tmp_path, capsys):
 
 
 def test_default_law_keeps_fit_json_and_writes_the_replicates_of_its_intervals(tmp_path):
-    """fit.json's default section is approach 3's as before (no `law` key; byte-identity with
-    the committed results/*/fit.json was checked by regenerating them), and the replicates next
+    """fit.json's default section is approach 3's, named `chinchilla`, and the replicates next
     to it are the ones its intervals come from."""
     data = runs(LAWS["chinchilla"], {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.339,
                                      "beta": 0.285}, N_GRID, D_GRID)  # fmt: skip
@@ -183,7 +182,7 @@ def test_default_law_keeps_fit_json_and_writes_the_replicates_of_its_intervals(t
     out = tmp_path / "fit.json"
     assert fit.main(["--csv", str(tmp_path / "runs.csv"), "--bootstrap", "20", "--out", str(out)]) == 0
     p = json.loads(out.read_text())["parametric"]
-    assert "law" not in p
+    assert p["law"] == "chinchilla"
     reps = pd.read_csv(tmp_path / "fit.replicates.csv")
     assert list(reps.columns) == ["E", "A", "B", "alpha", "beta"] and len(reps) == 20
     for k in ("E", "alpha", "beta"):

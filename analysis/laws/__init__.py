@@ -121,7 +121,7 @@ def replicates_path(fit_json) -> str:
 
 
 def law_of(section: dict) -> Law:
-    """The form of a `parametric` section (no `law` key: approach 3, fit.json's default)."""
+    """The form of a `parametric` section (no `law` key, as in a hand-written file: approach 3)."""
     return get(section.get("law", DEFAULT))
 
 

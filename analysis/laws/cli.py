@@ -2,8 +2,8 @@
 
 fit.json's other sections (approaches 1 and 2, Kaplan's single-variable laws, the
 extrapolation check) do not depend on the form; only `parametric` is replaced by the chosen
-one. The default `chinchilla` leaves fit.json exactly as before (no `law` key: a section
-without one is approach 3). Every form's bootstrap replicates go next to fit.json
+one. The default `chinchilla` section is approach 3's (`"law": "chinchilla"`; a hand-written
+section without `law` is read as chinchilla too). Every form's bootstrap replicates go next to fit.json
 (`fit.replicates.csv`) for `analysis.predict`.
 """
 
