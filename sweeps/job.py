@@ -101,7 +101,9 @@ def run_point(cfg: DictConfig) -> Any:
         # on until SIGKILL
         signal.signal(signal.SIGTERM, _stop_on_sigterm)
     claim_gpu()
-    share_cpu(int(cfg.sweep.jobs))
+    threads = share_cpu(int(cfg.sweep.jobs))
+    if threads:
+        log.info("torch threads: %d (%d CPUs allocated)", threads, allocated_cpus())
     if int(os.environ.get("SLURM_NTASKS", "1")) > 1:
         # every SLURM task of a multi-GPU point runs this job: make them one torch.distributed
         # world before the Accelerator is created (hydra#2633)
