@@ -3,6 +3,15 @@
 # SIGKILL after 10 s. Safe to run twice or after a failed bring-up.
 set -uo pipefail
 S=${1:?usage: slurm-down.sh DIR}
+# Jobs first: slurmstepd and the job processes are not in slurmd's session. Only this
+# cluster's jobs (slurmctld from DIR answers these commands).
+if [ -s "$S/slurmctld.pid" ] && kill -0 "$(cat "$S/slurmctld.pid")" 2>/dev/null; then
+  jobs=$(squeue -h -o %A 2>/dev/null | sort -u)
+  if [ -n "$jobs" ]; then
+    scancel $jobs 2>/dev/null || true
+    for _ in $(seq 400); do [ -z "$(squeue -h -o %A 2>/dev/null)" ] && break; sleep 0.1; done
+  fi
+fi
 for name in mlflow slurmd slurmctld slurmdbd mariadbd munged; do
   [ -s "$S/$name.pid" ] || continue
   pid=$(cat "$S/$name.pid")
@@ -11,5 +20,4 @@ for name in mlflow slurmd slurmctld slurmdbd mariadbd munged; do
   kill -0 "$pid" 2>/dev/null && kill -KILL -- "-$pid" 2>/dev/null
   rm -f "$S/$name.pid"
 done
-# jobs still running under slurmd (its children) were in slurmd's session: gone with it
 exit 0
