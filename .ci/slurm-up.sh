@@ -22,6 +22,10 @@ wait_for() {  # what command: poll for 30 s
   exit 1
 }
 
+# The tracking server first (it takes longest to start), in its own session: its workers outlive
+# a SIGTERM to the parent alone, so slurm-down.sh kills the process group.
+start mlflow "$PY" -m mlflow server --backend-store-uri "sqlite:///$S/mlflow.db" \
+  --default-artifact-root "$S/mlartifacts" --host 127.0.0.1 --port "$MLFLOW_PORT" --workers 1
 if ! command -v slurmctld >/dev/null || ! command -v mariadbd >/dev/null; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
@@ -86,10 +90,6 @@ wait_for slurmctld "scontrol ping | grep -q UP"
 start slurmd slurmd -D -N localhost
 wait_for slurmd "sinfo -h -o %T | grep -qx idle"
 
-# The tracking server: its own session (its workers outlive a SIGTERM to the parent alone, so
-# slurm-down.sh kills the process group).
-start mlflow "$PY" -m mlflow server --backend-store-uri "sqlite:///$S/mlflow.db" \
-  --default-artifact-root "$S/mlartifacts" --host 127.0.0.1 --port "$MLFLOW_PORT" --workers 1
 for _ in $(seq 900); do
   curl -sf "http://127.0.0.1:$MLFLOW_PORT/health" >/dev/null && break
   kill -0 "$(cat "$S/mlflow.pid")" 2>/dev/null || { tail -n 20 "$S/log/mlflow.out" >&2; exit 1; }
