@@ -123,7 +123,7 @@ def run_point(cfg: DictConfig) -> Any:
         if not on_slurm:
             raise  # local sweeps: Ctrl-C or SIGTERM stops the whole sweep
         if e.signame == f"SIG{PREEMPT_SIGNAL}":
-            _requeue(e)
+            _requeue(e, job_id)
         # an Exception, so Hydra returns it as this point's failure (a KeyboardInterrupt would
         # end the job without a result)
         raise PointInterrupted(f"SLURM job {job_id}: {e.reason}") from None
@@ -136,7 +136,7 @@ def run_point(cfg: DictConfig) -> Any:
     return result
 
 
-def _requeue(e) -> None:
+def _requeue(e, job_id: str | None) -> None:
     """Preempted or near the time limit, checkpoint saved: let submitit's own handler for the
     signal (restored when train() returned) requeue this job, which then resumes the run. It
     exits the process; where it cannot requeue (the time limit hit max_num_timeout times) it
@@ -150,4 +150,4 @@ def _requeue(e) -> None:
     try:
         handler(getattr(signal, f"SIG{PREEMPT_SIGNAL}"), None)
     except Exception as why:  # submitit's UncompletedJobError("Job not requeued because ...")
-        raise PointInterrupted(f"{e.reason}; {why}") from None
+        raise PointInterrupted(f"SLURM job {job_id}: {e.reason}; {why}") from None

@@ -232,12 +232,12 @@ class Interrupted(KeyboardInterrupt):
 
 
 class _Signals:
-    """SIGTERM, SIGINT and SIGUSR1 handlers for one `train()` call (main thread only; the
-    previous handlers come back when it returns). Outside `deferred` mode a signal raises `Interrupted`
+    """SIGTERM and SIGINT handlers for one `train()` call (main thread only; the previous
+    handlers come back when it returns). Outside `deferred` mode a signal raises `Interrupted`
     at once; inside it (opening the MLflow run, the training loop) the first one is recorded
     for the loop to act on at a step boundary, and a second one raises at once."""
 
-    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)  # USR1: SLURM's early warning
+    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)  # USR1: SLURM's time-limit warning
 
     def __init__(self):
         self.received: signal.Signals | None = None

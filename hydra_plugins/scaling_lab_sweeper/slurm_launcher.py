@@ -85,8 +85,8 @@ class ClusterSlurmLauncher(SlurmLauncher):
         require("sinfo")
         executor = self._executor()
         script = executor._executor._make_submission_file_text("true", "preflight")
-        fields = ("partition", "nodes", "tasks_per_node", "cpus_per_task", "mem_gb",
-                  "gpus_per_node", "gres", "constraint", "qos", "account", "timeout_min")  # fmt: skip
+        fields = ["partition", "nodes", "tasks_per_node", "cpus_per_task", "mem_gb"]
+        fields += ["gpus_per_node", "gres", "constraint", "qos", "account", "timeout_min"]
         check_request(script, {k: self.params.get(k) for k in fields})
         self._checked = True
 
