@@ -299,6 +299,7 @@ def _execute(cfg, spec, runs, fixed_args, cli_keys, uri, experiment, launch) -> 
                 job_idx += len(batch)
                 for r, ret in zip(batch, results):
                     outcomes[r.index] = _outcome(r, ret)
+                    _close_lost_run(uri, exp_id, r, ret)
                 progress.refresh()
     except BaseException as e:  # Ctrl-C: KILLED; a launcher that breaks: FAILED
         status = "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED"
@@ -339,9 +340,33 @@ def _outcome(run: plan.PlannedRun, ret: Any) -> Outcome:
 
     if ret.status == JobStatus.COMPLETED:
         return Outcome(run, "finished")
+    from sweeps.job import PointInterrupted
+    from sweeps.slurm import JobLost
+
     err = ret._return_value  # the exception the job raised
-    line = f"{type(err).__name__}: {err}".splitlines()[0]
+    own = isinstance(err, (PointInterrupted, JobLost))  # messages that say what happened
+    line = str(err) if own else f"{type(err).__name__}: {err}"
+    line = line.splitlines()[0] if line.strip() else type(err).__name__
     return Outcome(run, "failed", line)
+
+
+def _close_lost_run(uri: str, experiment_id: str, run: plan.PlannedRun, ret: Any) -> None:
+    """A job that ended without a result (sweeps.slurm.JobLost: SIGKILLed, node failure, state
+    unreadable) may leave its MLflow run RUNNING: mark it KILLED or FAILED with the reason, so
+    the record says what happened (the rerun resumes it from its last checkpoint)."""
+    from sweeps.slurm import JobLost
+
+    err = getattr(ret, "_return_value", None)
+    if not isinstance(err, JobLost):
+        return
+    from training import tracking
+
+    client = tracking.client(uri)
+    found = tracking.find_run_by_key(client, experiment_id, run.run_key)
+    if found is None or found.info.status != "RUNNING":
+        return  # never started, or train() already recorded how it ended
+    tracking.set_tags(client, found.info.run_id, {"failure_reason": str(err)[:1000]})
+    client.set_terminated(found.info.run_id, err.status)
 
 
 def _share_gpus(cfg: DictConfig, jobs: int) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,14 @@ log = logging.getLogger(__name__)
 # Set by the sweep in the launching process when GPUs are shared by local jobs.
 ENV_GPU_POOL = "SCALING_LAB_GPU_POOL"
 ENV_GPU_LOCKS = "SCALING_LAB_GPU_LOCKS"
+# submitit's preemption/time-limit signal (SUBMITIT_PREEMPT_SIGNAL, set by the SLURM launcher)
+PREEMPT_SIGNAL = os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR1")
 _held: list[Any] = []  # lock files stay open (and locked) for the life of the worker process
+
+
+class PointInterrupted(RuntimeError):
+    """A SLURM job's run stopped by a signal (scancel, preemption, time limit): the checkpoint
+    is saved and the MLflow run KILLED; the message is the summary's reason."""
 
 
 def training_config(cfg: DictConfig) -> DictConfig:
@@ -51,28 +60,73 @@ def claim_gpu() -> str | None:
     raise RuntimeError(f"{ENV_GPU_POOL}={','.join(pool)}: every GPU slot is taken by another job")
 
 
-def share_cpu(jobs: int) -> None:
-    """K jobs on one CPU machine: each gets cores // K intra-op threads, not all of them."""
+def allocated_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask (cpusets, SLURM's task/affinity or
+    cgroup plugin), capped by SLURM_CPUS_PER_TASK, which holds even where the mask is the whole
+    node (TaskPlugin=task/none). os.cpu_count() counts the machine, not the allocation."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    per_task = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    if per_task.isdigit() and int(per_task) > 0:
+        cpus = min(cpus, int(per_task))
+    return max(1, cpus)
+
+
+def share_cpu(jobs: int) -> int:
+    """K local jobs share the allocation: each gets allocated CPUs // K intra-op threads (and
+    as many tokenizer threads). A SLURM job's allocation is its own: K does not apply there.
+    Returns the thread count (unchanged, 0, for GPU jobs)."""
     if os.environ.get(ENV_GPU_POOL):
-        return
+        return 0
     import torch
 
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, jobs)))
+    local_jobs = 1 if os.environ.get("SUBMITIT_EXECUTOR") == "slurm" else max(1, jobs)
+    threads = max(1, allocated_cpus() // local_jobs)
+    torch.set_num_threads(threads)
+    os.environ.setdefault("RAYON_NUM_THREADS", str(threads))  # HF tokenizers' thread pool
+    return threads
+
+
+def _stop_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 def run_point(cfg: DictConfig) -> Any:
+    on_slurm = os.environ.get("SUBMITIT_EXECUTOR") == "slurm"
+    if on_slurm and threading.current_thread() is threading.main_thread():
+        # submitit only logs SIGTERM ("Bypassing signal SIGTERM"): before and after training
+        # (which installs its own handlers) a cancelled job exits at once instead of running
+        # on until SIGKILL
+        signal.signal(signal.SIGTERM, _stop_on_sigterm)
     claim_gpu()
-    share_cpu(int(cfg.sweep.jobs))
+    threads = share_cpu(int(cfg.sweep.jobs))
+    if threads:
+        log.info("torch threads: %d (%d CPUs allocated)", threads, allocated_cpus())
     if int(os.environ.get("SLURM_NTASKS", "1")) > 1:
         # every SLURM task of a multi-GPU point runs this job: make them one torch.distributed
         # world before the Accelerator is created (hydra#2633)
         import submitit
 
         submitit.helpers.TorchDistributedEnvironment().export()
-    from training.train import train
+    from training.train import Interrupted, train
 
+    train_cfg = training_config(cfg)
+    if on_slurm:  # which SLURM job trained (or is training) the run: scancel, sacct, its log
+        job = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+        job_id = "_".join(job) if all(job) else os.environ.get("SLURM_JOB_ID")
+        OmegaConf.update(train_cfg, "tracking.tags.slurm_job_id", job_id, force_add=True)
     try:
-        result = train(training_config(cfg))
+        result = train(train_cfg)
+    except Interrupted as e:  # the run saved its checkpoint and is KILLED in MLflow
+        if not on_slurm:
+            raise  # local sweeps: Ctrl-C or SIGTERM stops the whole sweep
+        if e.signame == f"SIG{PREEMPT_SIGNAL}":
+            _requeue(e, job_id)
+        # an Exception, so Hydra returns it as this point's failure (a KeyboardInterrupt would
+        # end the job without a result)
+        raise PointInterrupted(f"SLURM job {job_id}: {e.reason}") from None
     except Exception:
         # the sweep summary shows one line; the traceback goes to this job's log
         log.exception("point failed")
@@ -80,3 +134,20 @@ def run_point(cfg: DictConfig) -> Any:
     if result.status != "FINISHED":  # e.g. diverged: MLflow already says FAILED with a reason
         raise RuntimeError(f"run {result.run_key}: {result.failure_reason}")
     return result
+
+
+def _requeue(e, job_id: str | None) -> None:
+    """Preempted or near the time limit, checkpoint saved: let submitit's own handler for the
+    signal (restored when train() returned) requeue this job, which then resumes the run. It
+    exits the process; where it cannot requeue (the time limit hit max_num_timeout times) it
+    raises, and the point fails with the reason."""
+    handler = signal.getsignal(getattr(signal, f"SIG{PREEMPT_SIGNAL}"))
+    if not callable(handler):
+        return
+    log.warning("%s: requeueing the job", e.reason)
+    # `scontrol requeue` SIGTERMs this job while submitit exits it: nothing is left to stop
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        handler(getattr(signal, f"SIG{PREEMPT_SIGNAL}"), None)
+    except Exception as why:  # submitit's UncompletedJobError("Job not requeued because ...")
+        raise PointInterrupted(f"SLURM job {job_id}: {e.reason}; {why}") from None

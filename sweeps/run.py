@@ -4,7 +4,7 @@
     python -m sweeps.run sweep=isoflop sweep.dry_run=true # print the plan, train nothing
     python -m sweeps.run sweep=ablation sweep.jobs=2      # two runs at a time (joblib processes)
     python -m sweeps.run sweep=grid train.seed=0,1        # a comma list adds an axis
-    python -m sweeps.run sweep=isoflop hydra/launcher=slurm hydra.launcher.partition=gpu
+    python -m sweeps.run sweep=isoflop hydra/launcher=slurm_gpu hydra.launcher.partition=gpu
     python -m sweeps.run --config-dir my_sweeps sweep=mine   # my_sweeps/sweep/mine.yaml
 
 The app composes `conf/run.yaml` (the training config plus `sweep: NAME`) in multirun mode; the

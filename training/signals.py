@@ -30,7 +30,7 @@ class Signals:
     at once; inside it (opening the MLflow run, the training loop) the first one is recorded
     for the loop to act on at a step boundary, and a second one raises at once."""
 
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 
     def __init__(self):
         self.received: signal.Signals | None = None

@@ -58,13 +58,19 @@ class PlanSweeper(Sweeper):
     def sweep(self, arguments: list[str]) -> Any:
         from sweeps.driver import drive
         from sweeps.plan import PlanError
+        from sweeps.slurm import SlurmError
         from training.config import ConfigError
         from training.tracking import TrackingUnavailable
 
         assert self.config is not None
         try:
+            # A cluster launcher checks that one point's request can run at all (sbatch
+            # --test-only) before the sweep plans, records or submits anything.
+            check = getattr(self.launcher, "check_resources", None)
+            if check is not None and not self.config.sweep.dry_run:
+                check()
             return drive(self.config, arguments, self.compose, self.launch)
-        except (PlanError, ConfigError, TrackingUnavailable) as e:
+        except (PlanError, ConfigError, TrackingUnavailable, SlurmError) as e:
             # Bad input: one line naming the field, as `python -m training.train` prints, instead
             # of Hydra's traceback (it cannot trim one raised in a sweeper). SystemExit is not
             # an Exception, so Hydra passes it through.

@@ -1,0 +1,342 @@
+"""Sweeps on a live SLURM cluster, and the pieces of the SLURM launcher that need none.
+
+The tests marked `slurm` run `python -m sweeps.run ... hydra/launcher=slurm` as a user would, on
+a real cluster (`.ci/run` brings a single-node one up with `.ci/slurm-up.sh`: slurmctld, slurmd,
+slurmdbd with MariaDB, munge) against a real `mlflow server` given by
+SCALING_LAB_TEST_TRACKING_URI, and read the outcome back from MLflow, `squeue`/`sacct` and the
+jobs' logs. Without a cluster (no `sinfo`, or slurmctld not answering) or without that server
+they skip, saying which: `python -m pytest -q` runs them only where both exist, and
+`python -m pytest -m slurm` runs only them. Checkpoints, caches and job folders live in the
+test's tmp dir, which on one node is the "shared storage" every job sees.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACKING_ENV = "SCALING_LAB_TEST_TRACKING_URI"
+TEXT = (
+    "The quick brown fox jumps over the lazy dog. A scaling law relates loss to compute. "
+    "Attention is all you need, said the paper, and the block became the standard. "
+)
+
+
+def _why_no_cluster() -> str | None:
+    # the variable first: with SLURM's clients installed but no controller, sinfo takes 9 s
+    if not os.environ.get(TRACKING_ENV):
+        return f"no tracking server for the SLURM jobs: set {TRACKING_ENV}=http://host:port"
+    if shutil.which("sinfo") is None:
+        return "no SLURM cluster: `sinfo` is not on PATH (.ci/slurm-up.sh brings one up)"
+    try:
+        up = subprocess.run(["sinfo", "-h"], capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        return "no SLURM cluster: `sinfo` got no answer in 10 s"
+    if up.returncode != 0:
+        return f"no SLURM cluster: sinfo says {up.stderr.strip()[:200]}"
+    return None
+
+
+_NO_CLUSTER = _why_no_cluster()
+needs_cluster = pytest.mark.skipif(_NO_CLUSTER is not None, reason=str(_NO_CLUSTER))
+
+
+def _sweep_file(axes: str) -> str:
+    return f"""
+axes:
+{axes}
+fixed:
+  data.source: text
+  data.tokenizer: byte
+  data.eval_tokens: 2048
+  data.val_fraction: 0.3
+  train.batch_tokens: 2048
+  train.seq_len: 64
+  train.eval_every: 100000
+  train.log_every: 5
+"""
+
+
+@pytest.fixture
+def site(tmp_path, request):
+    """A corpus, a sweep folder, the environment and the common command of one test."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(20):
+        (corpus / f"doc{i}.txt").write_text(f"document {i}. " + TEXT * 40)
+    (tmp_path / "sweep").mkdir()
+    env = {
+        **os.environ,
+        "SCALING_LAB_RUNS_DIR": str(tmp_path / "runs"),
+        "SCALING_LAB_CACHE_DIR": str(tmp_path / "cache"),
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    experiment = f"slurm-{request.node.name}-{uuid.uuid4().hex[:8]}"  # the server outlives tests
+
+    def cmd(sweep: str, *extra: str) -> list[str]:
+        return [
+            sys.executable, "-m", "sweeps.run", "--config-dir", str(tmp_path), f"sweep={sweep}",
+            f"data.path={corpus}", "hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1",
+            "hydra.launcher.mem_gb=1", "hydra.launcher.timeout_min=15", "hydra.launcher.poll_s=1",
+            f"tracking.uri={os.environ.get(TRACKING_ENV)}", f"tracking.experiment={experiment}",
+            *extra,
+        ]  # fmt: skip
+
+    yield tmp_path, env, experiment, cmd
+    # a test that failed or timed out leaves no job behind (the sweeps run in tmp_path)
+    queue = subprocess.run(["squeue", "-h", "-o", "%A|%Z"], capture_output=True, text=True)
+    mine = {
+        j
+        for j, _, d in (ln.partition("|") for ln in queue.stdout.split())
+        if d.startswith(str(tmp_path))
+    }
+    if mine:
+        subprocess.run(["scancel", *sorted(mine)])
+
+
+def _client():
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(os.environ[TRACKING_ENV])
+
+
+def _runs(experiment: str) -> list:
+    exp = _client().get_experiment_by_name(experiment)
+    return [] if exp is None else _client().search_runs([exp.experiment_id], max_results=1000)
+
+
+def _children(experiment: str) -> list:
+    return [r for r in _runs(experiment) if "run_key" in r.data.tags]
+
+
+def _job_logs(tmp: Path, pattern: str = "*_log.out") -> str:
+    return "".join(p.read_text() for p in sorted((tmp / "runs" / "multirun").rglob(pattern)))
+
+
+def _wait_for_training(experiment: str, run_key_tokens: int, timeout_s: float = 180):
+    """The RUNNING child training `run_key_tokens` tokens once it has logged a train loss."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for r in _children(experiment):
+            tokens = int(float(r.data.params.get("train.tokens", 0)))
+            if (
+                r.info.status == "RUNNING"
+                and tokens == run_key_tokens
+                and "train_loss" in r.data.metrics
+            ):
+                return r
+        time.sleep(1)
+    raise AssertionError(f"no child run training {run_key_tokens} tokens within {timeout_s} s")
+
+
+def _squeue_state(job_id: str) -> str:
+    out = subprocess.run(
+        ["squeue", "-h", "-r", "-o", "%T", "-j", job_id], capture_output=True, text=True
+    )
+    return out.stdout.strip()
+
+
+# ---------------------------------------------------------------- on a live cluster
+@pytest.mark.slurm
+@needs_cluster
+def test_tiny_sweep_one_finished_child_per_point(site):
+    tmp, env, experiment, cmd = site
+    (tmp / "sweep" / "slurm_grid.yaml").write_text(
+        _sweep_file("  model.size: [2e4, 6e4]\n  train.tokens: [16384, 32768]")
+    )
+    out = subprocess.run(
+        cmd("slurm_grid"), env=env, cwd=tmp, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    children = _children(experiment)
+    assert len(children) == 4
+    assert {r.info.status for r in children} == {"FINISHED"}
+    assert len({r.data.tags["run_key"] for r in children}) == 4
+    jobs = {r.data.tags.get("slurm_job_id") for r in children}
+    assert None not in jobs and len(jobs) == 4  # each point trained in its own array task
+    parents = [r for r in _runs(experiment) if "run_key" not in r.data.tags]
+    assert [p.info.status for p in parents] == ["FINISHED"]
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
+    # torch threads from the allocation (1 CPU per task here), not from the machine's cores
+    assert _job_logs(tmp).count("torch threads: 1 (1 CPUs allocated)") == 4
+
+
+@pytest.mark.slurm
+@needs_cluster
+def test_scancel_marks_the_point_and_a_rerun_resumes_exactly_it(site):
+    tmp, env, experiment, cmd = site
+    (tmp / "sweep" / "slurm_two.yaml").write_text(
+        _sweep_file("  train.tokens: [16384, 1000000]\n  model.size: [6e4]")
+    )
+    sweep = subprocess.Popen(
+        cmd("slurm_two"),
+        env=env,
+        cwd=tmp,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        victim = _wait_for_training(experiment, 1000000)
+        job = victim.data.tags["slurm_job_id"]
+        subprocess.run(["scancel", job], check=True)
+        stdout, stderr = sweep.communicate(timeout=300)
+    finally:
+        sweep.kill()
+    assert sweep.returncode == 1, stdout[-3000:] + stderr[-3000:]
+    assert "summary" in stdout and "Traceback" not in stdout + stderr
+    assert f"SLURM job {job}: interrupted by SIGTERM at step" in stdout.replace("\n", " ")
+    by_tokens = {int(float(r.data.params["train.tokens"])): r for r in _children(experiment)}
+    killed = by_tokens[1000000]
+    assert killed.info.status == "KILLED"
+    assert "interrupted by SIGTERM at step" in killed.data.tags["failure_reason"]
+    step = int(killed.data.tags["failure_reason"].split("at step ")[1].split(";")[0])
+    assert 0 < step < 1000000 // 2048
+    assert by_tokens[16384].info.status == "FINISHED"  # the rest of the wave completed
+    parents = [r for r in _runs(experiment) if "run_key" not in r.data.tags]
+    assert [p.info.status for p in parents] == ["FAILED"]
+
+    again = subprocess.run(
+        cmd("slurm_two"), env=env, cwd=tmp, capture_output=True, text=True, timeout=600
+    )
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "(1 jobs)" in again.stderr + again.stdout  # only the cancelled point was submitted
+    after = {int(float(r.data.params["train.tokens"])): r for r in _children(experiment)}
+    assert len(after) == 2 and after[1000000].info.run_id == killed.info.run_id
+    assert after[1000000].info.status == "FINISHED"
+    assert after[16384].info.run_id == by_tokens[16384].info.run_id
+    assert f"resuming run {killed.data.tags['run_key']} from step {step}" in _job_logs(tmp)
+    losses = _client().get_metric_history(killed.info.run_id, "train_loss")
+    assert len({m.step for m in losses}) == len(losses)  # each step logged once
+
+
+@pytest.mark.slurm
+@needs_cluster
+def test_preempted_point_checkpoints_requeues_and_resumes(site):
+    """SIGUSR1 is what SLURM sends before the time limit (and at preemption with
+    PreemptParameters=send_user_signal); `scancel --signal=USR1` sends it by hand. The test
+    lifts SLURM's 2-minute hold on a requeued job (`scontrol update StartTime=now`) to save time."""
+    tmp, env, experiment, cmd = site
+    (tmp / "sweep" / "slurm_one.yaml").write_text(
+        _sweep_file("  train.tokens: [600000]\n  model.size: [6e4]")
+    )
+    sweep = subprocess.Popen(
+        cmd("slurm_one"),
+        env=env,
+        cwd=tmp,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        victim = _wait_for_training(experiment, 600000)
+        job = victim.data.tags["slurm_job_id"]
+        subprocess.run(["scancel", "--signal=USR1", job], check=True)
+        deadline = time.monotonic() + 60
+        while _squeue_state(job) != "PENDING" and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _squeue_state(job) == "PENDING", "the preempted job was not requeued"
+        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
+        stdout, stderr = sweep.communicate(timeout=300)
+    finally:
+        sweep.kill()
+    assert sweep.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    children = _children(experiment)
+    assert len(children) == 1 and children[0].info.run_id == victim.info.run_id
+    assert children[0].info.status == "FINISHED"
+    logs = _job_logs(tmp)
+    assert "interrupted by SIGUSR1 at step" in logs and "requeueing the job" in logs
+    assert f"resuming run {victim.data.tags['run_key']} from step" in logs
+
+
+@pytest.mark.slurm
+@needs_cluster
+def test_a_request_no_node_can_satisfy_fails_before_submitting(site):
+    tmp, env, experiment, cmd = site
+    (tmp / "sweep" / "slurm_grid.yaml").write_text(_sweep_file("  model.size: [2e4]"))
+    jobs_before = subprocess.run(
+        ["sacct", "-n", "-X", "-a", "-o", "JobID"], capture_output=True, text=True
+    ).stdout
+    cases = [("hydra.launcher.cpus_per_task=100000", "cpus_per_task=100000"),
+             ("hydra.launcher.mem_gb=100000", "mem_gb=100000")]  # fmt: skip
+    gres = subprocess.run(["sinfo", "-h", "-o", "%G"], capture_output=True, text=True).stdout
+    if set(gres.split()) <= {"(null)"}:  # a cluster without GPUs: the GPU preset cannot run
+        cases.append(("hydra/launcher=slurm_gpu", "gpus_per_node=1"))
+    for override, named in cases:
+        out = subprocess.run(
+            cmd("slurm_grid", override),
+            env=env,
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: hydra.launcher: no node can run")
+        assert named in lines[0] and "CPUs" in lines[0]
+    jobs_after = subprocess.run(
+        ["sacct", "-n", "-X", "-a", "-o", "JobID"], capture_output=True, text=True
+    ).stdout
+    assert jobs_after == jobs_before  # nothing was submitted
+    assert _client().get_experiment_by_name(experiment) is None  # nor recorded
+
+
+# ---------------------------------------------------------------- without a cluster
+THREADS = """
+import os, sys, torch
+from sweeps.job import allocated_cpus, share_cpu
+if sys.argv[1] == "pin":
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+share_cpu(int(sys.argv[2]))
+print(allocated_cpus(), torch.get_num_threads(), os.environ["RAYON_NUM_THREADS"])
+"""
+
+
+@pytest.mark.parametrize(
+    "pin, jobs, env, expect",
+    [
+        ("pin", 1, {}, lambda cpus: (1, 1)),  # the affinity mask, not os.cpu_count()
+        ("all", 1, {"SLURM_CPUS_PER_TASK": "1"}, lambda cpus: (1, 1)),  # the SLURM allocation
+        ("all", 2, {}, lambda cpus: (cpus, max(1, cpus // 2))),  # 2 local jobs share the cores
+        # a SLURM job's allocation is its own: sweep.jobs does not divide it
+        ("all", 2, {"SUBMITIT_EXECUTOR": "slurm"}, lambda cpus: (cpus, cpus)),
+    ],
+)
+def test_threads_follow_the_allocation(pin, jobs, env, expect):
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SUBMITIT_"))}
+    base.pop("RAYON_NUM_THREADS", None)
+    base.pop("SCALING_LAB_GPU_POOL", None)
+    out = subprocess.run(
+        [sys.executable, "-c", THREADS, pin, str(jobs)],
+        env={**base, **env, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    cpus = len(os.sched_getaffinity(0))
+    allocated, threads, rayon = map(int, out.stdout.split())
+    assert (allocated, threads) == expect(cpus) and rayon == threads
+
+
+def test_job_states_lost_or_running():
+    from sweeps.slurm import JobStates
+
+    watch = JobStates("7", state_timeout_s=3600)
+    assert watch.lost("7_0", {"7_0": "RUNNING"}) is None
+    assert watch.lost("7_0", {"7_0": "PENDING"}) is None  # e.g. requeued after preemption
+    assert watch.lost("7_0", {}) is None  # unreadable, but not for long yet
+    cancelled = watch.lost("7_0", {"7_0": "CANCELLED"})
+    assert (cancelled.state, cancelled.status) == ("CANCELLED", "KILLED")
+    assert "SLURM job 7_0 CANCELLED" in str(cancelled)
+    assert watch.lost("7_1", {"7_1": "NODE_FAIL"}).status == "FAILED"
+    assert watch.lost("7_1", {"7_1": "TIMEOUT"}).status == "KILLED"
+    impatient = JobStates("7", state_timeout_s=0)
+    lost = impatient.lost("7_2", {})  # neither squeue nor sacct knows it: no infinite wait
+    assert (lost.state, lost.status) == ("UNKNOWN", "KILLED")
+    assert "treated as timed out" in str(lost) and "accounting" in str(lost)
