@@ -116,7 +116,8 @@ def print_summary(name: str, outcomes, uri: str, parent_run_id: str) -> None:
     t = Table(title=f"sweep '{name}' summary", title_justify="left")
     for col in ("state", "points"):
         t.add_column(col)
-    for state in ("finished", "done-before", "skipped", "failed", "not-run"):
+    # stopped: a tuning candidate that lost its rung by failing (e.g. an lr that diverged)
+    for state in ("finished", "done-before", "stopped", "skipped", "failed", "not-run"):
         if counts.get(state):
             t.add_row(state, str(counts[state]))
     out.print(t)
