@@ -151,7 +151,9 @@ def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: L
             flops_per_sec=float(s.throughput.flops_per_sec),
             overhead_s=float(s.throughput.overhead_s),
         )
-        records = _read_records(uri, tc.experiment, create=not s.dry_run)
+        # never creates the store: a plan that fails (e.g. a tuning stage's bad input) leaves
+        # nothing behind; _execute creates it
+        records = _read_records(uri, tc.experiment, create=False)
         retry = bool(s.retry_failed)
         return [_apply_record(r, (records or {}).get(r.run_key), retry) for r in resolved]
 
@@ -318,6 +320,8 @@ def _execute(cfg, spec, runs, fixed_args, cli_keys, uri, experiment, launch, mor
                 for r, ret in zip(batch, results):
                     outcomes[r.index] = _outcome(r, ret)
                 progress.refresh()
+        if more is not None:  # a tuned sweep's plan is every stage it derived
+            sweep_records.log_plan(uri, parent, plan_rows(runs), OmegaConf.to_yaml(cfg.sweep))
     except BaseException as e:  # Ctrl-C: KILLED; a launcher that breaks: FAILED
         status = "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED"
         raise

@@ -192,12 +192,20 @@ class TuningPlan:
         return [*self.skipped, *(r for r, _, _ in self.current)]
 
     def _check_arms_apart(self) -> None:
-        owner: dict[str, int] = {}
+        owner: dict[str, tuple[int, int]] = {}
         for run, a, c in self.current:
             if not run.facts:
                 continue
             cand = self.arms[a].candidates[c]
-            b = owner.setdefault(run.run_key, a)
+            b, d = owner.setdefault(run.run_key, (a, c))
+            if b == a and d != c:
+                other = self.arms[a].candidates[d]
+                key = next(k for k in self.spec.grid if other.values[k] != cand.values[k])
+                raise PlanError(
+                    f"sweep.tune.{key}: candidates "
+                    f"{other.label} and {cand.label} are the same run at arm "
+                    f"{self.arms[a].id} (e.g. two warmup fractions that round to one step count)"
+                )
             if b != a:
                 key = next(iter(self.spec.grid))
                 raise PlanError(

@@ -107,11 +107,17 @@ def test_dry_run_shows_the_tuning_and_its_cost(comp, capsys, tmp_path):
         ("+sweep.tune={train.batch_tokens:[1024]}", "sweep.tune.train.batch_tokens: sweep.fixed"),
         ("+sweep.tune_at=largest", "sweep.tune_at: only applies with sweep.tune"),
         ("+sweep.tune_halving={rungs:[0.5,0.25]}", "sweep.tune_halving: only applies"),
+        # 8-step arms: 2% and 3% warmup are both 0 steps, one run
+        (
+            "+sweep.tune={train.warmup:[0.02,0.03]}",
+            "sweep.tune.train.warmup: candidates train.warmup=0.02 and train.warmup=0.03 are the same run",
+        ),
     ],
 )
 def test_bad_tuning_input_fails_naming_the_key(comp, extra, message):
     with pytest.raises(plan.PlanError, match="^" + message.replace("[", r"\[").replace(".", r"\.")):
-        tuned_plan(comp, ["sweep=tiny", extra])
+        _, _, tp = tuned_plan(comp, ["sweep=tiny", extra])
+        tp.first_stage()
 
 
 def test_unknown_tune_at_rule_and_bad_rungs_fail_naming_the_key(comp):
@@ -201,14 +207,33 @@ tune_halving: {halving}
 """
 
 
-def test_halving_chooses_what_the_full_grid_chooses(tmp_path):
+@pytest.mark.slow
+def test_a_bad_tune_key_fails_the_command_in_one_line_before_anything_starts(tmp_path):
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "bad.yaml").write_text(
+        sweep_file("false").replace("train.lr: [", "train.lrr: [")
+    )
+    env = _env(tmp_path)
+    cmd = [sys.executable, "-m", "sweeps.run", "--config-dir", str(tmp_path), "sweep=bad",
+           f"data.path={_corpus(tmp_path)}"]  # fmt: skip
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0
+    assert (
+        out.stderr.strip().splitlines()[-1].startswith("error: sweep.tune.train.lrr: not a config")
+    )
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "mlruns.db").exists() and not (tmp_path / "runs").exists()
+
+
+def _corpus(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    for i in range(20):
+    for i in range(20):  # several documents so both splits are non-empty
         (corpus / f"doc{i}.txt").write_text(f"document {i}. " + TEXT * 40)
-    (tmp_path / "sweep").mkdir()
-    (tmp_path / "sweep" / "halving.yaml").write_text(sweep_file("{rungs: [0.25, 0.5]}"))
-    (tmp_path / "sweep" / "grid.yaml").write_text(sweep_file("false"))
+    return corpus
+
+
+def _env(tmp_path):
     import os
 
     env = dict(os.environ)
@@ -218,6 +243,16 @@ def test_halving_chooses_what_the_full_grid_chooses(tmp_path):
         SCALING_LAB_CACHE_DIR=str(tmp_path / "cache"),
         PYTHONUNBUFFERED="1",
     )
+    return env
+
+
+@pytest.mark.slow
+def test_halving_chooses_what_the_full_grid_chooses(tmp_path):
+    corpus = _corpus(tmp_path)
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "halving.yaml").write_text(sweep_file("{rungs: [0.25, 0.5]}"))
+    (tmp_path / "sweep" / "grid.yaml").write_text(sweep_file("false"))
+    env = _env(tmp_path)
 
     def sweep(name):
         cmd = [sys.executable, "-m", "sweeps.run", "--config-dir", str(tmp_path), f"sweep={name}",
