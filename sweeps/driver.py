@@ -296,7 +296,7 @@ def _execute(cfg, spec, runs, fixed_args, cli_keys, uri, experiment, launch, mor
     job_idx, status = 0, "FINISHED"
     try:
         with progress:
-            for wave in _waves(todo, runs, outcomes, more):
+            for wave in _waves(todo, runs, outcomes, more, progress):
                 batch = []
                 for r in wave:
                     stable = r.stable_index
@@ -346,7 +346,7 @@ def _execute(cfg, spec, runs, fixed_args, cli_keys, uri, experiment, launch, mor
     return ordered
 
 
-def _waves(todo, runs, outcomes, more):
+def _waves(todo, runs, outcomes, more, progress):
     """The plan's waves, then (a tuned sweep) each stage `more(outcomes)` derives from the
     finished ones, until it returns none; its runs join `runs` for the summary."""
     yield from plan.waves(todo)
@@ -356,7 +356,9 @@ def _waves(todo, runs, outcomes, more):
             if r.skip:
                 state = "done-before" if r.skip.startswith("done:") else "skipped"
                 outcomes[r.index] = Outcome(r, state, r.skip)
-        yield [r for r in stage if not r.skip]
+        wave = [r for r in stage if not r.skip]
+        progress.add(wave)
+        yield wave
 
 
 def failed_points(outcomes) -> list[Outcome]:

@@ -180,6 +180,13 @@ class SweepProgress:
         if self._bar is not None:
             self._bar.stop()
 
+    def add(self, runs) -> None:
+        """More points to wait for (a tuned sweep's next stage)."""
+        with self._lock:
+            self.est.update({r.run_key: max(r.est_s, 1.0) for r in runs})
+            if self._bar is not None:
+                self._bar.update(self._task, total=sum(self.est.values()))
+
     def _loop(self) -> None:
         while not self._stop.wait(self.every_s):
             try:

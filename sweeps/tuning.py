@@ -112,21 +112,18 @@ class TuningPlan:
     transferred: bool = False
 
     # ---- points -------------------------------------------------------------------------
-    def _base(self, arm: Arm, cand: Candidate) -> tuple[str, ...]:
-        tuned = set(self.spec.grid)
-        keep = [o for o in arm.run.overrides if _key(o) not in (*SET_HERE, *tuned)]
-        return (*keep, *cand.overrides)
-
-    def _wsd(self, arm: Arm) -> tuple[str, ...]:
-        return ("train.schedule=wsd", f"train.decay_fraction={format_value(self.spec.decay)}")
+    def _base(self, arm: Arm, tuned: tuple[str, ...]) -> tuple[str, ...]:
+        """The arm's overrides without those the tuning sets, then `tuned` and the schedule."""
+        keep = [o for o in arm.run.overrides if _key(o) not in (*SET_HERE, *self.spec.grid)]
+        wsd = ("train.schedule=wsd", f"train.decay_fraction={format_value(self.spec.decay)}")
+        return (*keep, *tuned, *wsd, f"train.decay_start_tokens={arm.stable}")
 
     def segment(self, a: int, cand: Candidate, k: int) -> Point:
         """Candidate `cand` of arm `a` trained from rung k-1 to rung k, constant lr."""
         arm = self.arms[a]
         end = arm.rungs[k]
-        over = self._base(arm, cand) + self._wsd(arm)
-        over += (f"train.decay_start_tokens={arm.stable}", f"{plan.TOKENS_KEY}={end}")
-        over += (f"train.save_at_tokens=[{end}]",)
+        over = self._base(arm, cand.overrides)
+        over += (f"{plan.TOKENS_KEY}={end}", f"train.save_at_tokens=[{end}]")
         if k:
             over += (
                 f"train.init_from={self.checkpoint_path(arm.last_key[cand.index], arm.rungs[k - 1])}",
@@ -137,8 +134,7 @@ class TuningPlan:
     def decayed(self, a: int, cand: Candidate) -> Point:
         """The winner from its last rung to the arm's budget, decaying from the stable end."""
         arm = self.arms[a]
-        over = self._base(arm, cand) + self._wsd(arm)
-        over += (f"train.decay_start_tokens={arm.stable}", f"{plan.TOKENS_KEY}={arm.tokens}")
+        over = self._base(arm, cand.overrides) + (f"{plan.TOKENS_KEY}={arm.tokens}",)
         over += (
             f"train.init_from={self.checkpoint_path(arm.last_key[cand.index], arm.rungs[-1])}",
         )
@@ -150,9 +146,7 @@ class TuningPlan:
         transfer of a choice made at another arm)."""
         arm = self.arms[a]
         values = tuple(f"{k}={format_value(v)}" for k, v in cand.values.items())
-        keep = [o for o in arm.run.overrides if _key(o) not in (*SET_HERE, *self.spec.grid)]
-        over = (*keep, *values, *self._wsd(arm), f"train.decay_start_tokens={arm.stable}")
-        over += (f"{plan.TOKENS_KEY}={arm.tokens}",)
+        over = self._base(arm, values) + (f"{plan.TOKENS_KEY}={arm.tokens}",)
         rung = arm.tokens if role == "candidate" else None
         tags = _tags(
             arm=arm.id, tune_role=role, tune_rung=rung, tune_values=cand.label, tuned_at=tuned_at
@@ -164,11 +158,9 @@ class TuningPlan:
         out = []
         for (_, a, c), run, start in zip(points, runs, trained_from):
             trained = run.d - start
-            est = 0.0
+            est = 0.0  # skipped (done before, or cannot run)
             if run.facts and not run.skip:
                 est = run.facts.flops_per_token * trained / self.flops_per_sec + self.overhead_s
-            elif run.facts and run.skip.startswith("done:"):
-                est = 0.0
             run = replace(run, index=self.next_index, tokens_trained=trained, est_s=est)
             self.next_index += 1
             out.append((run, a, c))

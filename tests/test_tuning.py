@@ -186,7 +186,7 @@ TEXT = (
 
 
 def sweep_file(halving: str) -> str:
-    # one arm; learning rates 16x apart, so the loss orders them clearly at 32 steps
+    # one arm, 32 steps; learning rates 4x to 64x apart, so the loss orders them clearly
     return f"""
 axes:
   model: [llama]
@@ -202,7 +202,7 @@ fixed:
   train.eval_every: 1000
   train.log_every: 5
 tune:
-  train.lr: [2.5e-4, 4e-3, 6.4e-2, 1.0]
+  train.lr: [2.5e-4, 1e-3, 6.4e-2, 1.0]
 tune_halving: {halving}
 """
 
@@ -251,7 +251,7 @@ def test_halving_chooses_what_the_full_grid_chooses(tmp_path):
     corpus = _corpus(tmp_path)
     (tmp_path / "sweep").mkdir()
     (tmp_path / "sweep" / "halving.yaml").write_text(sweep_file("{rungs: [0.25, 0.5]}"))
-    (tmp_path / "sweep" / "grid.yaml").write_text(sweep_file("false"))
+    (tmp_path / "sweep" / "fullgrid.yaml").write_text(sweep_file("false"))
     env = _env(tmp_path)
 
     def sweep(name):
@@ -262,10 +262,10 @@ def test_halving_chooses_what_the_full_grid_chooses(tmp_path):
         return out.stdout
 
     sweep("halving")
-    sweep("grid")
+    sweep("fullgrid")
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlruns.db'}")
     df = mlflow.search_runs(experiment_names=["scaling-lab"]).dropna(subset=["tags.run_key"])
-    halving, grid = df[df["tags.sweep"] == "halving"], df[df["tags.sweep"] == "grid"]
+    halving, grid = df[df["tags.sweep"] == "halving"], df[df["tags.sweep"] == "fullgrid"]
     assert set(halving["tags.arm"]) == set(grid["tags.arm"])  # one arm, one id in both
     grid_loss = {
         r["tags.tune_values"]: r["metrics.final_val_loss"]
@@ -287,7 +287,7 @@ def test_halving_chooses_what_the_full_grid_chooses(tmp_path):
     assert rungs == [3072] * 4 + [6144] * 2 and len(halving) == 4 + 2 + 1
     # a rerun re-derives the choice from MLflow and trains nothing
     out = sweep("halving")
-    assert "done-before │ 7" in out
+    assert "│ finished" not in out and "│ failed" not in out
     df2 = mlflow.search_runs(experiment_names=["scaling-lab"]).dropna(subset=["tags.run_key"])
     assert len(df2) == len(df)
     assert math.isfinite(chosen["metrics.final_val_loss"].iloc[0])
