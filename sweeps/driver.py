@@ -174,6 +174,8 @@ def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: L
 
     if s.dry_run:
         print_plan(spec, runs, jobs, records_read=records_read, plan_s=plan_s)
+        if spec.lr_rule:
+            tuning.print_lr_rule(spec.lr_rule, runs)
         if tuned:
             tuning.print_tuning(tuned, jobs)
         return []

@@ -514,3 +514,14 @@ def apply_lr_rule(
         lr = f"{plan.LR_KEY}={format_value(rule.lr(n))}"
         out.append(replace(p, overrides=(*p.overrides, lr)))
     return out
+
+
+def print_lr_rule(rule: plan.LrRule, runs: Sequence[PlannedRun]) -> None:
+    """The dry run's line for `sweep.lr_rule`: the rule, where it came from, the lr per N."""
+    from sweeps.sweep_view import console
+
+    by_n = sorted({r.n: rule.lr(r.n) for r in runs if r.facts and r.n})
+    lrs = ", ".join(f"N {plan.format_count(n)}: {rule.lr(n):.3g}" for n in by_n)
+    console().print(
+        f"lr_rule: train.lr = {rule.scale:.4g} * N^{rule.exponent:.4g} ({rule.source}); {lrs}"
+    )

@@ -156,7 +156,7 @@ def test_a_grid_that_makes_two_arms_one_run_fails_naming_the_key():
         tp.first_stage()
 
 
-def test_lr_rule_sets_lr_from_the_factorys_n(comp, tmp_path):
+def test_lr_rule_sets_lr_from_the_factorys_n(comp, tmp_path, capsys):
     rule = "+sweep.lr_rule={scale:0.5,exponent:-0.5}"
     spec, runs, _ = tuned_plan(comp, ["sweep=grid", rule])
     assert len({r.n for r in runs}) == 3
@@ -170,6 +170,11 @@ def test_lr_rule_sets_lr_from_the_factorys_n(comp, tmp_path):
     _, fitted, _ = tuned_plan(comp, ["sweep=grid", f"+sweep.lr_rule={{fitted:{fit}}}"])
     assert [r.run_key for r in fitted] == [r.run_key for r in runs]
     assert plan.LrRule.from_value("constant") is None
+    args = ["sweep=grid", f"+sweep.lr_rule={{fitted:{fit}}}", "sweep.dry_run=true"]
+    assert driver.drive(comp(args), args, comp, launch=None) == []
+    shown = capsys.readouterr().out
+    assert f"lr_rule: train.lr = 0.5 * N^-0.5 (fitted: {fit}); N " in shown
+    assert f"{0.5 * runs[0].n ** -0.5:.3g}" in shown
     with pytest.raises(plan.PlanError, match=r"^sweep\.lr_rule\.fitted: .* has no lr_rule"):
         fit.write_text("{}")
         tuned_plan(comp, ["sweep=grid", f"+sweep.lr_rule={{fitted:{fit}}}"])
