@@ -24,7 +24,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from sweeps import plan
+from sweeps import plan, tuning
 from sweeps.sweep_view import SweepProgress, plan_rows, print_plan, print_summary
 
 Compose = Callable[[Sequence[str]], DictConfig]
@@ -141,25 +141,47 @@ def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: L
 
         return str(branch_checkpoint_path(runs_dir, key, tokens))
 
+    def resolve_points(points: Sequence[plan.Point]) -> list[plan.PlannedRun]:
+        """Resolved points with their run keys' MLflow state applied (read now)."""
+        resolved = plan.resolve(
+            spec,
+            points,
+            facts_of,
+            checkpoint_path,
+            flops_per_sec=float(s.throughput.flops_per_sec),
+            overhead_s=float(s.throughput.overhead_s),
+        )
+        # never creates the store: a plan that fails (e.g. a tuning stage's bad input) leaves
+        # nothing behind; _execute creates it
+        records = _read_records(uri, tc.experiment, create=False)
+        retry = bool(s.retry_failed)
+        return [_apply_record(r, (records or {}).get(r.run_key), retry) for r in resolved]
+
     tic = time.perf_counter()
-    runs = plan.resolve(
-        spec,
-        plan.expand(spec),
-        facts_of,
-        checkpoint_path,
-        flops_per_sec=float(s.throughput.flops_per_sec),
-        overhead_s=float(s.throughput.overhead_s),
-    )
+    runs = resolve_points(tuning.apply_lr_rule(spec.lr_rule, plan.expand(spec), facts_of))
+    tuned, more = None, None
+    if spec.tune:  # the points are arms; what trains are their tuning runs, stage by stage
+        tuned = tuning.plan_tuning(
+            spec.tune, runs, lambda o: compose_fast([*fixed_args, *o]), checkpoint_path,
+            resolve_points, float(s.throughput.flops_per_sec), float(s.throughput.overhead_s),
+        )  # fmt: skip
+        runs = tuned.first_stage()
+        losses_of = tuning.losses_from_mlflow(uri, str(tc.experiment))
+        tag_chosen = tuning.tag_chosen_in_mlflow(uri, str(tc.experiment))
+        more = lambda outcomes: tuned.next_stage(outcomes, losses_of, tag_chosen)  # noqa: E731
     plan_s = time.perf_counter() - tic
-    records = _read_records(uri, tc.experiment, create=not s.dry_run)
-    runs = [_apply_record(r, (records or {}).get(r.run_key), bool(s.retry_failed)) for r in runs]
+    records_read = tracking.sqlite_path(uri) is None or tracking.sqlite_path(uri).exists()
 
     if s.dry_run:
-        print_plan(spec, runs, jobs, records_read=records is not None, plan_s=plan_s)
+        print_plan(spec, runs, jobs, records_read=records_read, plan_s=plan_s)
+        if spec.lr_rule:
+            tuning.print_lr_rule(spec.lr_rule, runs)
+        if tuned:
+            tuning.print_tuning(tuned, jobs)
         return []
     if any(not r.skip for r in runs):
         _prepare_data(cfg, base, list(datasets.values()))
-    return _execute(cfg, spec, runs, fixed_args, cli_keys, uri, str(tc.experiment), launch)
+    return _execute(cfg, spec, runs, fixed_args, cli_keys, uri, str(tc.experiment), launch, more)
 
 
 def cached_compose(compose: Compose) -> Compose:
@@ -247,7 +269,7 @@ def _apply_record(run: plan.PlannedRun, rec, retry_failed: bool) -> plan.Planned
     return run  # RUNNING / KILLED (interrupted) or FAILED to retry: the job resumes it
 
 
-def _execute(cfg, spec, runs, fixed_args, cli_keys, uri, experiment, launch) -> list:
+def _execute(cfg, spec, runs, fixed_args, cli_keys, uri, experiment, launch, more=None) -> list:
     from sweeps import sweep_records
     from training import tracking
 
@@ -276,7 +298,7 @@ def _execute(cfg, spec, runs, fixed_args, cli_keys, uri, experiment, launch) -> 
     job_idx, status = 0, "FINISHED"
     try:
         with progress:
-            for wave in plan.waves(todo):
+            for wave in _waves(todo, runs, outcomes, more, progress):
                 batch = []
                 for r in wave:
                     stable = r.stable_index
@@ -301,6 +323,8 @@ def _execute(cfg, spec, runs, fixed_args, cli_keys, uri, experiment, launch) -> 
                     outcomes[r.index] = _outcome(r, ret)
                     _close_lost_run(uri, exp_id, r, ret)
                 progress.refresh()
+        if more is not None:  # a tuned sweep's plan is every stage it derived
+            sweep_records.log_plan(uri, parent, plan_rows(runs), OmegaConf.to_yaml(cfg.sweep))
     except BaseException as e:  # Ctrl-C: KILLED; a launcher that breaks: FAILED
         status = "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED"
         raise
@@ -323,6 +347,21 @@ def _execute(cfg, spec, runs, fixed_args, cli_keys, uri, experiment, launch) -> 
             )
         raise SystemExit(1)  # after the summary and the parent's FAILED status
     return ordered
+
+
+def _waves(todo, runs, outcomes, more, progress):
+    """The plan's waves, then (a tuned sweep) each stage `more(outcomes)` derives from the
+    finished ones, until it returns none; its runs join `runs` for the summary."""
+    yield from plan.waves(todo)
+    while more is not None and (stage := more(outcomes)):
+        runs.extend(stage)
+        for r in stage:
+            if r.skip:
+                state = "done-before" if r.skip.startswith("done:") else "skipped"
+                outcomes[r.index] = Outcome(r, state, r.skip)
+        wave = [r for r in stage if not r.skip]
+        progress.add(wave)
+        yield wave
 
 
 def failed_points(outcomes) -> list[Outcome]:

@@ -9,6 +9,10 @@ One sweep config describes every kind of grid by combining four optional parts:
   budgets    compute budgets C; each point gets D = C / (6 N) from the factory's N (IsoFLOP),
              or D = C / (exact FLOPs per token) with `budget_flops: exact`
   wsd        token budgets reached by decay branches off one stable WSD run per point
+and two optional hyperparameter parts (`TuneSpec`, `LrRule`; executed by `sweeps.tuning`):
+  tune       override key -> candidate values, tried at every arm (or where `tune_at` says),
+             by successive halving (`tune_halving`) or as a full grid
+  lr_rule    train.lr per point from N: constant | {scale, exponent} | {fitted: fit.json}
 
 Compute convention. A budget C is in the FLOPs that `budget_flops` names: `6nd` (default, the
 Kaplan/Chinchilla approximation C = 6 N_nonembed D, so D = C / (6 N)) or `exact` (the exact
@@ -32,7 +36,16 @@ from typing import Any
 LADDER_KEYS = ("model.n_layers", "model.d_model")
 TOKENS_KEY = "train.tokens"
 SIZE_KEY = "model.size"
-SPEC_FIELDS = {"axes", "variants", "budgets", "budget_flops", "tokens_per_param", "wsd", "fixed"}
+SPEC_FIELDS = {
+    "axes", "variants", "budgets", "budget_flops", "tokens_per_param", "wsd", "fixed",
+    "tune", "tune_at", "tune_halving", "lr_rule",
+}  # fmt: skip
+# Where a tuning grid is tried: at every arm, or at the smallest token budget of each
+# variant x size (the chosen values then train that size's other budgets).
+TUNE_AT = ("every_arm", "smallest_budget")
+# Successive halving: rungs as fractions of an arm's stable (pre-decay) phase.
+DEFAULT_RUNGS = (0.125, 0.25, 0.5)
+LR_KEY = "train.lr"
 # The FLOP count an IsoFLOP budget C is measured in (see the module docstring).
 BUDGET_FLOPS = ("6nd", "exact")
 # How the dry-run table and the summary name each convention next to a C.
@@ -59,6 +72,138 @@ def format_value(value: Any) -> str:
 
 
 @dataclass(frozen=True)
+class TuneSpec:
+    """`sweep.tune` (key -> candidate values; candidates = their product), `sweep.tune_at` and
+    `sweep.tune_halving` ({rungs, decay} or false: every candidate trains the full arm)."""
+
+    grid: dict[str, list[Any]]
+    at: str = "every_arm"
+    halving: bool = True
+    rungs: tuple[float, ...] = DEFAULT_RUNGS
+    decay: float = 0.2  # the WSD decay fraction every tuned run ends with
+
+    @property
+    def candidates(self) -> list[dict[str, Any]]:
+        keys = list(self.grid)
+        return [dict(zip(keys, c)) for c in itertools.product(*(self.grid[k] for k in keys))]
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TuneSpec | None:
+        tune, at, halving = d.get("tune"), d.get("tune_at"), d.get("tune_halving")
+        if tune is None:
+            for name, value in (("tune_at", at), ("tune_halving", halving)):
+                if value is not None:
+                    raise PlanError(f"sweep.{name}: only applies with sweep.tune (a grid)")
+            return None
+        if not isinstance(tune, Mapping) or not tune:
+            raise PlanError(
+                f"sweep.tune: expected a mapping of override key -> values, got {tune!r}"
+            )
+        grid: dict[str, list[Any]] = {}
+        for key, values in tune.items():
+            if not isinstance(values, (list, tuple)) or not values:
+                raise PlanError(
+                    f"sweep.tune.{key}: expected a non-empty list of values, got {values!r}"
+                )
+            if len({format_value(v) for v in values}) != len(values):
+                raise PlanError(f"sweep.tune.{key}: a value is listed twice in {list(values)}")
+            if key in (TOKENS_KEY, SIZE_KEY, *LADDER_KEYS) or key.startswith(
+                ("tracking.", "paths.", "sweep.")
+            ):
+                raise PlanError(
+                    f"sweep.tune.{key}: not tunable (it defines the arm or where records go); "
+                    "tune training hyperparameters such as train.lr or train.warmup"
+                )
+            grid[str(key)] = list(values)
+        at = "every_arm" if at is None else at
+        if at not in TUNE_AT:
+            raise PlanError(f"sweep.tune_at: unknown rule {at!r}; allowed: {', '.join(TUNE_AT)}")
+        if halving is None:
+            halving = {}
+        if halving is False:
+            return cls(grid, at, halving=False)
+        if not isinstance(halving, Mapping):
+            raise PlanError(
+                f"sweep.tune_halving: expected {{rungs: [...], decay: f}} or false, got {halving!r}"
+            )
+        unknown = set(halving) - {"rungs", "decay"}
+        if unknown:
+            raise PlanError(
+                f"sweep.tune_halving.{sorted(unknown)[0]}: unknown field; allowed: rungs, decay"
+            )
+        rungs = tuple(float(r) for r in halving.get("rungs", DEFAULT_RUNGS))
+        if not rungs or any(not 0 < r < 1 for r in rungs) or list(rungs) != sorted(set(rungs)):
+            raise PlanError(
+                f"sweep.tune_halving.rungs: expected increasing fractions in (0, 1) of the stable "
+                f"phase, got {list(rungs)}"
+            )
+        decay = float(halving.get("decay", 0.2))
+        if not 0.0 < decay < 1.0:
+            raise PlanError(f"sweep.tune_halving.decay: expected a fraction in (0, 1), got {decay}")
+        return cls(grid, at, True, rungs, decay)
+
+
+@dataclass(frozen=True)
+class LrRule:
+    """`sweep.lr_rule`: lr = scale * N^exponent (N non-embedding parameters), from the sweep file
+    or from the `lr_rule` an analysis wrote to a fit.json (`fitted`)."""
+
+    scale: float
+    exponent: float
+    source: str = "sweep.lr_rule"  # where the numbers came from, for the dry run
+
+    def lr(self, n_nonembed: int) -> float:
+        """Three significant digits: a readable override and a stable run key."""
+        return float(f"{self.scale * float(n_nonembed) ** self.exponent:.3g}")
+
+    @classmethod
+    def from_value(cls, value: Any) -> LrRule | None:
+        if value is None or value == "constant":
+            return None
+        if isinstance(value, Mapping) and set(value) == {"fitted"}:
+            return cls.from_fit(str(value["fitted"]))
+        if isinstance(value, Mapping) and set(value) == {"scale", "exponent"}:
+            return cls._checked(value["scale"], value["exponent"], "sweep.lr_rule")
+        raise PlanError(
+            f"sweep.lr_rule: expected constant, {{scale: x, exponent: y}} or {{fitted: fit.json}}, "
+            f"got {value!r}"
+        )
+
+    @classmethod
+    def from_fit(cls, path: str) -> LrRule:
+        import json
+        from pathlib import Path
+
+        try:
+            fit = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as e:
+            raise PlanError(f"sweep.lr_rule.fitted: cannot read {path}: {e}") from None
+        rule = fit.get("lr_rule") if isinstance(fit, dict) else None
+        if not isinstance(rule, dict) or not {"scale", "exponent"} <= set(rule):
+            raise PlanError(f"sweep.lr_rule.fitted: {path} has no lr_rule {{scale, exponent}}")
+        if rule.get("variable", "N") != "N":
+            raise PlanError(
+                f"sweep.lr_rule.fitted: {path} fits lr in {rule['variable']}; only N is supported"
+            )
+        return cls._checked(rule["scale"], rule["exponent"], f"fitted: {path}")
+
+    @classmethod
+    def _checked(cls, scale: Any, exponent: Any, source: str) -> LrRule:
+        try:
+            scale, exponent = float(scale), float(exponent)
+        except (TypeError, ValueError):
+            raise PlanError(
+                f"sweep.lr_rule: scale and exponent must be numbers ({source})"
+            ) from None
+        if not (math.isfinite(scale) and scale > 0 and math.isfinite(exponent)):
+            raise PlanError(
+                f"sweep.lr_rule: expected scale > 0 and a finite exponent, got {scale}, {exponent} "
+                f"({source})"
+            )
+        return cls(scale, exponent, source)
+
+
+@dataclass(frozen=True)
 class SweepSpec:
     """What to cross. `fixed` holds overrides shared by every point (e.g. data.vocab_size)."""
 
@@ -74,12 +219,16 @@ class SweepSpec:
     wsd_tokens: list[float] = field(default_factory=list)
     wsd_decay: float = 0.2
     fixed: dict[str, Any] = field(default_factory=dict)
+    tune: TuneSpec | None = None
+    lr_rule: LrRule | None = None
 
     @property
     def kind(self) -> str:
         parts = ["isoflop" if self.budgets else "wsd" if self.wsd_tokens else "grid"]
         if set(self.variants) != {"base"}:
             parts.append("ablation")
+        if self.tune:
+            parts.append("tuned")
         return "+".join(parts)
 
     @classmethod
@@ -135,6 +284,8 @@ class SweepSpec:
             wsd_tokens=wsd_tokens,
             wsd_decay=decay,
             fixed=dict(d.get("fixed") or {}),
+            tune=TuneSpec.from_dict(d),
+            lr_rule=LrRule.from_value(d.get("lr_rule")),
         )
         return spec
 
@@ -187,6 +338,34 @@ class SweepSpec:
             )
         if self.wsd_tokens and any("train.schedule" in o for o in [self.fixed, self.axes]):
             raise PlanError("sweep.wsd sets train.schedule=wsd itself; remove train.schedule")
+        if self.lr_rule and LR_KEY in all_keys | set(self.tune.grid if self.tune else ()):
+            where = (
+                "sweep.tune"
+                if self.tune and LR_KEY in self.tune.grid
+                else sources.get(LR_KEY, "a variant")
+            )
+            raise PlanError(f"{LR_KEY} is set by {where} but sweep.lr_rule already sets it")
+        if self.tune:
+            self._check_tune(sources)
+
+    def _check_tune(self, sources: Mapping[str, str]) -> None:
+        for key in self.tune.grid:
+            if key in sources or any(key in over for over in self.variants.values()):
+                where = sources.get(key, "an ablation variant")
+                raise PlanError(
+                    f"sweep.tune.{key}: {where} already sets it; a tuned key is chosen per arm"
+                )
+        if self.wsd_tokens:
+            raise PlanError(
+                "sweep.tune and sweep.wsd cannot be combined: tuning makes its own WSD runs"
+            )
+        if self.tune.halving:
+            for key in ("train.schedule", "train.decay_fraction", "train.decay_start_tokens"):
+                if key in sources or key in self.tune.grid:
+                    raise PlanError(
+                        f"{key}: successive halving trains WSD runs itself (sweep.tune_halving "
+                        "sets the decay); remove it or set sweep.tune_halving: false"
+                    )
 
 
 @dataclass(frozen=True)

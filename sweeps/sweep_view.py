@@ -116,7 +116,8 @@ def print_summary(name: str, outcomes, uri: str, parent_run_id: str) -> None:
     t = Table(title=f"sweep '{name}' summary", title_justify="left")
     for col in ("state", "points"):
         t.add_column(col)
-    for state in ("finished", "done-before", "skipped", "failed", "not-run"):
+    # stopped: a tuning candidate that lost its rung by failing (e.g. an lr that diverged)
+    for state in ("finished", "done-before", "stopped", "skipped", "failed", "not-run"):
         if counts.get(state):
             t.add_row(state, str(counts[state]))
     out.print(t)
@@ -178,6 +179,13 @@ class SweepProgress:
         self.refresh()
         if self._bar is not None:
             self._bar.stop()
+
+    def add(self, runs) -> None:
+        """More points to wait for (a tuned sweep's next stage)."""
+        with self._lock:
+            self.est.update({r.run_key: max(r.est_s, 1.0) for r in runs})
+            if self._bar is not None:
+                self._bar.update(self._task, total=sum(self.est.values()))
 
     def _loop(self) -> None:
         while not self._stop.wait(self.every_s):

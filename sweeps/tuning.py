@@ -1,0 +1,527 @@
+"""Hyperparameter tuning inside a sweep: `sweep.tune`, `sweep.tune_at`, `sweep.tune_halving`.
+
+An arm is one point of the untuned plan (variant x size x token budget); its id is the run key
+it would have untuned. A tuned arm tries every candidate of the grid (the product of the
+`tune` lists); an arm under `tune_at: smallest_budget` that is not its variant x size's smallest
+budget trains the values chosen there instead (`transfer`).
+
+Successive halving (the default) keeps the bill near two runs per arm. Every candidate trains
+the stable phase of one WSD schedule (warmup, then the peak lr) in segments that end at rungs,
+fractions of the arm's stable length S = (1 - decay) D; each segment is a run that starts from
+the previous segment's checkpoint (`train.init_from`) and saves its own. At every rung the
+candidates are ranked by their final val_loss in MLflow (the same tokens for all), the better
+half goes on, and after the last rung the best one continues from its checkpoint to D with the
+decay starting at S (`train.decay_start_tokens`): that run is the arm's result, the same
+trajectory a full WSD run of the winner to D trains. With rungs 1/8, 1/4, 1/2 an 8-candidate
+grid costs 8 S/8 + 4 S/8 + 2 S/4 + (D - S/2) = 2.2 D at decay 0.2, against 8 D for the full
+grid. `tune_halving: false` trains every candidate to D instead (the full grid), tagging the
+best one chosen. A fractional `train.warmup` is a fraction of the arm's steps, so a segment gets
+it as a step count (what a run to D would compute); the first rung must end after warmup.
+
+The choice is read from MLflow, never kept in memory only: a rerun resolves the same segments
+to the same run keys, skips the FINISHED ones and re-derives the same winners.
+
+Every tuning run is tagged `arm` (the arm id), `tune_role` (candidate | chosen | transfer),
+`tune_values` (the candidate as written in the sweep, `train.lr=0.002,train.warmup=0.1`),
+candidates also `tune_rung` (tokens at which the segment is compared), transfers `tuned_at`
+(the arm whose choice they train).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sweeps import plan
+from sweeps.plan import PlanError, PlannedRun, Point, TuneSpec, format_value
+
+WARMUP_KEY = "train.warmup"
+# Keys the tuning runs set themselves; an arm's own value for them is dropped.
+SET_HERE = (
+    plan.TOKENS_KEY, "train.schedule", "train.decay_fraction", "train.decay_start_tokens",
+    "train.save_at_tokens", "train.init_from",
+)  # fmt: skip
+
+ConfigOf = Callable[[Sequence[str]], Any]  # overrides -> composed DictConfig
+ResolvePoints = Callable[[Sequence[Point]], list[PlannedRun]]  # resolved, MLflow state applied
+# run keys -> {run key: (MLflow status, final val_loss or None, failure reason)}
+LossesOf = Callable[[Sequence[str]], dict[str, tuple[str, float | None, str]]]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    index: int
+    values: dict[str, Any]  # as written in sweep.tune
+    overrides: tuple[str, ...]  # what the runs get (a fractional warmup as steps when halving)
+
+    @property
+    def label(self) -> str:
+        return ",".join(f"{k}={format_value(v)}" for k, v in self.values.items())
+
+
+@dataclass
+class Arm:
+    run: PlannedRun  # the untuned point
+    group: tuple  # variant x size: the point's overrides without its token budget
+    tuned_at: int | None = None  # transfer: index (in TuningPlan.arms) of the arm tuned for it
+    candidates: list[Candidate] = field(default_factory=list)
+    rungs: tuple[int, ...] = ()  # halving: tokens where candidates are compared
+    stable: int = 0  # halving: tokens of the stable phase (the decay starts here)
+    # execution state, rebuilt from MLflow on every invocation
+    alive: list[int] = field(default_factory=list)
+    last_key: dict[int, str] = field(default_factory=dict)
+    losses: dict[int, dict[int, float]] = field(default_factory=dict)  # cand -> {tokens: loss}
+    chosen: int | None = None
+
+    @property
+    def id(self) -> str:
+        return self.run.run_key
+
+    @property
+    def tokens(self) -> int:
+        return int(self.run.d)
+
+    @property
+    def tuned(self) -> bool:
+        return self.tuned_at is None
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+")
+
+
+def _tags(**tags: Any) -> tuple[str, ...]:
+    # quoted: tune_values holds '=' and ','
+    return tuple(f"++tracking.tags.{k}='{v}'" for k, v in tags.items() if v is not None)
+
+
+@dataclass
+class TuningPlan:
+    spec: TuneSpec
+    arms: list[Arm]
+    skipped: list[PlannedRun]  # untuned points that cannot run at all (shown, never tuned)
+    resolve_points: ResolvePoints
+    flops_per_sec: float
+    overhead_s: float
+    checkpoint_path: plan.CheckpointPath
+    next_index: int = 0
+    stage: int = 0  # halving: rung being trained (len(rungs): the winners' decay)
+    current: list[tuple[PlannedRun, int, int]] = field(default_factory=list)  # (run, arm, cand)
+    transferred: bool = False
+
+    # ---- points -------------------------------------------------------------------------
+    def _base(self, arm: Arm, tuned: tuple[str, ...]) -> tuple[str, ...]:
+        """The arm's overrides without those the tuning sets, then `tuned` and the schedule."""
+        keep = [o for o in arm.run.overrides if _key(o) not in (*SET_HERE, *self.spec.grid)]
+        wsd = ("train.schedule=wsd", f"train.decay_fraction={format_value(self.spec.decay)}")
+        return (*keep, *tuned, *wsd, f"train.decay_start_tokens={arm.stable}")
+
+    def segment(self, a: int, cand: Candidate, k: int) -> Point:
+        """Candidate `cand` of arm `a` trained from rung k-1 to rung k, constant lr."""
+        arm = self.arms[a]
+        end = arm.rungs[k]
+        over = self._base(arm, cand.overrides)
+        over += (f"{plan.TOKENS_KEY}={end}", f"train.save_at_tokens=[{end}]")
+        if k:
+            over += (
+                f"train.init_from={self.checkpoint_path(arm.last_key[cand.index], arm.rungs[k - 1])}",
+            )
+        tags = _tags(arm=arm.id, tune_role="candidate", tune_rung=end, tune_values=cand.label)
+        return Point(over + tags, arm.run.variant, phase="candidate")
+
+    def decayed(self, a: int, cand: Candidate) -> Point:
+        """The winner from its last rung to the arm's budget, decaying from the stable end."""
+        arm = self.arms[a]
+        over = self._base(arm, cand.overrides) + (f"{plan.TOKENS_KEY}={arm.tokens}",)
+        over += (
+            f"train.init_from={self.checkpoint_path(arm.last_key[cand.index], arm.rungs[-1])}",
+        )
+        tags = _tags(arm=arm.id, tune_role="chosen", tune_values=cand.label)
+        return Point(over + tags, arm.run.variant, phase="chosen")
+
+    def full(self, a: int, cand: Candidate, role: str, tuned_at: str | None = None) -> Point:
+        """One WSD run of the arm with the candidate's values as written (the full grid, or a
+        transfer of a choice made at another arm)."""
+        arm = self.arms[a]
+        values = tuple(f"{k}={format_value(v)}" for k, v in cand.values.items())
+        over = self._base(arm, values) + (f"{plan.TOKENS_KEY}={arm.tokens}",)
+        rung = arm.tokens if role == "candidate" else None
+        tags = _tags(
+            arm=arm.id, tune_role=role, tune_rung=rung, tune_values=cand.label, tuned_at=tuned_at
+        )
+        return Point(over + tags, arm.run.variant, phase=role)
+
+    def _resolve(self, points: list[tuple[Point, int, int]], trained_from: list[int]):
+        runs = self.resolve_points([p for p, _, _ in points])
+        out = []
+        for (_, a, c), run, start in zip(points, runs, trained_from):
+            trained = run.d - start
+            est = 0.0  # skipped (done before, or cannot run)
+            if run.facts and not run.skip:
+                est = run.facts.flops_per_token * trained / self.flops_per_sec + self.overhead_s
+            run = replace(run, index=self.next_index, tokens_trained=trained, est_s=est)
+            self.next_index += 1
+            out.append((run, a, c))
+        return out
+
+    # ---- stages ---------------------------------------------------------------------------
+    def first_stage(self) -> list[PlannedRun]:
+        points, starts = [], []
+        for a, arm in enumerate(self.arms):
+            if not arm.tuned:
+                continue
+            arm.alive = [c.index for c in arm.candidates]
+            for cand in arm.candidates:
+                if self.spec.halving:
+                    points.append((self.segment(a, cand, 0), a, cand.index))
+                else:
+                    points.append((self.full(a, cand, "candidate"), a, cand.index))
+                starts.append(0)
+        self.current = self._resolve(points, starts)
+        self._check_arms_apart()
+        return [*self.skipped, *(r for r, _, _ in self.current)]
+
+    def _check_arms_apart(self) -> None:
+        owner: dict[str, tuple[int, int]] = {}
+        for run, a, c in self.current:
+            if not run.facts:
+                continue
+            cand = self.arms[a].candidates[c]
+            b, d = owner.setdefault(run.run_key, (a, c))
+            if b == a and d != c:
+                other = self.arms[a].candidates[d]
+                key = next(k for k in self.spec.grid if other.values[k] != cand.values[k])
+                raise PlanError(
+                    f"sweep.tune.{key}: candidates "
+                    f"{other.label} and {cand.label} are the same run at arm "
+                    f"{self.arms[a].id} (e.g. two warmup fractions that round to one step count)"
+                )
+            if b != a:
+                key = next(iter(self.spec.grid))
+                raise PlanError(
+                    f"sweep.tune.{key}: candidate {cand.label} makes arm {self.arms[b].id} "
+                    f"({self.arms[b].run.variant}) and arm {self.arms[a].id} "
+                    f"({self.arms[a].run.variant}) the same run (run key {run.run_key}); "
+                    "a tuned key must not override what tells the arms apart"
+                )
+
+    def next_stage(
+        self, outcomes: dict[int, Any], losses_of: LossesOf, tag_chosen: Callable[..., None]
+    ) -> list[PlannedRun]:
+        """Rank the stage just trained (losses from MLflow), return the next stage's runs."""
+        if not self.current:
+            return []
+        results = losses_of([r.run_key for r, _, _ in self.current if r.run_key])
+        points, starts = [], []
+        stage_arms: dict[int, list[tuple[PlannedRun, int]]] = {}
+        for run, a, c in self.current:
+            stage_arms.setdefault(a, []).append((run, c))
+        for a, members in stage_arms.items():
+            arm = self.arms[a]
+            phase = members[0][0].phase
+            scored = []
+            for run, c in members:
+                status, loss, _ = results.get(run.run_key, ("", None, ""))
+                loss = loss if status == "FINISHED" and loss is not None else math.inf
+                arm.losses.setdefault(c, {})[int(run.d)] = loss
+                arm.last_key[c] = run.run_key
+                scored.append((loss, c))
+            if phase == "transfer":
+                continue
+            if phase == "chosen":
+                arm.chosen = members[0][1] if math.isfinite(scored[0][0]) else None
+                continue
+            scored.sort()
+            if not math.isfinite(scored[0][0]):
+                continue  # every candidate failed: the arm has no result (its runs say why)
+            self._stop_failed(outcomes, members, results)
+            last = not self.spec.halving or self.stage == len(arm.rungs) - 1
+            keep = 1 if last else math.ceil(len(scored) / 2)
+            arm.alive = [c for _, c in scored[:keep]]
+            if not self.spec.halving:
+                arm.chosen = arm.alive[0]
+                tag_chosen(members, arm.chosen)
+            elif last:
+                points.append((self.decayed(a, arm.candidates[arm.alive[0]]), a, arm.alive[0]))
+                starts.append(arm.rungs[-1])
+            else:
+                for c in arm.alive:
+                    points.append((self.segment(a, arm.candidates[c], self.stage + 1), a, c))
+                    starts.append(arm.rungs[self.stage])
+        self.stage += 1
+        if not points and not self.transferred:
+            self.transferred = True
+            for a, arm in enumerate(self.arms):
+                src = self.arms[arm.tuned_at] if arm.tuned_at is not None else None
+                if src is not None and src.chosen is not None:
+                    cand = src.candidates[src.chosen]
+                    points.append((self.full(a, cand, "transfer", tuned_at=src.id), a, cand.index))
+                    starts.append(0)
+        self.current = self._resolve(points, starts) if points else []
+        return [r for r, _, _ in self.current]
+
+    def _stop_failed(self, outcomes, members, results) -> None:
+        """A candidate that diverged (or failed) lost its rung; while another candidate of its
+        arm has a loss, that is a tuning result ("stopped"), not a failed sweep."""
+        for run, _ in members:
+            o = outcomes.get(run.index)
+            if o is not None and o.state in ("failed", "skipped") and run.run_key in results:
+                reason = results[run.run_key][2] or o.reason
+                outcomes[run.index] = replace(o, state="stopped", reason=f"lost its rung: {reason}")
+
+    # ---- what the dry run shows -----------------------------------------------------------
+    def cost(self, arm: Arm) -> tuple[float, float, float, int]:
+        """(exact FLOPs this plan spends on the arm, the full grid's, the untuned run's, runs)."""
+        f = arm.run.facts.flops_per_token
+        untuned = f * arm.tokens
+        n = len(self.spec.candidates)
+        if not arm.tuned:
+            return untuned, n * untuned, untuned, 1
+        if not self.spec.halving:
+            return n * untuned, n * untuned, untuned, n
+        tokens, runs, alive, prev = 0.0, 0, n, 0
+        for k, rung in enumerate(arm.rungs):
+            tokens += alive * (rung - prev)
+            runs += alive
+            alive = 1 if k == len(arm.rungs) - 1 else math.ceil(alive / 2)
+            prev = rung
+        tokens += arm.tokens - prev
+        return f * tokens, n * untuned, untuned, runs + 1
+
+
+def plan_tuning(
+    spec: TuneSpec,
+    runs: Sequence[PlannedRun],
+    config_of: ConfigOf,
+    checkpoint_path: plan.CheckpointPath,
+    resolve_points: ResolvePoints,
+    flops_per_sec: float,
+    overhead_s: float,
+) -> TuningPlan:
+    """Arms from the untuned plan, candidates per arm; fails (PlanError naming the key) before
+    anything trains on a key the config does not have or a rung inside a candidate's warmup."""
+    from omegaconf import OmegaConf
+
+    from training.schedules import warmup_steps
+
+    arms = [r for r in runs if r.facts and not r.skip]
+    skipped = [r for r in runs if not (r.facts and not r.skip)]
+    if not arms:
+        raise PlanError("sweep.tune: no point of the sweep can run, so there is nothing to tune")
+    missing = object()
+    composed = config_of(arms[0].overrides)
+    for key in spec.grid:
+        if OmegaConf.select(composed, key, default=missing) is missing:
+            raise PlanError(f"sweep.tune.{key}: not a config field (no such key to override)")
+
+    groups: dict[tuple, list[int]] = {}
+    tplan_arms: list[Arm] = []
+    for r in arms:
+        group = (r.variant, *sorted(o for o in r.overrides if _key(o) != plan.TOKENS_KEY))
+        groups.setdefault(group, []).append(len(tplan_arms))
+        tplan_arms.append(Arm(r, group))
+    if spec.at == "smallest_budget":
+        for members in groups.values():
+            smallest = min(members, key=lambda i: tplan_arms[i].tokens)
+            for i in members:
+                if i != smallest:
+                    tplan_arms[i].tuned_at = smallest
+
+    for arm in tplan_arms:
+        bt = arm.run.facts.batch_tokens
+        # every tuned run decays from here: a halving winner, a full-grid run and a transfer
+        # follow the same lr schedule
+        arm.stable = plan.branch_start(arm.tokens, spec.decay, bt)
+        if not arm.tuned:
+            continue
+        steps = math.ceil(arm.tokens / bt)
+        if spec.halving:
+            arm.rungs = tuple(sorted({int(f * arm.stable) // bt * bt for f in spec.rungs} - {0}))
+            if not arm.rungs:
+                raise PlanError(
+                    f"sweep.tune_halving.rungs: arm {arm.id} ({arm.tokens} tokens) is too short for "
+                    f"a rung of whole batches ({bt} tokens) at {list(spec.rungs)} of its stable phase"
+                )
+        default_warmup = OmegaConf.select(config_of(arm.run.overrides), WARMUP_KEY)
+        for i, values in enumerate(spec.candidates):
+            over = [f"{k}={format_value(v)}" for k, v in values.items() if k != WARMUP_KEY]
+            warmup = float(values.get(WARMUP_KEY, default_warmup))
+            if spec.halving:
+                w_steps = warmup_steps(warmup, steps)
+                if w_steps * bt > arm.rungs[0]:
+                    raise PlanError(
+                        f"sweep.tune_halving.rungs: the first rung of arm {arm.id} "
+                        f"({arm.rungs[0]} tokens) ends inside the warmup of candidate "
+                        f"{WARMUP_KEY}={format_value(warmup)} ({w_steps} steps of {bt} tokens); "
+                        "raise the first rung or shorten the warmup"
+                    )
+                over.append(f"{WARMUP_KEY}={w_steps}")
+            elif WARMUP_KEY in values:
+                over.append(f"{WARMUP_KEY}={format_value(warmup)}")
+            arm.candidates.append(Candidate(i, values, tuple(over)))
+    return TuningPlan(
+        spec,
+        tplan_arms,
+        skipped,
+        resolve_points,
+        flops_per_sec,
+        overhead_s,
+        checkpoint_path,
+        next_index=max((r.index for r in runs), default=-1) + 1,
+    )
+
+
+def losses_from_mlflow(uri: str, experiment: str) -> LossesOf:
+    """The MLflow reader of rung results: the run of each key (`tracking.latest_runs_by_key`),
+    its status, final_val_loss and failure reason."""
+    from training import tracking
+
+    def losses_of(keys: Sequence[str]) -> dict[str, tuple[str, float | None, str]]:
+        client = tracking.client(uri)
+        exp = client.get_experiment_by_name(experiment)
+        if exp is None:
+            return {}
+        found = tracking.latest_runs_by_key(client, exp.experiment_id)
+        out = {}
+        for key in keys:
+            run = found.get(key)
+            if run is not None:
+                loss = run.data.metrics.get("final_val_loss")
+                reason = run.data.tags.get("failure_reason", "")
+                out[key] = (run.info.status, loss, reason)
+        return out
+
+    return losses_of
+
+
+def tag_chosen_in_mlflow(uri: str, experiment: str) -> Callable[..., None]:
+    """Full grid: the best candidate's run is the arm's result; tag it tune_role=chosen."""
+    from training import tracking
+
+    def tag(members, chosen: int) -> None:
+        client = tracking.client(uri)
+        exp = client.get_experiment_by_name(experiment)
+        found = tracking.latest_runs_by_key(client, exp.experiment_id)
+        for run, c in members:
+            if c == chosen and run.run_key in found:
+                client.set_tag(found[run.run_key].info.run_id, "tune_role", "chosen")
+
+    return tag
+
+
+def stage_estimates(tp: TuningPlan) -> list[list[float]]:
+    """Estimated seconds of every run, stage by stage, if every candidate finishes (the plan
+    waits for a stage before ranking it, so stages do not overlap)."""
+    stages: dict[int, list[float]] = {}
+    for arm in tp.arms:
+        f = arm.run.facts.flops_per_token
+
+        def est(tokens: float, f: float = f) -> float:
+            return f * tokens / tp.flops_per_sec + tp.overhead_s
+
+        if not arm.tuned:
+            stages.setdefault(10**6, []).append(est(arm.tokens))  # after every choice
+            continue
+        n = len(arm.candidates)
+        if not tp.spec.halving:
+            stages.setdefault(0, []).extend([est(arm.tokens)] * n)
+            continue
+        alive, prev = n, 0
+        for k, rung in enumerate(arm.rungs):
+            stages.setdefault(k, []).extend([est(rung - prev)] * alive)
+            alive = 1 if k == len(arm.rungs) - 1 else math.ceil(alive / 2)
+            prev = rung
+        stages.setdefault(len(arm.rungs), []).append(est(arm.tokens - prev))
+    return [stages[k] for k in sorted(stages)]
+
+
+def _packed(seconds: list[float], jobs: int) -> float:
+    slots = [0.0] * max(1, jobs)
+    for s in sorted(seconds, reverse=True):
+        slots[slots.index(min(slots))] += s
+    return max(slots)
+
+
+def print_tuning(tp: TuningPlan, jobs: int) -> None:
+    """The dry run's tuning table: per arm its role, candidates, rungs, runs and compute
+    against the untuned run and the full grid; then the sweep's totals."""
+    from rich.table import Table
+
+    from sweeps.sweep_view import console
+
+    spec = tp.spec
+    how = "successive halving" if spec.halving else "full grid"
+    title = (
+        f"tuning ({how}, tune_at {spec.at}): {len(spec.candidates)} candidates of "
+        f"{', '.join(spec.grid)}; decay {spec.decay:g}"
+    )
+    t = Table(title=title, title_justify="left")
+    for col in ("arm", "variant", "N", "D", "role", "rungs (tokens)", "runs", "C tuned",
+                "C full grid", "C untuned", "tuned/untuned"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("arm", "variant", "role") else "right")
+    tot = [0.0, 0.0, 0.0, 0]
+    for arm in tp.arms:
+        spent, grid, untuned, runs = tp.cost(arm)
+        tot = [tot[0] + spent, tot[1] + grid, tot[2] + untuned, tot[3] + runs]
+        role = "tuned" if arm.tuned else f"transfer from {tp.arms[arm.tuned_at].id[:8]}"
+        rungs = " ".join(plan.format_count(r) for r in arm.rungs) if arm.tuned else ""
+        t.add_row(
+            arm.id, arm.run.variant, plan.format_count(arm.run.n), plan.format_count(arm.tokens),
+            role, rungs, str(runs), f"{spent:.2e}", f"{grid:.2e}", f"{untuned:.2e}",
+            f"{spent / untuned:.2f}x",
+        )  # fmt: skip
+    out = console()
+    out.print(t)
+    wall = sum(_packed(s, jobs) for s in stage_estimates(tp))
+    tuned_arms = [a for a in tp.arms if a.tuned]
+    per_arm = sum(tp.cost(a)[0] / tp.cost(a)[2] for a in tuned_arms) / max(1, len(tuned_arms))
+    out.print(
+        f"tuned sweep: {tot[3]} runs at most, {tot[0]:.3g} FLOPs (exact), estimated wall time "
+        f"{_dur(wall)} with sweep.jobs={jobs} (stages wait for each other); "
+        f"a tuned arm costs {per_arm:.2f} runs for {len(spec.candidates)} candidates"
+    )
+    out.print(
+        f"against: the untuned sweep {tot[2]:.3g} FLOPs (tuned = {tot[0] / tot[2]:.2f}x), the "
+        f"full grid at every arm {tot[1]:.3g} FLOPs (tuned = {tot[0] / tot[1]:.2f}x of it)"
+    )
+
+
+def _dur(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+def apply_lr_rule(
+    rule: plan.LrRule | None, points: Sequence[Point], facts_of: plan.Resolver
+) -> list[Point]:
+    """`sweep.lr_rule`: every point gets train.lr = scale * N^exponent from its factory N
+    (non-embedding; it does not depend on D, so an IsoFLOP point needs no budget yet). A point
+    whose model cannot be built keeps its overrides: `plan.resolve` skips it with the reason."""
+    if rule is None:
+        return list(points)
+    out = []
+    for p in points:
+        try:
+            n = facts_of(p.overrides).n_params_nonembed
+        except PlanError:
+            raise
+        except ValueError:
+            out.append(p)
+            continue
+        lr = f"{plan.LR_KEY}={format_value(rule.lr(n))}"
+        out.append(replace(p, overrides=(*p.overrides, lr)))
+    return out
+
+
+def print_lr_rule(rule: plan.LrRule, runs: Sequence[PlannedRun]) -> None:
+    """The dry run's line for `sweep.lr_rule`: the rule, where it came from, the lr per N."""
+    from sweeps.sweep_view import console
+
+    by_n = sorted({r.n: rule.lr(r.n) for r in runs if r.facts and r.n})
+    lrs = ", ".join(f"N {plan.format_count(n)}: {rule.lr(n):.3g}" for n in by_n)
+    console().print(
+        f"lr_rule: train.lr = {rule.scale:.4g} * N^{rule.exponent:.4g} ({rule.source}); {lrs}"
+    )

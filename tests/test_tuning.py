@@ -1,0 +1,298 @@
+"""Tuning inside a sweep (`sweep.tune`, `tune_at`, `tune_halving`) and `sweep.lr_rule`.
+
+Plan-level tests use the real conf/ tree through Hydra's compose API (nothing trained); the
+end-to-end test trains a tiny tuned sweep with `python -m sweeps.run` twice, by successive
+halving and as the full grid, and checks both choose the same learning rate.
+"""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import pytest
+from hydra import compose, initialize_config_dir
+
+from sweeps import driver, plan, tuning
+from training.checkpoint import branch_checkpoint_path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+
+
+@pytest.fixture
+def comp(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlruns.db'}")
+    monkeypatch.setenv("SCALING_LAB_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("SCALING_LAB_CACHE_DIR", str(tmp_path / "cache"))
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        yield lambda overrides: compose("run", overrides=list(overrides), return_hydra_config=True)
+
+
+def tuned_plan(comp, arguments):
+    """The tuning plan `python -m sweeps.run ARGS` makes, built as the driver builds it."""
+    cfg = comp(arguments)
+    fixed, axes, keys = driver.parse_cli(arguments)
+    spec = driver.spec_from_config(cfg, axes)
+    spec.check_conflicts(keys)
+    fast = driver.cached_compose(comp)
+    facts_of = lambda ov: driver.facts(fast([*fixed, *ov]))  # noqa: E731
+    ckpt = lambda key, t: str(branch_checkpoint_path(Path("/ckpt"), key, t))  # noqa: E731
+    resolve = lambda pts: plan.resolve(spec, pts, facts_of, ckpt, flops_per_sec=1e9)  # noqa: E731
+    runs = resolve(tuning.apply_lr_rule(spec.lr_rule, plan.expand(spec), facts_of))
+    if spec.tune is None:
+        return spec, runs, None
+    tp = tuning.plan_tuning(spec.tune, runs, lambda o: fast([*fixed, *o]), ckpt, resolve, 1e9, 0.0)
+    return spec, runs, tp
+
+
+# conf/sweep/grid.yaml: llama, 3 sizes x 4 token budgets (61-488 steps)
+TINY = [
+    "sweep=grid",
+    "+sweep.tune={train.lr:[1e-4,3e-4,1e-3,2e-3,4e-3,8e-3,1.6e-2,3.2e-2]}",
+]
+
+
+def test_halving_an_8_point_grid_costs_about_two_runs_per_arm(comp):
+    spec, runs, tp = tuned_plan(comp, TINY)
+    assert len(tp.arms) == 12 and all(a.tuned for a in tp.arms)
+    for arm in tp.arms:
+        spent, grid, untuned, n_runs = tp.cost(arm)
+        assert grid == pytest.approx(8 * untuned)
+        # 8 S/8 + 4 S/8 + 2 S/4 + (D - S/2) with S = 0.8 D: 2.2 D, up to whole batches
+        assert spent / untuned == pytest.approx(2.2, abs=0.08)
+        assert n_runs == 8 + 4 + 2 + 1
+        s = arm.stable
+        assert arm.rungs == tuple(int(f * s) // 8192 * 8192 for f in (0.125, 0.25, 0.5))
+    first = tp.first_stage()
+    assert len(first) == 12 * 8 and {r.phase for r in first} == {"candidate"}
+    # every candidate's first segment is its own run, tagged with its arm
+    assert len({r.run_key for r in first}) == 96
+    tags = [o for o in first[0].overrides if o.startswith("++tracking.tags.")]
+    assert any("tune_role='candidate'" in t for t in tags)
+    assert any(f"arm='{tp.arms[0].id}'" in t for t in tags)
+
+
+def test_smallest_budget_tunes_one_arm_per_size_and_transfers(comp):
+    _, _, tp = tuned_plan(comp, [*TINY, "+sweep.tune_at=smallest_budget"])
+    tuned = [a for a in tp.arms if a.tuned]
+    transfers = [a for a in tp.arms if not a.tuned]
+    assert len(tuned) == 3 and len(transfers) == 9
+    assert {a.tokens for a in tuned} == {500000}
+    for a in transfers:
+        src = tp.arms[a.tuned_at]
+        assert src.run.n == a.run.n and src.tokens < a.tokens
+
+
+def test_dry_run_shows_the_tuning_and_its_cost(comp, capsys, tmp_path):
+    args = [*TINY, "+sweep.tune_at=smallest_budget", "sweep.dry_run=true"]
+    assert driver.drive(comp(args), args, comp, launch=None) == []
+    out = capsys.readouterr().out
+    assert "tuning (successive halving, tune_at smallest_budget): 8 candidates" in out
+    assert "transfer from" in out
+    assert "against: the untuned sweep" in out and "the full grid at every arm" in out
+    assert not (tmp_path / "mlruns.db").exists()
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ("+sweep.tune={train.lrr:[1e-3]}", "sweep.tune.train.lrr: not a config field"),
+        ("+sweep.tune={train.lr:[]}", "sweep.tune.train.lr: expected a non-empty list"),
+        ("+sweep.tune={}", "sweep.tune: expected a mapping"),
+        ("+sweep.tune={train.lr:[1e-3,1e-3]}", "sweep.tune.train.lr: a value is listed twice"),
+        ("+sweep.tune={train.tokens:[1e3]}", "sweep.tune.train.tokens: not tunable"),
+        ("+sweep.tune={train.batch_tokens:[1024]}", "sweep.tune.train.batch_tokens: sweep.fixed"),
+        ("+sweep.tune_at=largest", "sweep.tune_at: only applies with sweep.tune"),
+        ("+sweep.tune_halving={rungs:[0.5,0.25]}", "sweep.tune_halving: only applies"),
+        # 8-step arms: 2% and 3% warmup are both 0 steps, one run
+        (
+            "+sweep.tune={train.warmup:[0.02,0.03]}",
+            "sweep.tune.train.warmup: candidates train.warmup=0.02 and train.warmup=0.03 are the same run",
+        ),
+    ],
+)
+def test_bad_tuning_input_fails_naming_the_key(comp, extra, message):
+    with pytest.raises(plan.PlanError, match="^" + message.replace("[", r"\[").replace(".", r"\.")):
+        _, _, tp = tuned_plan(comp, ["sweep=tiny", extra])
+        tp.first_stage()
+
+
+def test_unknown_tune_at_rule_and_bad_rungs_fail_naming_the_key(comp):
+    with pytest.raises(plan.PlanError, match=r"^sweep\.tune_at: unknown rule 'largest'"):
+        tuned_plan(comp, [*TINY, "+sweep.tune_at=largest"])
+    with pytest.raises(plan.PlanError, match=r"^sweep\.tune_halving\.rungs: expected increasing"):
+        tuned_plan(comp, [*TINY, "+sweep.tune_halving={rungs:[0.5,0.25]}"])
+    # a first rung (2 batches at the 16K budget) that ends inside a 10-step warmup
+    with pytest.raises(plan.PlanError, match=r"^sweep\.tune_halving\.rungs: the first rung"):
+        tuned_plan(comp, [*TINY, "train.warmup=10"])
+
+
+def test_a_grid_that_makes_two_arms_one_run_fails_naming_the_key():
+    """Two arms differ only in train.beta2; a tuned key that the (toy) factory lets override it
+    makes their candidates the same run key: the plan refuses before anything trains."""
+    spec = plan.SweepSpec.from_dict(
+        "t", {"axes": {"train.beta2": [0.95, 0.99]}, "tune": {"train.beta1": [0.8, 0.9]}}
+    )
+
+    def facts_of(overrides):
+        # the tuned beta1 hides beta2 here: the kind of interaction the check exists for
+        key = [o for o in overrides if o.startswith("train.beta1=")] or sorted(overrides)
+        return plan.RunFacts(str(hash(tuple(key))), "a", 1, 8, 100, 80, 1e3, 8192.0, 1024)
+
+    resolve = lambda pts: plan.resolve(spec, pts, facts_of, lambda k, t: f"{k}/{t}", 1e9)  # noqa: E731
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.create({"train": {"beta1": 0.9, "beta2": 0.95, "warmup": 0}})
+    tp = tuning.plan_tuning(
+        spec.tune, resolve(plan.expand(spec)), lambda o: config, lambda k, t: f"{k}/{t}",
+        resolve, 1e9, 0.0,
+    )  # fmt: skip
+    with pytest.raises(
+        plan.PlanError, match=r"^sweep\.tune\.train\.beta1: candidate train\.beta1=0\.8"
+    ):
+        tp.first_stage()
+
+
+def test_lr_rule_sets_lr_from_the_factorys_n(comp, tmp_path, capsys):
+    rule = "+sweep.lr_rule={scale:0.5,exponent:-0.5}"
+    spec, runs, _ = tuned_plan(comp, ["sweep=grid", rule])
+    assert len({r.n for r in runs}) == 3
+    for r in runs:
+        lr = [o for o in r.overrides if o.startswith("train.lr=")]
+        assert lr == [f"train.lr={float(f'{0.5 * r.n**-0.5:.3g}')}"]
+    fit = tmp_path / "fit.json"
+    fit.write_text(
+        json.dumps({"lr_rule": {"scale": 0.5, "exponent": -0.5, "variable": "N", "ci95": {}}})
+    )
+    _, fitted, _ = tuned_plan(comp, ["sweep=grid", f"+sweep.lr_rule={{fitted:{fit}}}"])
+    assert [r.run_key for r in fitted] == [r.run_key for r in runs]
+    assert plan.LrRule.from_value("constant") is None
+    args = ["sweep=grid", f"+sweep.lr_rule={{fitted:{fit}}}", "sweep.dry_run=true"]
+    assert driver.drive(comp(args), args, comp, launch=None) == []
+    shown = capsys.readouterr().out
+    assert f"lr_rule: train.lr = 0.5 * N^-0.5 (fitted: {fit}); N " in shown
+    assert f"{0.5 * runs[0].n ** -0.5:.3g}" in shown
+    with pytest.raises(plan.PlanError, match=r"^sweep\.lr_rule\.fitted: .* has no lr_rule"):
+        fit.write_text("{}")
+        tuned_plan(comp, ["sweep=grid", f"+sweep.lr_rule={{fitted:{fit}}}"])
+    with pytest.raises(
+        plan.PlanError, match=r"^train\.lr is set by sweep\.tune but sweep\.lr_rule"
+    ):
+        tuned_plan(comp, [*TINY, rule])  # TINY tunes train.lr
+
+
+TEXT = (
+    "The quick brown fox jumps over the lazy dog. A scaling law relates loss to compute. "
+    "Attention is all you need, said the paper, and the block became the standard. "
+)
+
+
+def sweep_file(halving: str) -> str:
+    # one arm, 32 steps; learning rates 4x to 64x apart, so the loss orders them clearly
+    return f"""
+axes:
+  model: [llama]
+  model.size: [1e4]
+  train.tokens: [16384]
+fixed:
+  data.source: text
+  data.tokenizer: byte
+  data.eval_tokens: 2048
+  data.val_fraction: 0.3
+  train.batch_tokens: 512
+  train.seq_len: 64
+  train.eval_every: 1000
+  train.log_every: 5
+tune:
+  train.lr: [2.5e-4, 1e-3, 6.4e-2, 1.0]
+tune_halving: {halving}
+"""
+
+
+@pytest.mark.slow
+def test_a_bad_tune_key_fails_the_command_in_one_line_before_anything_starts(tmp_path):
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "bad.yaml").write_text(
+        sweep_file("false").replace("train.lr: [", "train.lrr: [")
+    )
+    env = _env(tmp_path)
+    cmd = [sys.executable, "-m", "sweeps.run", "--config-dir", str(tmp_path), "sweep=bad",
+           f"data.path={_corpus(tmp_path)}"]  # fmt: skip
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0
+    assert (
+        out.stderr.strip().splitlines()[-1].startswith("error: sweep.tune.train.lrr: not a config")
+    )
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "mlruns.db").exists() and not (tmp_path / "runs").exists()
+
+
+def _corpus(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(20):  # several documents so both splits are non-empty
+        (corpus / f"doc{i}.txt").write_text(f"document {i}. " + TEXT * 40)
+    return corpus
+
+
+def _env(tmp_path):
+    import os
+
+    env = dict(os.environ)
+    env.update(
+        MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlruns.db'}",
+        SCALING_LAB_RUNS_DIR=str(tmp_path / "runs"),
+        SCALING_LAB_CACHE_DIR=str(tmp_path / "cache"),
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+@pytest.mark.slow
+def test_halving_chooses_what_the_full_grid_chooses(tmp_path):
+    corpus = _corpus(tmp_path)
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "halving.yaml").write_text(sweep_file("{rungs: [0.25, 0.5]}"))
+    (tmp_path / "sweep" / "fullgrid.yaml").write_text(sweep_file("false"))
+    env = _env(tmp_path)
+
+    def sweep(name):
+        cmd = [sys.executable, "-m", "sweeps.run", "--config-dir", str(tmp_path), f"sweep={name}",
+               f"data.path={corpus}", "sweep.jobs=2"]  # fmt: skip
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        return out.stdout
+
+    sweep("halving")
+    sweep("fullgrid")
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlruns.db'}")
+    df = mlflow.search_runs(experiment_names=["scaling-lab"]).dropna(subset=["tags.run_key"])
+    halving, grid = df[df["tags.sweep"] == "halving"], df[df["tags.sweep"] == "fullgrid"]
+    assert set(halving["tags.arm"]) == set(grid["tags.arm"])  # one arm, one id in both
+    grid_loss = {
+        r["tags.tune_values"]: r["metrics.final_val_loss"]
+        for _, r in grid.iterrows()
+        if r["status"] == "FINISHED"
+    }
+    best = min(grid_loss, key=grid_loss.get)
+    losses = sorted(grid_loss.values())
+    assert losses[1] - losses[0] > 0.05, grid_loss  # the grid separates the candidates
+    chosen_grid = grid[grid["tags.tune_role"] == "chosen"]
+    assert list(chosen_grid["tags.tune_values"]) == [best]
+    chosen = halving[halving["tags.tune_role"] == "chosen"]
+    assert list(chosen["tags.tune_values"]) == [best]
+    # the winner's segments and decay are the trajectory of its full WSD run
+    assert chosen["metrics.final_val_loss"].iloc[0] == pytest.approx(grid_loss[best], abs=1e-3)
+    assert chosen["params.tokens"].iloc[0] == "16384"
+    # halving trained 4 segments to S/4, 2 on to S/2 and one decay: 7 runs, 2.05 runs' tokens
+    rungs = sorted(halving[halving["tags.tune_role"] == "candidate"]["tags.tune_rung"].astype(int))
+    assert rungs == [3072] * 4 + [6144] * 2 and len(halving) == 4 + 2 + 1
+    # a rerun re-derives the choice from MLflow and trains nothing
+    out = sweep("halving")
+    assert "│ finished" not in out and "│ failed" not in out
+    df2 = mlflow.search_runs(experiment_names=["scaling-lab"]).dropna(subset=["tags.run_key"])
+    assert len(df2) == len(df)
+    assert math.isfinite(chosen["metrics.final_val_loss"].iloc[0])
