@@ -2,6 +2,10 @@
 
     python -m analysis.fit --csv runs.csv [--group arch] [--bootstrap 1000] [--seed 0] --out fit.json
     python -m analysis.fit --experiment NAME [--sweep ID] [--tracking-uri URI] --out fit.json
+    python -m analysis.fit --csv runs.csv --tune train.lr [--tune train.warmup] --out fit.json
+
+--tune KEY: the runs are a tuned sweep; per arm (variant x N x D, or the runs' `arm` column) the
+run at the lowest final loss is kept and every law is fitted to those (analysis/tuning.py).
 
 --csv, --experiment and --sweep are repeatable: the runs of every source are fitted together.
 
@@ -20,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import identification
+from analysis import identification, tuning
 from analysis import laws as law_forms  # --law: the parametric form (analysis/laws/)
 from analysis.bootstrap import intervals, resample_counts
 from analysis.envelope import envelope, envelope_report, padded, resampled_envelopes
@@ -205,9 +209,13 @@ class Fits:
     envelope: dict  # approach 1
     kaplan: dict  # single-variable laws L_N, L_D, L_C (each a section or None)
     extrapolation: dict  # approach 3 fitted below a compute threshold, checked above it
+    tuning: dict | None = None  # --tune: every arm's grid, losses and choice; None untuned
+    lr_rule: dict | None = None  # --tune with an lr key: lr_opt = scale * N^exponent
 
     def as_dict(self) -> dict:
-        """fit.json's content for these runs."""
+        """fit.json's content for these runs (`tuning` and `lr_rule` only for tuned runs, so an
+        untuned fit.json is what it was before tuning existed)."""
+        tuned = {} if self.tuning is None else {"tuning": self.tuning, "lr_rule": self.lr_rule}
         return {
             "n_runs": self.n_runs,
             "compute": self.compute,
@@ -217,6 +225,7 @@ class Fits:
             "envelope": self.envelope,
             "kaplan": self.kaplan,
             "extrapolation": self.extrapolation,
+            **tuned,
         }
 
 
@@ -232,6 +241,7 @@ def fit_all(
     isoflop: bool = True,
     compute: str = "6nd",
     fixed: dict[str, float] | None = None,
+    tuned: dict | None = None,
 ) -> Fits:
     """Every law the runs support, fitted (runs validated with `check_fittable`).
 
@@ -246,8 +256,11 @@ def fit_all(
     minimises L under C = f(N) D with f fitted to the runs (`parametric.FlopsPerToken`).
     Approach 2 then uses only budgets that are iso in exact FLOPs (`budget_flops: exact` plans).
     `fixed` holds approach-3 parameters at given values (e.g. {"E": 1.7}), reported as fixed.
+    `tuned`: the `tuning` section of `tuning.select` when `runs` are the arms' results; the
+    fit then carries the arms of these runs and the lr rule fitted to them.
     """
     check_fittable(runs)
+    section = None if tuned is None else tuning.for_runs(tuned, runs["run_id"])
     flops = None
     if compute == "exact":
         check_exact_compute(runs)
@@ -284,6 +297,8 @@ def fit_all(
         },
         kaplan=kaplan_section(runs, n_boot, seed, fronts),
         extrapolation=extrapolation_section(runs, holdout_threshold, fixed),
+        tuning=section,
+        lr_rule=None if section is None else tuning.lr_rule(section, n_boot, seed),
     )
 
 
@@ -375,7 +390,23 @@ def summary(result: dict, title: str = "") -> str:
             f"mean |relative error| on {ext['n_test']} held-out runs = "
             f"{100 * ext['mean_abs_rel_error']:.2f}%"
         )
+    if result.get("tuning"):
+        lines += tuning_summary(result["tuning"], result.get("lr_rule"))
     return "\n".join(lines)
+
+
+def tuning_summary(section: dict, rule: dict | None) -> list[str]:
+    """The tuning lines of the printed summary: arms, edges, the lr rule."""
+    edge = [a for a in section["arms"] if a["at_edge"]]
+    lines = [f"tuned {', '.join(section['keys'])}: {section['n_arms']} arms fitted at their best "
+             f"value ({section['n_runs']} runs, {section['n_stopped_early']} stopped early); "
+             f"{len(edge)} at the edge of the grid"]  # fmt: skip
+    lines += [f"  widen the grid: {a['arm']} best at the {', '.join(f'{v} {k}' for k, v in a['edge'].items())}"
+              for a in edge]  # fmt: skip
+    if rule is not None:
+        lines.append(f"  {rule['key']}_opt = {_ci(rule, 'scale', '.3g')} * N^{_ci(rule, 'exponent', '.3f')}"
+                     f" ({rule['n_arms']} arms)")  # fmt: skip
+    return lines
 
 
 # ---------------------------------------------------------------- CLI
@@ -393,6 +424,11 @@ def add_fit_args(parser: argparse.ArgumentParser) -> None:
         "--compute", choices=("6nd", "exact"), default="6nd",
         help="what C counts: 6nd = 6 N D (default; Kaplan/Chinchilla) or exact = the runs' "
              "exact training FLOPs (column C_exact: head, embedding side, attention included)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tune", action="append", default=[], metavar="KEY",
+        help="a tuned hyperparameter column (e.g. train.lr); repeatable: per arm the run at the "
+             "lowest final loss is kept and the laws are fitted to those only",
     )  # fmt: skip
     parser.add_argument(
         "--fix", action="append", default=[], metavar="NAME=VALUE",
@@ -434,10 +470,13 @@ def check_fit_args(args: argparse.Namespace) -> None:
 
 
 def fit_groups(runs: pd.DataFrame, group: str | None, args: argparse.Namespace) -> dict:
+    tuned = None
+    if getattr(args, "tune", None):
+        runs, tuned = tuning.select(runs, args.tune)  # the arms' results: every fit uses them
     kwargs = dict(
         n_boot=args.bootstrap, seed=args.seed, budgets=args.budget,
         holdout_threshold=args.holdout_above, isoflop=getattr(args, "params", "") != "total",
-        compute=args.compute, fixed=args.fixed,
+        compute=args.compute, fixed=args.fixed, tuned=tuned,
     )  # fmt: skip
     if group is None:
         if args.compute == "exact":

@@ -133,3 +133,32 @@ def allocation_exponents(section: dict) -> dict[str, str]:
 def with_reasons(section: dict, reasons: dict[str, str]) -> dict:
     """The section with `not_identified` (names) and `why_not_identified` (name: reason)."""
     return {**section, "not_identified": list(reasons), "why_not_identified": reasons}
+
+
+MIN_RULE_SIZES = 3  # a power law in N through 2 sizes has no spare point to check it
+MAX_RULE_EXPONENT_WIDTH = 1.0  # wider: the arms cannot say whether lr falls as N^-0.3 or N^-1.3
+
+
+def lr_rule(section: dict, n_sizes: int) -> dict[str, str]:
+    """A hyperparameter scaling rule y = scale * x^exponent fitted over tuned arms: too few
+    distinct x, or an exponent interval that is missing, collapsed or too wide to use."""
+    names = ("scale", "exponent")
+    if n_sizes < MIN_RULE_SIZES:
+        why = (f"fitted from {section['n_arms']} arm(s) at {n_sizes} distinct "
+               f"{section['variable']}; a rule needs tuned optima at {MIN_RULE_SIZES} or more")  # fmt: skip
+        return {k: why for k in names}
+    reasons: dict[str, str] = {}
+    ci = section.get("ci95", {})
+    why = _interval(section["exponent"], ci.get("exponent"))
+    if why is None and ci["exponent"][1] - ci["exponent"][0] > MAX_RULE_EXPONENT_WIDTH:
+        lo, hi = ci["exponent"]
+        why = (f"its 95% interval [{lo:.3g}, {hi:.3g}] is wider than {MAX_RULE_EXPONENT_WIDTH:g}: "
+               "the tuned optima do not say how the value scales")  # fmt: skip
+    if why:
+        reasons["exponent"] = why
+    why = _interval(section["scale"], ci.get("scale"))
+    if "exponent" in reasons:
+        why = "it trades off against exponent, which is not identified"
+    if why:
+        reasons["scale"] = why
+    return reasons

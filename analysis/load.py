@@ -2,7 +2,8 @@
 
 One row per FINISHED run with columns run_id, run_key, arch, variant, sweep, seed, N
 (non-embedding parameters), N_total, D (tokens trained), C (= 6 N D), C_exact, loss (final
-validation loss), plus the `model.*` axes; from MLflow, one run per run key (`run_of_key`).
+validation loss), plus the `model.*` axes and `train.*` hyperparameters, and where a run
+has them the tags `arm`, `tune_role` and its `epochs`; from MLflow, one run per run key (`run_of_key`).
 Several sources (CSVs, or experiments and sweeps) are concatenated by `combine`. Everything a user can get wrong raises `InputError` with one line naming it.
 """
 
@@ -18,6 +19,10 @@ import numpy as np
 import pandas as pd
 
 AXES = ("N", "D", "C")
+# config params that become columns: the model's shape, and the training hyperparameters a
+# tuned sweep varies (train.lr, train.warmup, ...); --tune names one of these columns
+CONFIG_COLUMNS = ("model.", "train.")
+TUNING_TAGS = ("arm", "tune_role")
 PARAMETRIC_PARAMS = 5  # E, A, B, alpha, beta
 # MLflow's tracking store schemes (its store registry), for a one-line error on any other
 URI_SCHEMES = {"file", "sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks",
@@ -247,7 +252,13 @@ def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | N
         }
         if plan_keys and plan_keys.get(row["run_key"]):
             row["budget_flops"] = plan_keys[row["run_key"]]  # what its planned budget C counts
-        row.update({k: _number(v) for k, v in sorted(p.items()) if k.startswith("model.")})
+        # a tuned sweep: its arm and role tags (analysis.tuning groups and selects by them)
+        row.update({k: t[k] for k in TUNING_TAGS if k in t})
+        if "epochs" in m:  # tokens consumed / training-split tokens, logged at the end
+            row["epochs"] = float(m["epochs"])
+        if "train_split_tokens" in p:
+            row["train_split_tokens"] = float(p["train_split_tokens"])
+        row.update({k: _number(v) for k, v in sorted(p.items()) if k.startswith(CONFIG_COLUMNS)})
         rows.append(row)
     where = f"experiment '{experiment}'" + (f", sweep parent run {sweep}" if sweep else "")
     if not rows:

@@ -224,3 +224,40 @@ def multipliers(ablation: dict, compute: str = "6nd"):
     ax.set_ylabel(f"compute multiplier vs {ablation['baseline']}")
     ax.legend(fontsize=7)
     return fig
+
+
+def loss_vs_hyperparameter(points: pd.DataFrame, key: str):
+    """Final loss against a tuned value (`tuning.curve_points`): one panel per size (k-th
+    smallest N of each variant) and token budget, one line per variant, the chosen value a
+    star, halving's early-stopped candidates hollow circles (their loss at fewer tokens)."""
+    points = points.assign(size=points.groupby("variant")["N"].rank(method="dense").astype(int))
+    panels = sorted({(s, d) for s, d in zip(points["size"], points["D"].map(lambda d: float(f"{d:.2g}")))})
+    budgets = sorted({d for _, d in panels})
+    sizes = sorted({s for s, _ in panels})
+    fig, axes = plt.subplots(len(budgets), len(sizes), figsize=(3.4 * len(sizes), 2.9 * len(budgets)),
+                             squeeze=False)  # fmt: skip
+    variants = sorted(points["variant"].unique())
+    palette = dict(zip(variants, sns.color_palette("deep", n_colors=len(variants))))
+    for ax in axes.ravel():
+        ax.set_visible(False)
+    numeric = pd.api.types.is_numeric_dtype(points["value"])
+    for (size, budget) in panels:
+        ax = axes[budgets.index(budget)][sizes.index(size)]
+        ax.set_visible(True)
+        panel = points[(points["size"] == size) & (points["D"].map(lambda d: float(f"{d:.2g}")) == budget)]
+        for v, g in panel.groupby("variant", sort=True):
+            full, stopped = g[~g["stopped"]], g[g["stopped"]]
+            ax.plot(full["value"], full["loss"], "o-", color=palette[v], ms=3, lw=1.2, label=v)
+            ax.scatter(stopped["value"], stopped["loss"], facecolor="white", edgecolor=palette[v], s=16)
+            best = full[full["chosen"]]
+            ax.scatter(best["value"], best["loss"], marker="*", s=110, color=palette[v],
+                       edgecolor="black", zorder=5)  # fmt: skip
+        if numeric and (panel["value"] > 0).all():
+            ax.set_xscale("log")
+        ax.set_title(f"size {size} (N ~ {panel['N'].median():.3g}), D {budget:.2g}", fontsize=8)
+        ax.set_xlabel(key)
+        ax.set_ylabel("final validation loss")
+    first = next(ax for ax in axes.ravel() if ax.get_visible())
+    first.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

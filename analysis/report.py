@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis import epochs, tuning, tuning_report
 from analysis import summary as headline
 from analysis.ablation import compare_variants
 from analysis.fit import (
@@ -57,18 +58,25 @@ FIGURE_SECTION = {
     "contours": "Approach 3",
     "training_curves": "Training curves",
     "multipliers": "Ablations",
+    "tuning": tuning_report.HEADING,
 }
 SUMMARY = "Summary"
 
 
-def build_blocks(runs, excluded, result, ablation, figures, title, source="") -> list[tuple]:
+def build_blocks(
+    runs, excluded, result, ablation, figures, title, source="", tuned=None, rule=None
+) -> list[tuple]:
     """The report as ('h1'|'h2', text) / ('p', text) / ('list', [text]) / ('table', header, rows)
     / ('fig', stem, caption): the summary first (the answer, its figure), then one section per
-    approach with its own figures; every h2 after the summary is a collapsible detail in HTML."""
+    approach with its own figures; every h2 after the summary is a collapsible detail in HTML.
+    `tuned` (all arms) and `rule` (the baseline's lr rule): a tuned sweep's section."""
     figs = dict(figures)
     b: list[tuple] = [("h1", f"Scaling-law report: {title}")]
     n_boot = result["parametric"]["n_boot"] if result else (ablation or {}).get("n_boot", "")
     fitted = f" ({result['n_runs']} in the baseline fits)" if result else ""
+    if tuned:
+        fitted += (f", the best of {tuned['n_runs']} runs of a tuning grid over "
+                   f"{', '.join(tuned['keys'])} in each of {tuned['n_arms']} arms")  # fmt: skip
     b.append(("p", f"{len(runs)} finished runs{fitted}; {len(excluded)} excluded. Every estimate "
                    f"carries a 95% bootstrap percentile interval over runs"
                    f"{f' ({n_boot} replicates)' if n_boot else ''}."))  # fmt: skip
@@ -85,12 +93,18 @@ def build_blocks(runs, excluded, result, ablation, figures, title, source="") ->
             b.append(("fig", "loss_vs_compute", figs.pop("loss_vs_compute")))
     elif not ablation:
         b.append(("p", "No law could be fitted to these runs."))
-    sources = _source_blocks(runs, source)
-    if sources or len(excluded):
+    notes = (tuning_report.summary_sentences(tuned, rule) if tuned else []) + epochs.summary_sentence(runs)
+    if notes:
+        b.append(("list", notes))
+    sources, repeats = _source_blocks(runs, source), epochs.blocks(runs)
+    if sources or len(excluded) or repeats:
         b.append(("h2", "Runs"))
         b.extend(sources)
         if len(excluded):
             b.append(("table", ["excluded run", "status", "reason"], excluded.values.tolist()))
+        b.extend(repeats)
+    if tuned:
+        b.extend(tuning_report.blocks(tuned, rule))
     if result is not None:
         b.extend(_fit_blocks(result))
     else:
@@ -371,9 +385,12 @@ def render_html(blocks, fig_dir: Path, title: str) -> str:
 
 
 def make_figures(
-    runs, curves, fits: Fits | None, ablation, fig_dir: Path, compute: str = "6nd", all_runs=None
+    runs, curves, fits: Fits | None, ablation, fig_dir: Path, compute: str = "6nd", all_runs=None,
+    tuned=None, tuned_runs=None,
 ) -> list[tuple[str, str]]:
-    """Figures of the baseline `runs` (and, with several variants in `all_runs`, per variant)."""
+    """Figures of the baseline `runs` (and, with several variants in `all_runs`, per variant);
+    with `tuned` (the tuning section of `tuned_runs`, every run of the grid) loss vs the first
+    tuned key."""
     from analysis import plots  # lazy: seaborn ~3 s
 
     plots.setup()
@@ -409,6 +426,10 @@ def make_figures(
         add("training_curves", plots.training_curves(curves, runs),
             "Validation loss against tokens seen, one line per run: plateaus and spikes here "
             "explain odd final losses.")  # fmt: skip
+    if tuned:
+        key = tuning.lr_key(tuned["keys"]) or tuned["keys"][0]
+        add("tuning", plots.loss_vs_hyperparameter(tuning.curve_points(tuned_runs, tuned, key), key),
+            tuning_report.figure_caption(key))  # fmt: skip
     if ablation:
         add("forest", plots.forest(ablation, compute),
             "Forest plot of every measured cell: the multiplier with its 95% interval; right of "
@@ -437,17 +458,8 @@ def choose_variants(
     """Label every run with its value of `compare`, pick the `baseline` variant's runs, and
     decide whether they support a law fit. InputError (one line) for a missing column, an
     unknown baseline, a baseline that mixes architectures, or unfittable baseline runs."""
-    if compare != "variant":
-        if compare not in runs.columns:
-            raise InputError(f"--compare: no column '{compare}' in the runs")
-        runs = runs.assign(variant=runs[compare])
-    if "variant" not in runs.columns:
-        runs = runs.assign(variant=baseline)
-    elif compare == "variant" and runs["variant"].isna().any():
-        # a source without the column (its rows are NaN after concatenation): baseline runs
-        runs = runs.assign(variant=runs["variant"].fillna(baseline))
-    variants = sorted(runs["variant"].astype(str).unique())
-    runs = runs.assign(variant=runs["variant"].astype(str))
+    runs = label_variants(runs, compare, baseline)
+    variants = sorted(runs["variant"].unique())
     if baseline not in variants:
         raise InputError(f"--baseline: no variant '{baseline}'; variants: {variants}")
     if compute == "exact":  # every C below (fits, multipliers, figures) is exact
@@ -466,6 +478,20 @@ def choose_variants(
     if law_fit:
         check_fittable(base, f"baseline variant '{baseline}'")
     return Comparison(runs=runs, base=base, variants=variants, law_fit=law_fit)
+
+
+def label_variants(runs: pd.DataFrame, compare: str = "variant", baseline: str = "base") -> pd.DataFrame:
+    """Every run's `variant` as text: its value of `compare`; the baseline where it has none."""
+    if compare != "variant":
+        if compare not in runs.columns:
+            raise InputError(f"--compare: no column '{compare}' in the runs")
+        runs = runs.assign(variant=runs[compare])
+    if "variant" not in runs.columns:
+        runs = runs.assign(variant=baseline)
+    elif compare == "variant" and runs["variant"].isna().any():
+        # a source without the column (its rows are NaN after concatenation): baseline runs
+        runs = runs.assign(variant=runs["variant"].fillna(baseline))
+    return runs.assign(variant=runs["variant"].astype(str))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -492,15 +518,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_fit_args(args)
         loaded = load_selected(args)
-        chosen = choose_variants(loaded.frame, args.compare, args.baseline, args.compute)
+        frame, tuned, grid_runs = loaded.frame, None, None
+        if args.tune:  # the arms' results are the report's runs; every run goes into runs.csv
+            grid_runs = label_variants(frame, args.compare, args.baseline)
+            frame, tuned = tuning.select(grid_runs, args.tune)
+        chosen = choose_variants(frame, args.compare, args.baseline, args.compute)
         runs, base = chosen.runs, chosen.base
-        curves = _curves(args, runs)
+        curves = _curves(args, runs if grid_runs is None else grid_runs)
         fits = None
         if chosen.law_fit:
             fits = fit_all(base, n_boot=args.bootstrap, seed=args.seed, budgets=args.budget,
                            curves=curves, intermediate=args.intermediate,
                            holdout_threshold=args.holdout_above, compute=args.compute,
-                           fixed=args.fixed)  # fmt: skip
+                           fixed=args.fixed, tuned=tuned)  # fmt: skip
+        rule = None
+        if tuned:  # the baseline's lr rule (its arms), also in an ablation without a law fit
+            rule = fits.lr_rule if fits else tuning.lr_rule(
+                tuning.for_runs(tuned, base["run_id"]), args.bootstrap, args.seed)  # fmt: skip
         ablation = None
         if len(chosen.variants) > 1:
             ablation = compare_variants(runs, baseline=args.baseline, n_boot=args.bootstrap,
@@ -513,16 +547,19 @@ def main(argv: list[str] | None = None) -> int:
     title = args.title or " + ".join(names)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    runs.to_csv(out / "runs.csv", index=False)
+    (runs if grid_runs is None else grid_runs).to_csv(out / "runs.csv", index=False)
     if curves is not None and not curves.empty:
         curves.to_csv(out / "curves.csv", index=False)
     result = None if fits is None else fits.as_dict()
     figures = make_figures(base, curves, fits, ablation, out / "figures", args.compute,
-                           all_runs=runs)  # fmt: skip
-    blocks = build_blocks(runs, loaded.excluded, result, ablation, figures, title, loaded.source)
+                           all_runs=runs, tuned=tuned, tuned_runs=grid_runs)  # fmt: skip
+    blocks = build_blocks(runs, loaded.excluded, result, ablation, figures, title, loaded.source,
+                          tuned=tuned, rule=rule)  # fmt: skip
     (out / "report.md").write_text(render_md(blocks))
     (out / "report.html").write_text(render_html(blocks, out / "figures", title))
-    (out / "fit.json").write_text(dumps({**(result or {"parametric": None}), "ablation": ablation}))
+    tuned_json = {"tuning": tuned, "lr_rule": rule} if tuned else {}  # every arm, all variants
+    (out / "fit.json").write_text(dumps({**(result or {"parametric": None}), **tuned_json,
+                                         "ablation": ablation}))  # fmt: skip
     if result is not None:
         print(summary(result, title))
     else:
