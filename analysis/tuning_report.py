@@ -10,6 +10,8 @@ HEADING = "Tuning"
 
 
 def _edge_text(arm: dict) -> str:
+    if all(len(values) < 2 for values in arm["grid"].values()):
+        return "one value (not tuned here)"  # e.g. values transferred from another arm
     if not arm["at_edge"]:
         return "inside the grid"
     where = "; ".join(f"best at the {side} {k}" for k, side in arm["edge"].items())

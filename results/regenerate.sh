@@ -15,7 +15,8 @@ report() {  # folder, extra args...
 sel=("$@")
 run() { local name=$1; shift; if [ ${#sel[@]} -eq 0 ] || [[ " ${sel[*]} " == *" $name "* ]]; then "$@"; fi; }
 
-run demo report demo --compare arch --baseline pre-rmsnorm-rope-gqa2-swiglu --title scaling-lab
+run demo report demo --compare arch --baseline pre-rmsnorm-rope-gqa2-swiglu --tune train.lr --tune train.warmup \
+  --title scaling-lab
 run ref_ladder report ref_ladder \
   --title "Reference scaling ladder: llama block, IsoFLOP, stdlib corpus, CPU"
 run ref_ladder_v2 report ref_ladder_v2 \
