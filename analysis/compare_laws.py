@@ -148,14 +148,16 @@ def markdown(result: dict) -> str:
 MIN_TRAIN_RUNS = 10  # below this a 4-7 parameter law has too few spare points to judge
 
 
-def report_blocks(runs: pd.DataFrame, n_boot: int = 200, seed: int = 0) -> list[tuple]:
+def report_blocks(
+    runs: pd.DataFrame, n_boot: int = 200, seed: int = 0, threshold: float | None = None
+) -> list[tuple]:
     """The comparison as `analysis.report` blocks (h2, p, table), or [] when the runs are too
-    few: no held-out runs above the default threshold or fewer than MIN_TRAIN_RUNS below it.
-    Not wired into the report yet: call it from `build_blocks` with the fitted runs."""
-    train, test = splits(runs, None, False)[0]
+    few: no held-out runs above the threshold (default: fit.py's) or fewer than MIN_TRAIN_RUNS
+    below it. `analysis.report` places them after its fits."""
+    train, test = splits(runs, threshold, False)[0]
     if test.empty or len(train) < MIN_TRAIN_RUNS:
         return []
-    result = compare(runs, None, False, n_boot, seed)
+    result = compare(runs, threshold, False, n_boot, seed)
     rows = []
     for r in result["rows"]:
         if "skipped" in r:

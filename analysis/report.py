@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import epochs, tuning, tuning_report
+from analysis import compare_laws, epochs, tuning, tuning_report
 from analysis import summary as headline
 from analysis.ablation import compare_variants
 from analysis.fit import (
@@ -64,12 +64,14 @@ SUMMARY = "Summary"
 
 
 def build_blocks(
-    runs, excluded, result, ablation, figures, title, source="", tuned=None, rule=None
+    runs, excluded, result, ablation, figures, title, source="", tuned=None, rule=None,
+    law_comparison=(),
 ) -> list[tuple]:
     """The report as ('h1'|'h2', text) / ('p', text) / ('list', [text]) / ('table', header, rows)
     / ('fig', stem, caption): the summary first (the answer, its figure), then one section per
     approach with its own figures; every h2 after the summary is a collapsible detail in HTML.
-    `tuned` (all arms) and `rule` (the baseline's lr rule): a tuned sweep's section."""
+    `tuned` (all arms) and `rule` (the baseline's lr rule): a tuned sweep's section.
+    `law_comparison`: `compare_laws.report_blocks` of the fitted runs (after the fits)."""
     figs = dict(figures)
     b: list[tuple] = [("h1", f"Scaling-law report: {title}")]
     n_boot = result["parametric"]["n_boot"] if result else (ablation or {}).get("n_boot", "")
@@ -107,6 +109,7 @@ def build_blocks(
         b.extend(tuning_report.blocks(tuned, rule))
     if result is not None:
         b.extend(_fit_blocks(result))
+        b.extend(law_comparison)
     else:
         b.append(("h2", "Baseline law"))
         b.append(("p", "The baseline has one token budget, so no L(N, D) law is fitted: this is "
@@ -531,6 +534,11 @@ def main(argv: list[str] | None = None) -> int:
                            curves=curves, intermediate=args.intermediate,
                            holdout_threshold=args.holdout_above, compute=args.compute,
                            fixed=args.fixed, tuned=tuned)  # fmt: skip
+        # every law form the columns allow, judged on the runs above the hold-out threshold
+        # (nothing when the runs are too few); 200 refits at most: it refits four laws
+        law_comparison = compare_laws.report_blocks(
+            base, min(args.bootstrap, 200), args.seed, args.holdout_above,
+        ) if chosen.law_fit else []  # fmt: skip
         rule = None
         if tuned:  # the baseline's lr rule (its arms), also in an ablation without a law fit
             rule = fits.lr_rule if fits else tuning.lr_rule(
@@ -554,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
     figures = make_figures(base, curves, fits, ablation, out / "figures", args.compute,
                            all_runs=runs, tuned=tuned, tuned_runs=grid_runs)  # fmt: skip
     blocks = build_blocks(runs, loaded.excluded, result, ablation, figures, title, loaded.source,
-                          tuned=tuned, rule=rule)  # fmt: skip
+                          tuned=tuned, rule=rule, law_comparison=law_comparison)  # fmt: skip
     (out / "report.md").write_text(render_md(blocks))
     (out / "report.html").write_text(render_html(blocks, out / "figures", title))
     tuned_json = {"tuning": tuned, "lr_rule": rule} if tuned else {}  # every arm, all variants

@@ -157,3 +157,22 @@ def test_report_blocks_table_or_nothing_when_runs_are_too_few():
     blocks = compare_laws.report_blocks(data, n_boot=10)
     assert [b[0] for b in blocks] == ["h2", "p", "table"]
     assert [row[:2] for row in blocks[2][2]] == [["chinchilla", 5], ["kaplan", 4], ["overtrain", 4]]
+
+
+def test_report_places_the_law_comparison_after_its_fits(tmp_path):
+    """analysis.report on a ladder with runs above the hold-out threshold: the comparison table
+    is a section of report.md, after the extrapolation check; with too few runs it is absent."""
+    from analysis import report
+
+    N, D = grid(np.geomspace(1e5, 1e8, 6), [2, 5, 20, 80, 300])
+    data = runs(LAWS["chinchilla"], {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.339,
+                                     "beta": 0.285}, N, D)  # fmt: skip
+    csv = _write(tmp_path, "runs.csv", data)
+    assert report.main(["--csv", csv, "--bootstrap", "10", "--out", str(tmp_path / "r")]) == 0
+    md = (tmp_path / "r" / "report.md").read_text()
+    heads = [line for line in md.splitlines() if line.startswith("## ")]
+    assert "## Laws compared on held-out runs" in heads
+    assert heads.index("## Laws compared on held-out runs") > heads.index("## Extrapolation check")
+    small = _write(tmp_path, "small.csv", data.iloc[:8])
+    assert report.main(["--csv", small, "--bootstrap", "10", "--out", str(tmp_path / "s")]) == 0
+    assert "Laws compared" not in (tmp_path / "s" / "report.md").read_text()
