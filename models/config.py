@@ -24,6 +24,12 @@ NormPosition = Literal["pre", "post"]
 Norm = Literal["layernorm", "rmsnorm"]
 PosEncoding = Literal["sinusoidal", "learned", "rope", "alibi", "none"]
 Mlp = Literal["gelu", "swiglu"]
+Parametrization = Literal["sp", "mup"]
+
+# Fields an SP config holds at their defaults (validated). ``to_dict`` leaves them out of an SP
+# config, so its dict, and every run key and MLflow param set made from it, is what it was
+# before muP existed.
+MUP_FIELDS = ("parametrization", "mup_base_width")
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,11 @@ class ModelConfig:
     dropout: float = 0.0  # embedding, attention-probability and residual dropout (train only)
     norm_eps: float = 1e-5
     init_std: float = 0.02  # std of normal init; residual output projections / sqrt(2 n_layers)
+    # sp: the standard parametrization above. mup: the maximal update parametrization (Yang et
+    # al. 2022, Tensor Programs V) relative to a base model of d_model = mup_base_width, so an
+    # lr tuned at the base width transfers across width (see `width_mult` and models/lm.py).
+    parametrization: Parametrization = "sp"
+    mup_base_width: int | None = None  # d_model of the muP base model; mup only (required)
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -84,6 +95,13 @@ class ModelConfig:
         return f"gqa{self.n_heads // self.kv_heads}"
 
     @property
+    def width_mult(self) -> float:
+        """d_model / mup_base_width under muP (every hidden fan-in scales with it); 1 under SP."""
+        if self.parametrization == "sp":
+            return 1.0
+        return self.d_model / self.mup_base_width
+
+    @property
     def arch(self) -> str:
         """Size-independent architecture signature, e.g. ``pre-rmsnorm-rope-gqa2-swiglu``."""
         parts = [self.norm_position, self.norm, self.pos_encoding, self.attention_kind, self.mlp]
@@ -91,7 +109,12 @@ class ModelConfig:
 
     # ----- (de)serialisation ------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every field; an SP config leaves out ``MUP_FIELDS`` (they then hold their defaults)."""
+        d = dataclasses.asdict(self)
+        if self.parametrization == "sp":
+            for name in MUP_FIELDS:
+                del d[name]
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ModelConfig:
@@ -139,8 +162,11 @@ def default_d_ff(d_model: int, mlp: str, bias: bool) -> int:
 
 
 # ----- validation ---------------------------------------------------------------------------
-_INT_FIELDS = ("vocab_size", "max_seq_len", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff")
-_OPTIONAL_INT_FIELDS = ("n_kv_heads", "d_ff")
+_INT_FIELDS = (
+    "vocab_size", "max_seq_len", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff",
+    "mup_base_width",
+)  # fmt: skip
+_OPTIONAL_INT_FIELDS = ("n_kv_heads", "d_ff", "mup_base_width")
 
 
 @functools.cache
@@ -185,6 +211,16 @@ def _validate(c: ModelConfig) -> None:
         raise ValueError(
             f"n_kv_heads ({c.kv_heads}) must divide n_heads ({c.n_heads}); allowed n_kv_heads: "
             f"{', '.join(map(str, divisors))}"
+        )
+    if c.parametrization == "mup" and c.mup_base_width is None:
+        raise ValueError(
+            "mup_base_width must be set with parametrization='mup' (the d_model of the base "
+            "model the lr was tuned on)"
+        )
+    if c.parametrization == "sp" and c.mup_base_width is not None:
+        raise ValueError(
+            f"mup_base_width applies to parametrization='mup' only, got {c.mup_base_width!r} "
+            "with parametrization='sp'; set it to null"
         )
     if c.pos_encoding == "rope" and c.head_dim % 2 != 0:
         raise ValueError(
