@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WIDTHS = (16, 32, 64, 128)
 HEAD_DIM = 8
 BASE_WIDTH = 16
-LRS = tuple(1.5e-3 * 2**k for k in range(6))  # 1.5e-3 .. 4.8e-2: 32x
+LRS = tuple(7.5e-4 * 2**k for k in range(7))  # 7.5e-4 .. 4.8e-2: 64x
 PARAMETRIZATIONS = ("sp", "mup")
 # Shared by every point: the llama block with MHA at depth 2, bytes of the stdlib corpus.
 FIXED = [
@@ -163,6 +163,7 @@ def plot(rows: list[dict], summary: dict, out: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     finite = [r["loss"] for r in rows if math.isfinite(r["loss"])]
     ylim = (min(finite) - 0.05, min(max(finite), min(finite) + 1.5) + 0.05)
@@ -181,6 +182,8 @@ def plot(rows: list[dict], summary: dict, out: Path) -> None:
         name = {"sp": "SP", "mup": f"muP (base width {BASE_WIDTH})"}[p]
         ax.set(xscale="log", xlabel="train.lr (peak)", ylabel="final validation loss (nats/byte)",
                ylim=ylim, title=f"{name}: optimal-lr spread {summary[p]['spread_refined']:.2f}x")  # fmt: skip
+        ax.set_xticks(LRS, [f"{lr:g}" for lr in LRS], rotation=30)
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()

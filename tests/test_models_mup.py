@@ -198,3 +198,20 @@ def test_sp_run_key_and_mup_key(tmp_path):
 def test_bad_mup_config(fields, message):
     with pytest.raises(ValueError, match=message):
         ModelConfig.from_dict({"d_model": 64, "n_heads": 2, **fields})
+
+
+def test_mup_transfer_optimum_is_the_parabola_vertex():
+    """benchmarks.mup_transfer's refined optimum: the vertex in log2(lr) of a parabola through
+    the best grid point and its neighbours (exact for a parabola); the grid point at an edge."""
+    from benchmarks.mup_transfer import optimum
+
+    lrs = [1e-3 * 2**k for k in range(6)]
+    true = 0.0123
+    losses = [2.0 + 0.1 * (math.log2(lr) - math.log2(true)) ** 2 for lr in lrs]
+    got = optimum(lrs, losses)
+    assert got["best_lr_grid"] == pytest.approx(0.016) and not got["at_edge"]
+    assert got["best_lr_refined"] == pytest.approx(true, rel=1e-9)
+    edge = optimum(lrs, sorted(losses))
+    assert edge["at_edge"] and edge["best_lr_refined"] == lrs[0]
+    with_nan = optimum(lrs, [float("nan"), *losses[1:]])  # a diverged run is skipped
+    assert with_nan["best_lr_refined"] == pytest.approx(true, rel=1e-9)
