@@ -21,9 +21,11 @@ import numpy as np
 import pandas as pd
 
 from analysis import identification
+from analysis import laws as law_forms  # --law: the parametric form (analysis/laws/)
 from analysis.bootstrap import intervals, resample_counts
 from analysis.envelope import envelope, envelope_report, padded, resampled_envelopes
 from analysis.isoflop import budget_groups, isoflop_groups, isoflop_report
+from analysis.laws import cli as law_cli
 from analysis.load import (
     InputError,
     add_selection_args,
@@ -343,6 +345,8 @@ def _ci(section: dict, key: str, fmt: str = ".4g", name: str | None = None) -> s
 def summary(result: dict, title: str = "") -> str:
     p = result["parametric"]
     lines = [f"== {title or 'fit'}: {result['n_runs']} runs, 95% bootstrap intervals"]
+    if "law" in p:  # --law other than chinchilla: its own parameters
+        return "\n".join([*lines, law_forms.summary(p)])
     lines.append(
         f"approach 3: L = {_ci(p, 'E')} + {_ci(p, 'A')} / N^{_ci(p, 'alpha')}"
         f" + {_ci(p, 'B')} / D^{_ci(p, 'beta')}"
@@ -461,12 +465,15 @@ def main(argv: list[str] | None = None) -> int:
              "(N_total, as Hoffmann et al. 2022 count them; C = 6 N_total D; approach 2 skipped)",
     )  # fmt: skip
     parser.add_argument("--out", required=True, help="path of the fit.json to write")
+    law_cli.add_args(parser)
     args = parser.parse_args(argv)
     try:
         check_fit_args(args)
         runs = load_selected(args)
         frame = with_total_params(runs.frame) if args.params == "total" else runs.frame
+        law_cli.check(frame, args)  # --law: its columns, before any work
         result = fit_groups(frame, args.group, args)
+        replicates = law_cli.apply(frame, args, result)  # --law: its parametric section(s)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -474,6 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(dumps(result))
+    law_cli.write_replicates(out, args.law, replicates, args.group)  # for analysis.predict
     for name, res in result.get("groups", {"": result}).items():
         print(summary(res, f"{args.group}={name}" if name else runs.source))
     print(f"wrote {out}")

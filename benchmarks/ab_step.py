@@ -99,11 +99,12 @@ def loop(args) -> None:
     from accelerate import Accelerator
 
     from benchmarks.harness import ROOT
-    from models import ModelConfig, build_model
+    from models import build_model
+    from models.ladder import model_config
     from training.step import step_and_clip
 
     preset = yaml.safe_load((ROOT / "conf" / "model" / "llama.yaml").read_text())
-    cfg = ModelConfig.from_dict({**preset, "vocab_size": 256, "max_seq_len": 64, "size": args.size})
+    cfg = model_config({**preset, "vocab_size": 256, "max_seq_len": 64, "size": args.size})
     g = torch.Generator().manual_seed(0)
     x, y = torch.randint(0, 256, (2, 32, 64), generator=g)
     accelerator = Accelerator(mixed_precision="no")

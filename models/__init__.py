@@ -4,22 +4,33 @@ devices, precision, logging or distribution in here."""
 
 import warnings
 
-from models.accounting import FlopCount, ParamCount, count_params, flops_per_token
+from models.accounting import (
+    FlopCount,
+    ParamCount,
+    count_params,
+    flops_per_sequence,
+    flops_per_token,
+)
 from models.attention import KVCache
 from models.config import ModelConfig
 from models.export_hf import ExportError, export_hf
 from models.lm import TransformerLM, build_model
+from models.mlm import MaskedLM
+from models.seq2seq import EncoderDecoderLM
 
 __all__ = [
+    "EncoderDecoderLM",
     "ExportError",
     "FlopCount",
     "KVCache",
+    "MaskedLM",
     "ModelConfig",
     "ParamCount",
     "TransformerLM",
     "build_model",
     "count_params",
     "export_hf",
+    "flops_per_sequence",
     "flops_per_token",
 ]
 

@@ -23,6 +23,18 @@ it is small: it equals the LM head term, so at V 1024, d_model 32 (llama preset,
 N 11,328, seq_len 128) it would add 63% to the forward count (65,536 on 104,384 FLOPs per
 token; +46% at 2 layers, +36% at 3). Add it back before comparing with Chinchilla-style counts.
 
+Families. ``encoder`` (BERT) adds the MLM head's transform (d x d Linear + norm, non-embedding),
+its vocab-sized output bias (counted with the head, in ``embedding``), and the embedding norm of
+Post-LN (non-embedding); its FLOPs are the decoder's plus the transform (2 d^2 per token), with
+attention over all T x T (bidirectional). ``encoder_decoder`` counts both stacks; each decoder
+block adds cross-attention (q, fused kv, output projection: as many parameters as
+self-attention) and its norm; a learned-position model has two tables (one per stack). Its
+FLOPs are per training *sequence* (``flops_per_sequence``): the encoder's S source tokens and the
+decoder's T target tokens each pay their stack's per-token matmuls; cross-attention's K/V
+projection runs over the S memory positions (once per sequence, not per target token), its
+scores and values over T x S; the head over T. ``six_n`` is then 6 (N_enc S + N_dec T) with
+``ParamCount.encoder`` and ``.decoder`` the stacks' non-embedding parameters.
+
 ``six_n`` is the usual ``6 * non_embedding`` approximation (Kaplan et al. 2020): it leaves out
 the LM head and attention over T, which dominate small models, so at the shipped IsoFLOP sizes
 (V 1024, seq_len 128) ``exact`` is 1.45-4.6x ``six_n`` (4.61x for the model above). C = 6 N D is
@@ -33,21 +45,23 @@ IsoFLOP budgets in either; training logs ``flops_6nd`` and ``flops_exact``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # annotations only: models.config imports the ladder, which imports this
-    from models.config import ModelConfig
+from models.config import ModelConfig
 
 
 @dataclass(frozen=True)
 class ParamCount:
     total: int
     non_embedding: int
-    embedding: int  # token table + position table + untied head
-    attention: int  # all layers: qkv + output projection (weights and biases)
+    embedding: int  # token table + position table(s) + untied head (+ MLM head bias)
+    attention: int  # all layers: self-attention qkv + output projection (weights and biases)
     mlp: int  # all layers
-    norms: int  # all layers + final norm
-    head: int  # untied output head (0 when tied); included in `embedding`
+    norms: int  # all layers + final norm(s) (+ Post-LN encoder's embedding norm)
+    head: int  # untied output head (0 when tied) and the MLM head's bias; in `embedding`
+    cross_attention: int = 0  # encoder_decoder: decoder cross-attention q, kv, proj
+    mlm_transform: int = 0  # encoder: the MLM head's dense + norm
+    encoder: int = 0  # encoder_decoder: the encoder stack's non-embedding params (+ its norm)
+    decoder: int = 0  # encoder_decoder: the decoder stack's non-embedding params (+ its norm)
 
 
 def norm_params(cfg: ModelConfig) -> int:
@@ -56,7 +70,8 @@ def norm_params(cfg: ModelConfig) -> int:
 
 
 def layer_params(cfg: ModelConfig) -> tuple[int, int, int]:
-    """(attention, mlp, norms) parameters of one block."""
+    """(attention, mlp, norms) parameters of one self-attention block. A cross block adds one
+    more attention's worth (same shapes: q, k, v, output) and one more norm."""
     d, b, f = cfg.d_model, int(cfg.bias), cfg.ffn_dim
     qkv_out = (cfg.n_heads + 2 * cfg.kv_heads) * cfg.head_dim
     attn = d * qkv_out + b * qkv_out + cfg.n_heads * cfg.head_dim * d + b * d
@@ -69,14 +84,30 @@ def layer_params(cfg: ModelConfig) -> tuple[int, int, int]:
 
 def count_params(cfg: ModelConfig) -> ParamCount:
     """Exact parameter counts of ``build_model(cfg)``; see the module docstring for conventions."""
-    attn, mlp, norms = layer_params(cfg)
-    attn, mlp, norms = cfg.n_layers * attn, cfg.n_layers * mlp, cfg.n_layers * norms
-    if cfg.norm_position == "pre":
-        norms += norm_params(cfg)  # final norm
-    head = 0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model
+    attn1, mlp1, norms1 = layer_params(cfg)
+    n_enc, n_dec = cfg.encoder_layers, cfg.decoder_layers
+    n_blocks = n_enc + n_dec
+    attn, mlp, norms = n_blocks * attn1, n_blocks * mlp1, n_blocks * norms1
+    final = norm_params(cfg) if cfg.norm_position == "pre" else 0  # per stack
+    cross = mlm = head_bias = enc = dec = 0
+    n_tables = 1
+    if cfg.family == "encoder_decoder":
+        cross = n_dec * attn1
+        norms += n_dec * norm_params(cfg) + 2 * final  # cross norms, two final norms
+        enc = n_enc * (attn1 + mlp1 + norms1) + final
+        dec = n_dec * (2 * attn1 + mlp1 + norms1 + norm_params(cfg)) + final
+        n_tables = 2
+    elif cfg.family == "encoder":
+        # Post-LN: a norm after the embeddings; Pre-LN: the final norm
+        norms += norm_params(cfg)
+        mlm = cfg.d_model * cfg.d_model + int(cfg.bias) * cfg.d_model + norm_params(cfg)
+        head_bias = int(cfg.bias) * cfg.vocab_size
+    else:
+        norms += final
+    head = (0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model) + head_bias
     pos_table = cfg.max_seq_len * cfg.d_model if cfg.pos_encoding == "learned" else 0
-    embedding = cfg.vocab_size * cfg.d_model + pos_table + head
-    non_embedding = attn + mlp + norms
+    embedding = cfg.vocab_size * cfg.d_model + n_tables * pos_table + head
+    non_embedding = attn + mlp + norms + cross + mlm
     return ParamCount(
         total=non_embedding + embedding,
         non_embedding=non_embedding,
@@ -85,43 +116,95 @@ def count_params(cfg: ModelConfig) -> ParamCount:
         mlp=mlp,
         norms=norms,
         head=head,
+        cross_attention=cross,
+        mlm_transform=mlm,
+        encoder=enc,
+        decoder=dec,
     )
 
 
 @dataclass(frozen=True)
 class FlopCount:
-    six_n: int  # 6 * non_embedding params
-    exact: int  # training (forward + backward) matmul FLOPs per token = 3 * forward
-    forward: int  # forward matmul FLOPs per token (sum of the components below)
-    qkv: int  # forward, all layers
-    attn_scores: int  # QK^T, all layers
-    attn_values: int  # softmax(.) V, all layers
-    attn_out: int  # output projection, all layers
+    six_n: int  # 6 * non_embedding params (per token); 6 (N_enc S + N_dec T) per sequence
+    exact: int  # training (forward + backward) matmul FLOPs = 3 * forward
+    forward: int  # forward matmul FLOPs (sum of the components below)
+    qkv: int  # self-attention, all layers (both stacks)
+    attn_scores: int  # self-attention QK^T, all layers
+    attn_values: int  # self-attention softmax(.) V, all layers
+    attn_out: int  # self-attention output projection, all layers
     mlp: int  # all layers
     lm_head: int
+    cross_q: int = 0  # encoder_decoder: cross-attention query projection over T
+    cross_kv: int = 0  # encoder_decoder: cross-attention K/V projection over the S sources
+    cross_scores: int = 0  # encoder_decoder: T x S
+    cross_values: int = 0  # encoder_decoder: T x S
+    cross_out: int = 0  # encoder_decoder: cross-attention output projection over T
+    mlm_transform: int = 0  # encoder: the MLM head's d x d transform
+
+
+def _check_len(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _stack(cfg: ModelConfig, n_layers: int, tokens: int, keys: int) -> dict[str, int]:
+    """Forward FLOPs of ``n_layers`` self-attention blocks over ``tokens`` positions attending
+    ``keys`` positions each (T x T: the full matrix, as SDPA's math kernel computes it)."""
+    d, f, q_width = cfg.d_model, cfg.ffn_dim, cfg.n_heads * cfg.head_dim
+    per_token = n_layers * tokens
+    return {
+        "qkv": per_token * 2 * d * (cfg.n_heads + 2 * cfg.kv_heads) * cfg.head_dim,
+        "attn_scores": per_token * 2 * keys * q_width,  # each query . every key, per query head
+        "attn_values": per_token * 2 * keys * q_width,
+        "attn_out": per_token * 2 * q_width * d,
+        "mlp": per_token * 2 * d * f * (2 if cfg.mlp == "gelu" else 3),
+    }
+
+
+def _flop_count(cfg: ModelConfig, parts: dict[str, int], six_n: int) -> FlopCount:
+    forward = sum(parts.values())
+    return FlopCount(six_n=six_n, exact=3 * forward, forward=forward, **parts)
 
 
 def flops_per_token(cfg: ModelConfig, seq_len: int) -> FlopCount:
-    """FLOPs per token for training on sequences of ``seq_len`` tokens (see module docstring)."""
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len <= 0:
-        raise ValueError(f"seq_len must be a positive integer, got {seq_len!r}")
-    d, L, f = cfg.d_model, cfg.n_layers, cfg.ffn_dim
-    q_width = cfg.n_heads * cfg.head_dim
-    qkv = L * 2 * d * (cfg.n_heads + 2 * cfg.kv_heads) * cfg.head_dim
-    attn_scores = L * 2 * seq_len * q_width  # each query . every key, per query head
-    attn_values = L * 2 * seq_len * q_width
-    attn_out = L * 2 * q_width * d
-    mlp = L * 2 * d * f * (2 if cfg.mlp == "gelu" else 3)
-    lm_head = 2 * d * cfg.vocab_size
-    forward = qkv + attn_scores + attn_values + attn_out + mlp + lm_head
-    return FlopCount(
-        six_n=6 * count_params(cfg).non_embedding,
-        exact=3 * forward,
-        forward=forward,
-        qkv=qkv,
-        attn_scores=attn_scores,
-        attn_values=attn_values,
-        attn_out=attn_out,
-        mlp=mlp,
-        lm_head=lm_head,
-    )
+    """FLOPs per token for training on sequences of ``seq_len`` tokens (see module docstring);
+    decoder and encoder families. An encoder-decoder's cost is per sequence pair:
+    ``flops_per_sequence``."""
+    _check_len("seq_len", seq_len)
+    if cfg.family == "encoder_decoder":
+        raise ValueError(
+            "family: flops_per_token counts one stack; for 'encoder_decoder' use "
+            "flops_per_sequence(cfg, seq_len=target length, src_len=source length)"
+        )
+    parts = _stack(cfg, cfg.n_layers, 1, seq_len)
+    if cfg.family == "encoder":
+        parts["mlm_transform"] = 2 * cfg.d_model * cfg.d_model
+    parts["lm_head"] = 2 * cfg.d_model * cfg.vocab_size
+    return _flop_count(cfg, parts, 6 * count_params(cfg).non_embedding)
+
+
+def flops_per_sequence(cfg: ModelConfig, seq_len: int, src_len: int | None = None) -> FlopCount:
+    """FLOPs of one training sequence: ``seq_len`` tokens (decoder, encoder), or for
+    ``encoder_decoder`` a source of ``src_len`` tokens (default ``seq_len``) through the
+    encoder and a target of ``seq_len`` tokens through the decoder."""
+    _check_len("seq_len", seq_len)
+    if cfg.family != "encoder_decoder":
+        if src_len is not None:
+            raise ValueError(f"src_len applies to family='encoder_decoder' only, got {src_len!r}")
+        per_token = flops_per_token(cfg, seq_len)
+        return FlopCount(**{k: v * seq_len for k, v in vars(per_token).items()})
+    S = seq_len if src_len is None else src_len
+    _check_len("src_len", S)
+    T, d, q_width = seq_len, cfg.d_model, cfg.n_heads * cfg.head_dim
+    enc = _stack(cfg, cfg.encoder_layers, S, S)
+    dec = _stack(cfg, cfg.decoder_layers, T, T)
+    parts = {k: enc[k] + dec[k] for k in enc}
+    L = cfg.decoder_layers
+    parts["cross_q"] = L * T * 2 * d * q_width
+    parts["cross_kv"] = L * S * 2 * d * 2 * cfg.kv_heads * cfg.head_dim
+    parts["cross_scores"] = L * T * 2 * S * q_width
+    parts["cross_values"] = L * T * 2 * S * q_width
+    parts["cross_out"] = L * T * 2 * q_width * d
+    parts["lm_head"] = T * 2 * d * cfg.vocab_size
+    pc = count_params(cfg)
+    return _flop_count(cfg, parts, 6 * (pc.encoder * S + pc.decoder * T))

@@ -1,4 +1,5 @@
-"""Causal self-attention covering MHA, GQA and MQA through the number of KV heads."""
+"""Self-attention (causal or bidirectional, as its ``AttnInputs`` say) and cross-attention,
+both covering MHA, GQA and MQA through the number of KV heads."""
 
 from __future__ import annotations
 
@@ -35,8 +36,9 @@ class KVCache:
         return k, v
 
 
-class CausalSelfAttention(nn.Module):
-    """Multi-head causal attention via ``F.scaled_dot_product_attention``.
+class SelfAttention(nn.Module):
+    """Multi-head self-attention via ``F.scaled_dot_product_attention``; causal or not and
+    any mask come from ``pos`` (see ``models.positions``).
 
     Weight layout: ``qkv`` is one fused Linear, weight ((n_heads + 2 * n_kv_heads) * head_dim,
     d_model), rows ordered [all query heads | all key heads | all value heads], each head a
@@ -84,3 +86,80 @@ class CausalSelfAttention(nn.Module):
         )  # (B, H, T, hd)
         y = y.transpose(1, 2).reshape(B, T, self.q_size)
         return self.resid_drop(self.proj(y))
+
+
+def with_key_padding(pos: AttnInputs, keep: torch.Tensor | None) -> AttnInputs:
+    """Bidirectional ``pos`` with the padded keys of each sequence masked out; keep (B, S),
+    1/True = a real token. The mask becomes (B, H or 1, T, S). (A causal stack needs no key
+    mask for right padding: no real position sees a later pad.)"""
+    if keep is None:
+        return pos
+    if pos.is_causal:
+        raise ValueError("key padding is for bidirectional attention inputs (causal=False)")
+    pad = keep.bool()[:, None, None, :]  # (B, 1, 1, S)
+    mask = pos.mask
+    if mask is None:
+        mask = pad
+    elif mask.dtype == torch.bool:
+        mask = mask[None] & pad
+    else:  # ALiBi's float bias
+        mask = mask[None].masked_fill(~pad, float("-inf"))
+    return pos._replace(mask=mask, is_causal=False)
+
+
+class CrossAttention(nn.Module):
+    """Decoder queries attend to the encoder output ("memory"); no positions (RoPE and ALiBi
+    act on self-attention only). ``q`` (q_size, d_model) and the fused ``kv`` (2 * kv_size,
+    d_model), rows [all key heads | all value heads], then ``proj``; GQA/MQA as in
+    ``SelfAttention``. The memory's keys and values are computed once per source
+    (``memory_kv``) and may be cached for decoding."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.kv_heads, cfg.head_dim
+        self.q_size, self.kv_size = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+        self.q = nn.Linear(cfg.d_model, self.q_size, bias=cfg.bias)
+        self.kv = nn.Linear(cfg.d_model, 2 * self.kv_size, bias=cfg.bias)
+        self.proj = nn.Linear(self.q_size, cfg.d_model, bias=cfg.bias)
+        self.attn_dropout = cfg.dropout
+        self.resid_drop = nn.Dropout(cfg.dropout)
+
+    def memory_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        B, S, _ = memory.shape
+        k, v = self.kv(memory).split([self.kv_size, self.kv_size], dim=-1)
+        k = k.view(B, S, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, K, S, hd)
+        v = v.view(B, S, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, K, S, hd)
+        return k, v
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        kv: tuple[torch.Tensor, torch.Tensor],
+        memory_mask: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """x (B, T, d); kv from ``memory_kv``; memory_mask (B, 1, 1, S) bool or None."""
+        B, T, _ = x.shape
+        q = self.q(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+        y = F.scaled_dot_product_attention(
+            q,
+            *kv,
+            attn_mask=memory_mask,
+            enable_gqa=self.n_kv_heads != self.n_heads,
+            dropout_p=self.attn_dropout if self.training else 0.0,
+        )  # (B, H, T, hd)
+        y = y.transpose(1, 2).reshape(B, T, self.q_size)
+        return self.resid_drop(self.proj(y))
+
+
+class Seq2SeqCache:
+    """Decoding state of an encoder-decoder: the decoder's self-attention ``KVCache`` and, per
+    decoder layer, the cross-attention keys/values of the memory (computed on first use)."""
+
+    def __init__(self, n_layers: int, memory: torch.Tensor, memory_mask: torch.Tensor | None):
+        self.self_attn = KVCache(n_layers)
+        self.memory, self.memory_mask = memory, memory_mask
+        self.cross: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * n_layers
+
+    @property
+    def length(self) -> int:
+        return self.self_attn.length

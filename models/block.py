@@ -1,12 +1,14 @@
 """Transformer blocks. Pre-LN and Post-LN differ only in where the norms sit, so they are two
-tiny subclasses of one module holding the same four sublayers."""
+tiny subclasses of one module holding the same four sublayers. A cross block (the 2017
+decoder's) adds cross-attention over the encoder output between self-attention and MLP, with
+its own norm (Post-LN: a norm after each of the three sublayers)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from models.attention import CausalSelfAttention, KVCache
+from models.attention import CrossAttention, KVCache, SelfAttention
 from models.config import ModelConfig
 from models.positions import AttnInputs
 
@@ -20,7 +22,7 @@ class Block(nn.Module):
     ):
         super().__init__()
         self.attn_norm = norm(cfg)
-        self.attn = CausalSelfAttention(cfg, layer_idx)
+        self.attn = SelfAttention(cfg, layer_idx)
         self.mlp_norm = norm(cfg)
         self.mlp = mlp(cfg)
 
@@ -38,4 +40,34 @@ class PostNormBlock(Block):
 
     def forward(self, x: torch.Tensor, pos: AttnInputs, cache: KVCache | None = None):
         x = self.attn_norm(x + self.attn(x, pos, cache))
+        return self.mlp_norm(x + self.mlp(x))
+
+
+class CrossBlock(Block):
+    def __init__(
+        self, cfg: ModelConfig, layer_idx: int, norm: type[nn.Module], mlp: type[nn.Module]
+    ):
+        super().__init__(cfg, layer_idx, norm, mlp)
+        self.cross_norm = norm(cfg)
+        self.cross_attn = CrossAttention(cfg)
+
+
+KV = tuple[torch.Tensor, torch.Tensor]
+
+
+class PreNormCrossBlock(CrossBlock):
+    """``x = x + F(LN(x))`` for F = causal self-attention, cross-attention, MLP."""
+
+    def forward(self, x, pos: AttnInputs, memory_kv: KV, memory_mask, cache: KVCache | None = None):
+        x = x + self.attn(self.attn_norm(x), pos, cache)
+        x = x + self.cross_attn(self.cross_norm(x), memory_kv, memory_mask)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class PostNormCrossBlock(CrossBlock):
+    """``x = LN(x + F(x))`` after each of the three sublayers (Vaswani et al. 2017)."""
+
+    def forward(self, x, pos: AttnInputs, memory_kv: KV, memory_mask, cache: KVCache | None = None):
+        x = self.attn_norm(x + self.attn(x, pos, cache))
+        x = self.cross_norm(x + self.cross_attn(x, memory_kv, memory_mask))
         return self.mlp_norm(x + self.mlp(x))

@@ -1,9 +1,13 @@
 """Typed model configuration: every architecture axis of scaling-lab in one dataclass.
 
+``family`` picks the Transformer family (decoder-only LM, 2017 encoder-decoder, BERT-style
+encoder); every other axis applies to each family's stacks alike.
+
 A config is plain data (YAML/JSON friendly). String knobs are ``Literal``-typed and checked in
 ``__post_init__``, so a bad value fails at construction with one line naming the field and the
-allowed values. ``ModelConfig.from_dict`` additionally rejects unknown keys and accepts ``size``
-(a target non-embedding parameter count) which the size ladder turns into a shape.
+allowed values. ``ModelConfig.from_dict`` additionally rejects unknown keys. A ``size`` (a target
+non-embedding parameter count) is the size ladder's business: ``models.ladder.model_config``
+turns a mapping with ``size`` into a shape, so this module depends on nothing else in models/.
 """
 
 from __future__ import annotations
@@ -15,15 +19,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-# The ladder and the accounting it uses read a config's fields but never import this module at
-# run time, so this is the one direction of the dependency.
-from models.ladder import config_for_size
 from models.values import int_if_integral
 
 NormPosition = Literal["pre", "post"]
 Norm = Literal["layernorm", "rmsnorm"]
 PosEncoding = Literal["sinusoidal", "learned", "rope", "alibi", "none"]
 Mlp = Literal["gelu", "swiglu"]
+Family = Literal["decoder", "encoder_decoder", "encoder"]
+
+# Fields the decoder family holds at their defaults (validated). ``to_dict`` leaves them out of
+# a decoder config, so its dict, and every run key and MLflow param set made from it, is what it
+# was before the families existed.
+FAMILY_FIELDS = ("family", "n_encoder_layers", "n_decoder_layers")
+
 Parametrization = Literal["sp", "mup"]
 
 # Fields an SP config holds at their defaults (validated). ``to_dict`` leaves them out of an SP
@@ -34,9 +42,17 @@ MUP_FIELDS = ("parametrization", "mup_base_width")
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """A decoder-only causal Transformer LM.
+    """A Transformer of one of three families (``family``):
 
-    Shape fields may be chosen by the size ladder instead: pass ``size`` to ``from_dict``.
+    - ``decoder``: a causal LM (GPT-2, Llama), ``n_layers`` blocks.
+    - ``encoder_decoder``: the 2017 model. An encoder stack (bidirectional self-attention, MLP)
+      of ``n_encoder_layers`` and a decoder stack (causal self-attention, cross-attention over
+      the encoder output, MLP) of ``n_decoder_layers``; both default to ``n_layers``.
+    - ``encoder``: a masked LM (BERT): bidirectional self-attention, ``n_layers`` blocks, a norm
+      after the embeddings, BERT's MLM head.
+
+    Shape fields may be chosen by the size ladder instead: ``models.ladder.model_config`` with
+    ``size`` in the mapping.
     """
 
     vocab_size: int = 4096  # training overrides this from the tokenizer
@@ -59,6 +75,9 @@ class ModelConfig:
     dropout: float = 0.0  # embedding, attention-probability and residual dropout (train only)
     norm_eps: float = 1e-5
     init_std: float = 0.02  # std of normal init; residual output projections / sqrt(2 n_layers)
+    family: Family = "decoder"
+    n_encoder_layers: int | None = None  # encoder_decoder only; None = n_layers
+    n_decoder_layers: int | None = None  # encoder_decoder only; None = n_layers
     # sp: the standard parametrization above. mup: the maximal update parametrization (Yang et
     # al. 2022, Tensor Programs V) relative to a base model of d_model = mup_base_width, so an
     # lr tuned at the base width transfers across width (see `width_mult` and models/lm.py).
@@ -102,30 +121,55 @@ class ModelConfig:
         return self.d_model / self.mup_base_width
 
     @property
+    def encoder_layers(self) -> int:
+        """Blocks in the encoder stack (0 for the decoder family)."""
+        if self.family == "decoder":
+            return 0
+        if self.family == "encoder":
+            return self.n_layers
+        return self.n_layers if self.n_encoder_layers is None else self.n_encoder_layers
+
+    @property
+    def decoder_layers(self) -> int:
+        """Blocks in the (causal) decoder stack (0 for the encoder family)."""
+        if self.family == "encoder":
+            return 0
+        if self.family == "decoder":
+            return self.n_layers
+        return self.n_layers if self.n_decoder_layers is None else self.n_decoder_layers
+
+    @property
     def arch(self) -> str:
-        """Size-independent architecture signature, e.g. ``pre-rmsnorm-rope-gqa2-swiglu``."""
+        """Size-independent architecture signature, e.g. ``pre-rmsnorm-rope-gqa2-swiglu``;
+        other families than the decoder lead with theirs (``encoder_decoder-post-...``)."""
         parts = [self.norm_position, self.norm, self.pos_encoding, self.attention_kind, self.mlp]
+        if self.family != "decoder":
+            parts.insert(0, self.family)
         return "-".join(parts)
 
     # ----- (de)serialisation ------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """Every field; an SP config leaves out ``MUP_FIELDS`` (they then hold their defaults)."""
+        """Every field; a decoder leaves out ``FAMILY_FIELDS`` and an SP config ``MUP_FIELDS``
+        (they then hold their defaults)."""
         d = dataclasses.asdict(self)
-        if self.parametrization == "sp":
-            for name in MUP_FIELDS:
-                del d[name]
+        omit = (FAMILY_FIELDS if self.family == "decoder" else ()) + (
+            MUP_FIELDS if self.parametrization == "sp" else ()
+        )
+        for name in omit:
+            del d[name]
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ModelConfig:
-        """Build from a plain mapping (e.g. a resolved Hydra ``model`` group).
-
-        Unknown keys raise ``ValueError`` naming the key. ``size`` (a number, or None) asks the
-        size ladder for ``n_layers``, ``d_model``, ``n_heads`` and ``n_kv_heads``; the given shape
-        fields then only supply the attention grouping (MHA / GQA ratio / MQA) to keep.
-        """
+        """Build from a plain mapping of the fields. Unknown keys raise ``ValueError`` naming
+        the key. A ``size`` of None (what a Hydra model group carries when no size is asked
+        for) is ignored; a number is refused here: ``models.ladder.model_config`` applies it."""
         d = dict(d)
-        size = d.pop("size", None)
+        if d.pop("size", None) is not None:
+            raise ValueError(
+                "size: a target size is applied by the size ladder; build the config with "
+                "models.ladder.model_config"
+            )
         names = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(d) - set(names))
         if unknown:
@@ -135,14 +179,7 @@ class ModelConfig:
         for name in _INT_FIELDS:  # `1e3` from YAML/CLI is a float: accept integral floats
             if name in d:
                 d[name] = int_if_integral(d[name])
-        cfg = cls(**d)
-        if size is None:
-            return cfg
-        if isinstance(size, bool) or not isinstance(size, (int, float)) or not size > 0:
-            raise ValueError(
-                f"size must be a positive number of non-embedding params, got {size!r}"
-            )
-        return config_for_size(float(size), cfg)
+        return cls(**d)
 
 
 def default_d_ff(d_model: int, mlp: str, bias: bool) -> int:
@@ -163,10 +200,20 @@ def default_d_ff(d_model: int, mlp: str, bias: bool) -> int:
 
 # ----- validation ---------------------------------------------------------------------------
 _INT_FIELDS = (
-    "vocab_size", "max_seq_len", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff",
+    "vocab_size",
+    "max_seq_len",
+    "n_layers",
+    "d_model",
+    "n_heads",
+    "n_kv_heads",
+    "d_ff",
+    "n_encoder_layers",
+    "n_decoder_layers",
     "mup_base_width",
+)
+_OPTIONAL_INT_FIELDS = (
+    "n_kv_heads", "d_ff", "n_encoder_layers", "n_decoder_layers", "mup_base_width",
 )  # fmt: skip
-_OPTIONAL_INT_FIELDS = ("n_kv_heads", "d_ff", "mup_base_width")
 
 
 @functools.cache
@@ -211,6 +258,18 @@ def _validate(c: ModelConfig) -> None:
         raise ValueError(
             f"n_kv_heads ({c.kv_heads}) must divide n_heads ({c.n_heads}); allowed n_kv_heads: "
             f"{', '.join(map(str, divisors))}"
+        )
+    if c.family != "encoder_decoder":
+        for name in ("n_encoder_layers", "n_decoder_layers"):
+            if getattr(c, name) is not None:
+                raise ValueError(
+                    f"{name} applies to family='encoder_decoder' only (family={c.family!r}); "
+                    "use n_layers or null"
+                )
+    if c.parametrization == "mup" and c.family != "decoder":
+        raise ValueError(
+            f"parametrization='mup' is implemented for family='decoder' only, got "
+            f"family={c.family!r}; use parametrization='sp'"
         )
     if c.parametrization == "mup" and c.mup_base_width is None:
         raise ValueError(

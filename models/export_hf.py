@@ -5,7 +5,7 @@
 
 The output (``config.json`` + ``model.safetensors``) loads with
 ``transformers.AutoModelForCausalLM.from_pretrained(out)`` and gives our logits (within float32
-rounding), so trained models can be evaluated with the usual tools. Two targets:
+rounding), so trained models can be evaluated with the usual tools. Decoder targets:
 
 - ``GPT2LMHeadModel``: pre-LN, LayerNorm, learned positions, MHA, GELU. Our GELU is the exact
   (erf) one, so ``activation_function="gelu"`` (not GPT-2's default tanh ``gelu_new``). GPT-2's
@@ -15,8 +15,12 @@ rounding), so trained models can be evaluated with the usual tools. Two targets:
   Llama's rotate-half layout (dimension i pairs with i + head_dim/2), so q/k rows need no
   permutation; the fused ``qkv`` and ``gate_up`` weights are split into HF's separate matrices.
 
-Anything else (Post-LN, sinusoidal/ALiBi/NoPE positions, RMSNorm with learned positions, ...)
-raises ``ExportError`` naming the first field that no target can represent. Dropout is mapped
+The other families (``models.export_hf_families``): ``encoder`` -> ``BertForMaskedLM``
+(``AutoModelForMaskedLM``), ``encoder_decoder`` -> ``MarianMTModel`` (``AutoModelForSeq2SeqLM``).
+
+Anything else (a Post-LN decoder, sinusoidal/ALiBi/NoPE positions, RMSNorm with learned
+positions, a Pre-LN encoder, ...) raises ``ExportError`` naming the first field that no target
+of the config's family can represent. Dropout is mapped
 where HF has it (GPT-2: all three; Llama: attention only); it does not affect the function.
 
 Checkpoint format read by the CLI (written by ``training.train``; this module reads the torch file
@@ -35,24 +39,58 @@ from pathlib import Path
 import torch
 
 from models.config import ModelConfig
+from models.export_hf_families import bert_config, bert_state, marian_config, marian_state
 from models.lm import build_model
 
-# What each target needs; checked in this order so the error names the most basic mismatch.
+# What each target needs, per family; checked in this order so the error names the most basic
+# mismatch. "MHA" targets have no GQA/MQA (n_kv_heads must be null or n_heads).
 _TARGETS = {
-    "gpt2": {
-        "norm_position": "pre",
-        "pos_encoding": "learned",
-        "norm": "layernorm",
-        "mlp": "gelu",
-        "scale_embeddings": False,
+    "decoder": {
+        "gpt2": {
+            "norm_position": "pre",
+            "pos_encoding": "learned",
+            "norm": "layernorm",
+            "mlp": "gelu",
+            "scale_embeddings": False,
+        },
+        "llama": {
+            "norm_position": "pre",
+            "pos_encoding": "rope",
+            "norm": "rmsnorm",
+            "mlp": "swiglu",
+            "scale_embeddings": False,
+        },
     },
-    "llama": {
-        "norm_position": "pre",
-        "pos_encoding": "rope",
-        "norm": "rmsnorm",
-        "mlp": "swiglu",
-        "scale_embeddings": False,
+    "encoder": {
+        "bert": {
+            "norm_position": "post",
+            "pos_encoding": "learned",
+            "norm": "layernorm",
+            "mlp": "gelu",
+            "scale_embeddings": False,
+        },
     },
+    "encoder_decoder": {
+        "marian": {
+            "norm_position": "post",
+            "pos_encoding": "sinusoidal",
+            "norm": "layernorm",
+            "mlp": "gelu",
+            "norm_eps": 1e-5,  # Marian's LayerNorms use torch's default eps
+        },
+    },
+}
+_MHA_ONLY = {"gpt2", "bert", "marian"}
+_EXPORTABLE = {
+    "decoder": "gpt2 (pre, layernorm, learned, MHA, gelu) or llama (pre, rmsnorm, rope, swiglu)",
+    "encoder": "bert (post, layernorm, learned, MHA, gelu)",
+    "encoder_decoder": "marian (post, layernorm with eps 1e-5, sinusoidal, MHA, gelu)",
+}
+_CLASSES = {
+    "gpt2": "GPT2LMHeadModel",
+    "llama": "LlamaForCausalLM",
+    "bert": "BertForMaskedLM",
+    "marian": "MarianMTModel",
 }
 
 
@@ -61,31 +99,42 @@ class ExportError(ValueError):
 
 
 def hf_target(cfg: ModelConfig) -> str:
-    """``"gpt2"`` or ``"llama"``: the HF architecture that represents ``cfg`` exactly."""
+    """``"gpt2"``, ``"llama"`` (decoder), ``"bert"`` (encoder) or ``"marian"``
+    (encoder_decoder): the HF architecture that represents ``cfg`` exactly."""
+    if cfg.parametrization != "sp":  # HF models have no output multiplier or 1/d attention
+        raise ExportError(
+            f"parametrization={cfg.parametrization!r} has no Hugging Face equivalent (its output "
+            "multiplier and 1/head_dim attention scale); only 'sp' models are exportable"
+        )
+    targets = _TARGETS[cfg.family]
     best, best_misses = None, None
-    for name, needs in _TARGETS.items():
+    for name, needs in targets.items():
         misses = [(f, v) for f, v in needs.items() if getattr(cfg, f) != v]
-        if name == "gpt2" and cfg.kv_heads != cfg.n_heads:
+        if name in _MHA_ONLY and cfg.kv_heads != cfg.n_heads:
             misses.append(("n_kv_heads", "null (MHA)"))
         if not misses:
             return name
         if best_misses is None or len(misses) < len(best_misses):
             best, best_misses = name, misses
     field, want = best_misses[0]
-    options = sorted({needs.get(field) for needs in _TARGETS.values()} - {None})
+    options = sorted({needs.get(field) for needs in targets.values()} - {None}, key=repr)
     allowed = " or ".join(repr(v) for v in options) if field != "n_kv_heads" else want
     raise ExportError(
         f"{field}={getattr(cfg, field)!r} has no Hugging Face equivalent (nearest: {best}, which "
-        f"needs {field}={allowed}); exportable: gpt2 (pre, layernorm, learned, MHA, gelu) or "
-        "llama (pre, rmsnorm, rope, swiglu)"
+        f"needs {field}={allowed}); exportable {cfg.family}: {_EXPORTABLE[cfg.family]}"
     )
 
 
 def hf_config(cfg: ModelConfig):
-    """The ``transformers`` config (GPT2Config or LlamaConfig) with exactly our shape."""
+    """The ``transformers`` config (GPT2, Llama, Bert or Marian) with exactly our shape."""
     import transformers
 
-    if hf_target(cfg) == "gpt2":
+    target = hf_target(cfg)
+    if target == "bert":
+        return bert_config(cfg)
+    if target == "marian":
+        return marian_config(cfg)
+    if target == "gpt2":
         return transformers.GPT2Config(
             vocab_size=cfg.vocab_size,
             n_positions=cfg.max_seq_len,
@@ -130,7 +179,13 @@ def hf_config(cfg: ModelConfig):
 def hf_state_dict(cfg: ModelConfig, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Our state dict -> the HF model's (contiguous tensors, HF parameter names)."""
     sd = {k.removeprefix("_orig_mod."): v for k, v in sd.items()}  # torch.compile'd model
-    out = _gpt2_state(cfg, sd) if hf_target(cfg) == "gpt2" else _llama_state(cfg, sd)
+    mapping = {
+        "gpt2": _gpt2_state,
+        "llama": _llama_state,
+        "bert": bert_state,
+        "marian": marian_state,
+    }
+    out = mapping[hf_target(cfg)](cfg, sd)
     return {k: v.detach().contiguous() for k, v in out.items()}
 
 
@@ -193,12 +248,12 @@ def to_hf(model: torch.nn.Module, cfg: ModelConfig | None = None):
 
     cfg = cfg or model.cfg
     hf_cfg = hf_config(cfg)
-    cls = (
-        transformers.GPT2LMHeadModel if hf_target(cfg) == "gpt2" else transformers.LlamaForCausalLM
-    )
-    hf = cls(hf_cfg)
+    hf = getattr(transformers, _CLASSES[hf_target(cfg)])(hf_cfg)
     missing, unexpected = hf.load_state_dict(hf_state_dict(cfg, model.state_dict()), strict=False)
-    missing = [k for k in missing if not (k == "lm_head.weight" and cfg.tie_embeddings)]
+    tied = {"lm_head.weight", "cls.predictions.decoder.weight"} if cfg.tie_embeddings else set()
+    # Marian rebuilds its sinusoidal tables itself (never saved); they are ours permuted
+    rebuilt = {"model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight"}
+    missing = [k for k in missing if k not in tied | rebuilt]
     if missing or unexpected:  # a mapping bug, never user input
         raise RuntimeError(f"export mapping mismatch: missing {missing}, unexpected {unexpected}")
     if cfg.tie_embeddings:

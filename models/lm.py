@@ -1,4 +1,4 @@
-"""The decoder-only causal language model.
+"""The decoder-only causal language model, and ``build_model`` for every family.
 
 Parameter names (the layout an exporter maps from):
 
@@ -6,7 +6,7 @@ Parameter names (the layout an exporter maps from):
   ``tie_embeddings`` (the state dict then holds both names, sharing storage).
 - ``pos.table.weight`` (max_seq_len, d_model) for learned positions only; sinusoidal, RoPE and
   ALiBi tables are non-persistent buffers.
-- ``blocks.{i}.attn_norm``, ``blocks.{i}.attn.qkv`` (fused, see ``CausalSelfAttention``),
+- ``blocks.{i}.attn_norm``, ``blocks.{i}.attn.qkv`` (fused, see ``SelfAttention``),
   ``blocks.{i}.attn.proj``, ``blocks.{i}.mlp_norm``, ``blocks.{i}.mlp.fc`` / ``.proj`` (GELU) or
   ``blocks.{i}.mlp.gate_up`` (fused, see ``SwiGLUMLP``) / ``.proj``.
 - ``final_norm`` (Pre-LN only; Post-LN blocks already end in a norm), ``lm_head`` (no bias).
@@ -30,13 +30,15 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from models.attention import KVCache
 from models.config import ModelConfig
 from models.loss import cross_entropy, linear_cross_entropy
+from models.mlm import MaskedLM
 from models.registry import NORMS, POSITIONS, build_block
+from models.sampling import next_token
+from models.seq2seq import EncoderDecoderLM
 
 
 class TransformerLM(nn.Module):
@@ -135,21 +137,17 @@ class TransformerLM(nn.Module):
         cache = self.new_cache()
         logits = self.forward_cached(idx, cache)[:, -1]  # (B, vocab)
         for step in range(max_new_tokens):
-            if temperature == 0:
-                next_id = logits.argmax(dim=-1, keepdim=True)
-            else:
-                logits = logits / temperature
-                if top_k is not None:
-                    kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
-                    logits = logits.masked_fill(logits < kth, float("-inf"))
-                probs = F.softmax(logits, dim=-1)
-                next_id = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+            next_id = next_token(logits, temperature, top_k, generator)  # (B, 1)
             idx = torch.cat([idx, next_id], dim=1)
             if step < max_new_tokens - 1:  # the last token needs no logits
                 logits = self.forward_cached(next_id, cache)[:, -1]
         return idx
 
 
-def build_model(cfg: ModelConfig) -> TransformerLM:
-    """Instantiate (on CPU, float32) the model a config describes."""
-    return TransformerLM(cfg)
+def build_model(cfg: ModelConfig) -> nn.Module:
+    """Instantiate (on CPU, float32) the model a config describes: ``TransformerLM`` (decoder),
+    ``EncoderDecoderLM`` (encoder_decoder) or ``MaskedLM`` (encoder), per ``cfg.family``."""
+    return FAMILIES[cfg.family](cfg)
+
+
+FAMILIES = {"decoder": TransformerLM, "encoder_decoder": EncoderDecoderLM, "encoder": MaskedLM}

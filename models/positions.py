@@ -2,10 +2,15 @@
 
 - ``add_to_embeddings(h, start)``: absolute encodings (sinusoidal, learned) add a (T, d_model)
   table slice to the token embeddings; the others return ``h`` unchanged.
-- ``attention_inputs(T, start)``: what every attention layer needs for queries at positions
-  ``start .. start+T-1`` attending keys ``0 .. start+T-1``: RoPE cos/sin, an additive/boolean
-  mask (ALiBi bias, or the causal mask of a multi-token chunk after a KV cache), and whether
-  SDPA may use ``is_causal=True`` (no mask materialised: the training fast path).
+- ``attention_inputs(T, start, device, causal)``: what every self-attention layer needs for
+  queries at positions ``start .. start+T-1`` attending keys ``0 .. start+T-1``: RoPE cos/sin,
+  an additive/boolean mask (ALiBi bias, or the causal mask of a multi-token chunk after a KV
+  cache), and whether SDPA may use ``is_causal=True`` (no mask materialised: the training fast
+  path). ``causal=False`` (encoders, ``start`` 0) lets every query see every key; ALiBi's
+  penalty is then symmetric, ``-slope * |i - j|``.
+
+Cross-attention (encoder-decoder) takes no position inputs: RoPE and ALiBi act on
+self-attention only, and absolute encodings reach it through the embeddings.
 
 Everything that can be precomputed (tables, cos/sin, ALiBi relative distances) is a
 non-persistent buffer, so checkpoints hold only learned weights.
@@ -49,8 +54,10 @@ class PositionEncoding(nn.Module):
     def add_to_embeddings(self, h: torch.Tensor, start: int) -> torch.Tensor:
         return h
 
-    def attention_inputs(self, T: int, start: int, device: torch.device) -> AttnInputs:
-        return _plain_causal(T, start, device)
+    def attention_inputs(
+        self, T: int, start: int, device: torch.device, causal: bool = True
+    ) -> AttnInputs:
+        return _plain_causal(T, start, device) if causal else AttnInputs()
 
 
 class NoPositions(PositionEncoding):
@@ -139,12 +146,15 @@ class RotaryPositions(PositionEncoding):
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
 
-    def attention_inputs(self, T: int, start: int, device: torch.device) -> AttnInputs:
+    def attention_inputs(
+        self, T: int, start: int, device: torch.device, causal: bool = True
+    ) -> AttnInputs:
         if start + T > self.cos.shape[0]:  # rare: extrapolating past max_seq_len
             cos, sin = rope_cos_sin(2 * (start + T), self.head_dim, self.base)
             self.cos, self.sin = cos.to(self.cos.device), sin.to(self.sin.device)
         cos, sin = self.cos[start : start + T], self.sin[start : start + T]
-        return _plain_causal(T, start, device)._replace(cos=cos, sin=sin)
+        mask = _plain_causal(T, start, device) if causal else AttnInputs()
+        return mask._replace(cos=cos, sin=sin)
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:
@@ -177,7 +187,13 @@ class AlibiPositions(PositionEncoding):
         self.register_buffer("slopes", alibi_slopes(cfg.n_heads), persistent=False)
         self.register_buffer("distances", _alibi_distances(cfg.max_seq_len), persistent=False)
 
-    def attention_inputs(self, T: int, start: int, device: torch.device) -> AttnInputs:
+    def attention_inputs(
+        self, T: int, start: int, device: torch.device, causal: bool = True
+    ) -> AttnInputs:
+        if not causal:  # bidirectional: symmetric penalty
+            pos = torch.arange(start, start + T, device=device, dtype=torch.float32)
+            rel = -(pos[None, :] - pos[:, None]).abs()  # (T, T)
+            return AttnInputs(mask=self.slopes[:, None, None] * rel)  # (H, T, T)
         if start + T > self.distances.shape[0]:  # rare: extrapolating past max_seq_len
             self.distances = _alibi_distances(2 * (start + T)).to(self.distances.device)
         rel = self.distances[start : start + T, : start + T]  # (T, S)

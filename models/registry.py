@@ -3,7 +3,13 @@ so the model code never branches on strings."""
 
 from __future__ import annotations
 
-from models.block import Block, PostNormBlock, PreNormBlock
+from models.block import (
+    Block,
+    PostNormBlock,
+    PostNormCrossBlock,
+    PreNormBlock,
+    PreNormCrossBlock,
+)
 from models.config import ModelConfig
 from models.mlp import GeluMLP, SwiGLUMLP
 from models.norms import LayerNorm, RMSNorm
@@ -25,8 +31,11 @@ POSITIONS = {
     "none": NoPositions,
 }
 BLOCKS = {"pre": PreNormBlock, "post": PostNormBlock}
+CROSS_BLOCKS = {"pre": PreNormCrossBlock, "post": PostNormCrossBlock}
 
 
-def build_block(cfg: ModelConfig, layer_idx: int) -> Block:
-    """The block ``cfg.norm_position`` names, with the norm and MLP classes the config names."""
-    return BLOCKS[cfg.norm_position](cfg, layer_idx, NORMS[cfg.norm], MLPS[cfg.mlp])
+def build_block(cfg: ModelConfig, layer_idx: int, cross: bool = False) -> Block:
+    """The block ``cfg.norm_position`` names, with the norm and MLP classes the config names;
+    ``cross``: the encoder-decoder's decoder block (self-attention, cross-attention, MLP)."""
+    blocks = CROSS_BLOCKS if cross else BLOCKS
+    return blocks[cfg.norm_position](cfg, layer_idx, NORMS[cfg.norm], MLPS[cfg.mlp])

@@ -8,7 +8,14 @@ import math
 import pytest
 
 from models import ModelConfig, count_params
-from models.ladder import ASPECT, ASPECT_BAND, config_for_size, shape_for_size, size_ladder
+from models.ladder import (
+    ASPECT,
+    ASPECT_BAND,
+    config_for_size,
+    model_config,
+    shape_for_size,
+    size_ladder,
+)
 
 BASES = [
     ModelConfig(),  # gpt2-like MHA GELU
@@ -72,10 +79,10 @@ def test_mha_and_mqa_kinds_are_kept():
 
 def test_from_dict_size_uses_the_ladder():
     d = {**BASES[2].to_dict(), "size": 3e6}
-    cfg = ModelConfig.from_dict(d)
+    cfg = model_config(d)
     assert cfg == config_for_size(3e6, BASES[2])
     assert abs(count_params(cfg).non_embedding / 3e6 - 1) <= 0.03
-    assert ModelConfig.from_dict({**d, "size": None}) == BASES[2]
+    assert model_config({**d, "size": None}) == BASES[2]
 
 
 @pytest.mark.parametrize(
@@ -84,9 +91,9 @@ def test_from_dict_size_uses_the_ladder():
 )
 def test_bad_size_rejected(size, match):
     with pytest.raises(ValueError, match=match):
-        ModelConfig.from_dict({"size": size})
+        model_config({"size": size})
 
 
 def test_size_with_explicit_d_ff_rejected():
     with pytest.raises(ValueError, match="d_ff must be null when size is set"):
-        ModelConfig.from_dict({"d_ff": 512, "size": 1e6})
+        model_config({"d_ff": 512, "size": 1e6})

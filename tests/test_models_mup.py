@@ -193,11 +193,25 @@ def test_sp_run_key_and_mup_key(tmp_path):
             {"parametrization": "mup", "mup_base_width": 0},
             "mup_base_width must be a positive integer",
         ),
+        (
+            {"parametrization": "mup", "mup_base_width": 32, "family": "encoder"},
+            "parametrization='mup' is implemented for family='decoder' only",
+        ),
     ],
 )
 def test_bad_mup_config(fields, message):
     with pytest.raises(ValueError, match=message):
         ModelConfig.from_dict({"d_model": 64, "n_heads": 2, **fields})
+
+
+def test_export_refuses_mup():
+    """An HF model has no output multiplier or 1/head_dim attention: one line, not wrong logits."""
+    from models import ExportError
+    from models.export_hf import hf_target
+
+    assert hf_target(config(64)) == "llama"
+    with pytest.raises(ExportError, match="parametrization='mup' has no Hugging Face equivalent"):
+        hf_target(config(64, "mup"))
 
 
 def test_mup_transfer_optimum_is_the_parabola_vertex():

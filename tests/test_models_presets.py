@@ -12,6 +12,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from models import ModelConfig, build_model, count_params
+from models.ladder import model_config
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 EXPECTED_ARCH = {
@@ -31,7 +32,7 @@ def compose_model(preset: str, *overrides: str) -> dict:
 def test_preset_composes_and_builds(preset):
     raw = compose_model(preset)
     assert set(raw) == {f.name for f in dataclasses.fields(ModelConfig)} | {"size"}
-    cfg = ModelConfig.from_dict(raw)
+    cfg = model_config(raw)
     assert cfg.arch == EXPECTED_ARCH[preset]
     assert (cfg.max_seq_len, cfg.n_layers, cfg.d_model, cfg.n_heads) == (256, 4, 128, 4)
     model = build_model(cfg)
@@ -41,22 +42,22 @@ def test_preset_composes_and_builds(preset):
 
 
 def test_preset_specifics():
-    llama = ModelConfig.from_dict(compose_model("llama"))
+    llama = model_config(compose_model("llama"))
     assert (llama.n_kv_heads, llama.bias, llama.tie_embeddings) == (2, False, False)
-    gpt2 = ModelConfig.from_dict(compose_model("gpt2"))
+    gpt2 = model_config(compose_model("gpt2"))
     assert (gpt2.bias, gpt2.tie_embeddings) == (True, True)
-    vanilla = ModelConfig.from_dict(compose_model("vanilla"))
+    vanilla = model_config(compose_model("vanilla"))
     assert (vanilla.bias, vanilla.tie_embeddings) == (True, True)
 
 
 def test_single_axis_override():
-    cfg = ModelConfig.from_dict(compose_model("gpt2", "model.pos_encoding=rope"))
+    cfg = model_config(compose_model("gpt2", "model.pos_encoding=rope"))
     assert cfg.arch == "pre-layernorm-rope-mha-gelu"
-    cfg = ModelConfig.from_dict(compose_model("llama", "model.size=3e6"))
+    cfg = model_config(compose_model("llama", "model.size=3e6"))
     assert cfg.arch == "pre-rmsnorm-rope-gqa2-swiglu"
     assert abs(count_params(cfg).non_embedding / 3e6 - 1) < 0.03
 
 
 def test_bad_override_names_the_field():
     with pytest.raises(ValueError, match="norm must be one of"):
-        ModelConfig.from_dict(compose_model("gpt2", "model.norm=batchnorm"))
+        model_config(compose_model("gpt2", "model.norm=batchnorm"))

@@ -11,7 +11,8 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 
-from models import ModelConfig, count_params, flops_per_token
+from models import count_params, flops_per_token
+from models.ladder import model_config
 from sweeps import driver, plan
 from sweeps.sweep_view import plan_rows
 from training.checkpoint import branch_checkpoint_path
@@ -61,7 +62,7 @@ def test_isoflop_tokens_use_the_factorys_non_embedding_count(comp):
             continue
         size = float(next(o.split("=")[1] for o in r.overrides if o.startswith("model.size=")))
         n = count_params(
-            ModelConfig.from_dict({**llama, "size": size, "vocab_size": 1024})
+            model_config({**llama, "size": size, "vocab_size": 1024})
         ).non_embedding
         assert r.n == n
         assert r.d % 8192 == 0 and abs(r.d - r.budget / (6 * n)) <= 8192 / 2
@@ -76,7 +77,7 @@ def test_exact_budgets_use_the_factorys_exact_flops_at_the_configs_seq_len(comp)
     ran = 0
     for r, r6 in zip(runs, six):
         size = float(next(o.split("=")[1] for o in r.overrides if o.startswith("model.size=")))
-        cfg = ModelConfig.from_dict({**llama, "size": size, "vocab_size": 1024, "max_seq_len": 128})
+        cfg = model_config({**llama, "size": size, "vocab_size": 1024, "max_seq_len": 128})
         per_token = flops_per_token(cfg, 128).exact  # isoflop.yaml: train.seq_len 128
         assert r.facts.flops_per_token == per_token > 6 * r.n
         if r.skip:

@@ -333,13 +333,19 @@ def planned_vocab_size(data: DataConfig) -> int:
 def build_model_config(model_section: dict, vocab_size: int, seq_len: int):
     """ModelConfig from the `model` group, with vocab_size from the tokenizer and
     max_seq_len = train.seq_len. Raises ConfigError naming the model field."""
-    from models.config import ModelConfig
+    from models.ladder import model_config
 
     d = {**model_section, "vocab_size": vocab_size, "max_seq_len": seq_len}
     try:
-        return ModelConfig.from_dict(d)
+        model = model_config(d)
     except (ValueError, TypeError) as e:
         raise ConfigError(f"model: {e}") from None
+    if model.family != "decoder":  # the factory builds them; the loop trains next-token LMs only
+        raise ConfigError(
+            f"model.family={model.family}: training runs the decoder family only (the "
+            "encoder and encoder_decoder families have no objective in the loop yet)"
+        )
+    return model
 
 
 def resolve_config(cfg: Any) -> RunSpec:

@@ -1,0 +1,239 @@
+"""Which law predicts best? Every form the columns allow, judged on runs it was not fitted on.
+
+    python -m analysis.compare_laws --csv runs.csv [--holdout-above C | --rollout] [--out DIR]
+
+Hold-out (default): fit every law on the runs with C below the threshold (default: below the
+largest compute budget, as fit.json's extrapolation check) and predict the rest. `--rollout`:
+an expanding window over compute budgets, as OLMo-core's ladder evaluation: fit on every
+budget up to one, predict the next, for each budget in turn; errors are averaged over windows.
+Each law reports its mean and worst |relative error| on the held-out runs with 95% intervals
+(refitting every bootstrap resample of the training runs), and its number of parameters, so a
+law that predicts as well with fewer parameters can be preferred. Writes compare_laws.md,
+.csv, .json and a figure to --out.
+
+Exit code 2 with one line on stderr, and nothing written, when the input cannot be used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.bootstrap import percentile_interval
+from analysis.fit import default_holdout_threshold, jsonable
+from analysis.isoflop import budget_groups
+from analysis.laws import LAWS, Law, check_columns, fit_law
+from analysis.load import InputError, add_selection_args, check_fittable, load_selected
+
+
+def applicable(runs: pd.DataFrame) -> list[Law]:
+    """The forms whose columns the runs have (datablations needs U)."""
+    return [law for law in LAWS.values() if all(c in runs.columns for c in law.columns)]
+
+
+def _errors(law: Law, theta: np.ndarray, test: pd.DataFrame) -> np.ndarray:
+    """(R, n_test) relative errors (predicted - measured) / measured."""
+    cols = {k: test[k].to_numpy(float) for k in law.columns}
+    y = test["loss"].to_numpy(float)
+    return (law.predict(theta, cols) - y) / y
+
+
+def window(law: Law, train: pd.DataFrame, test: pd.DataFrame, n_boot: int, seed: int) -> dict:
+    """Fit on `train`, predict `test`: per-run errors, and per-replicate mean and worst."""
+    check_fittable(train, "the training runs")
+    check_columns(train, law, "the training runs")
+    theta, _, thetas, _ = fit_law(law, train, n_boot, seed)
+    rel = _errors(law, theta, test)[0]
+    with np.errstate(invalid="ignore"):
+        reps = np.abs(_errors(law, thetas, test))
+    return {
+        "rel_error": rel,
+        "mean": float(np.mean(np.abs(rel))),
+        "worst": float(np.max(np.abs(rel))),
+        "rep_mean": reps.mean(axis=1),
+        "rep_worst": reps.max(axis=1),
+        "params": dict(zip(law.params, (float(v[0]) for v in law.to_values(theta).values()))),
+    }
+
+
+def splits(runs: pd.DataFrame, threshold: float | None, rollout: bool):
+    """[(train, test)]: one hold-out split, or one per budget of the expanding window."""
+    if not rollout:
+        t = default_holdout_threshold(runs) if threshold is None else threshold
+        return [(runs[runs["C"] < t], runs[runs["C"] >= t])]
+    labels = budget_groups(runs["C"])
+    return [(runs[labels < k], runs[labels == k]) for k in np.unique(labels)[1:]]
+
+
+def compare(runs: pd.DataFrame, threshold: float | None = None, rollout: bool = False,
+            n_boot: int = 200, seed: int = 0, laws: list[Law] | None = None) -> dict:
+    """{"mode", "rows": [per law: n_params, mean, worst with ci95, windows], "runs": [...]}."""
+    laws = applicable(runs) if laws is None else laws
+    parts = splits(runs, threshold, rollout)
+    if not any(len(test) for _, test in parts):
+        raise InputError("no runs at or above the hold-out threshold")
+    rows, per_run = [], []
+    for law in laws:
+        done, skipped = [], []
+        for train, test in parts:
+            if test.empty:
+                continue
+            try:
+                done.append((train, test, window(law, train, test, n_boot, seed)))
+            except (InputError, ValueError) as err:
+                skipped.append(f"C < {test['C'].min():.3g}: {err}")
+        row = {"law": law.name, "n_params": law.n_params, "windows": len(done)}
+        if not done:
+            rows.append({**row, "skipped": "; ".join(skipped)})
+            continue
+        rep_mean = np.mean([w["rep_mean"] for *_, w in done], axis=0)
+        rep_worst = np.max([w["rep_worst"] for *_, w in done], axis=0)
+        row.update(
+            n_train=int(np.mean([len(t) for t, *_ in done])),
+            n_test=int(sum(len(t) for _, t, _ in done)),
+            mean_rel_error=float(np.mean([w["mean"] for *_, w in done])),
+            # one window whose fit runs off (e.g. Kaplan's form on 17 runs) dominates the mean
+            median_window_rel_error=float(np.median([w["mean"] for *_, w in done])),
+            worst_rel_error=float(np.max([w["worst"] for *_, w in done])),
+            ci95={"mean_rel_error": percentile_interval(rep_mean),
+                  "worst_rel_error": percentile_interval(rep_worst)},  # fmt: skip
+            params=done[-1][2]["params"],
+        )
+        if skipped:
+            row["skipped_windows"] = skipped
+        rows.append(row)
+        for _, test, w in done:
+            per_run += [{"law": law.name, "train_below_C": float(test["C"].min()),
+                         "run_id": r, "N": n, "D": d, "C": c, "loss": y, "rel_error": e}
+                        for r, n, d, c, y, e in zip(test["run_id"], test["N"], test["D"],
+                                                    test["C"], test["loss"], w["rel_error"])]  # fmt: skip
+    return {"mode": "rollout" if rollout else "holdout", "n_boot": n_boot, "rows": rows,
+            "runs": per_run}  # fmt: skip
+
+
+def _pct(v, ci=None) -> str:
+    text = f"{100 * v:.3g}%"
+    return text + (f" [{100 * ci[0]:.3g}, {100 * ci[1]:.3g}]" if ci else " [no interval]")
+
+
+def markdown(result: dict) -> str:
+    """The comparison table (also for `analysis.report`: call this on `compare(runs)`)."""
+    rollout = result["mode"] == "rollout"
+    how = ("expanding window over compute budgets: mean and worst over every window, and the "
+           "median of the windows' mean errors (number of windows)" if rollout
+           else "fit below the hold-out threshold")  # fmt: skip
+    lines = [f"Laws compared on held-out runs ({how}; 95% intervals from "
+             f"{result['n_boot']} bootstrap refits of the training runs):", "",
+             "| law | parameters | train runs | held-out runs | mean abs. relative error | worst |"
+             + (" median over windows |" if rollout else ""),
+             "|---|---|---|---|---|---|" + ("---|" if rollout else "")]  # fmt: skip
+    for r in result["rows"]:
+        if "skipped" in r:
+            lines.append(f"| {r['law']} | {r['n_params']} | - | - | skipped: {r['skipped']} | - |"
+                         + (" - |" if rollout else ""))  # fmt: skip
+            continue
+        lines.append(f"| {r['law']} | {r['n_params']} | {r['n_train']} | {r['n_test']} | "
+                     f"{_pct(r['mean_rel_error'], r['ci95']['mean_rel_error'])} | "
+                     f"{_pct(r['worst_rel_error'], r['ci95']['worst_rel_error'])} |"
+                     + (f" {100 * r['median_window_rel_error']:.3g}% ({r['windows']}) |"
+                        if rollout else ""))  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+MIN_TRAIN_RUNS = 10  # below this a 4-7 parameter law has too few spare points to judge
+
+
+def report_blocks(runs: pd.DataFrame, n_boot: int = 200, seed: int = 0) -> list[tuple]:
+    """The comparison as `analysis.report` blocks (h2, p, table), or [] when the runs are too
+    few: no held-out runs above the default threshold or fewer than MIN_TRAIN_RUNS below it.
+    Not wired into the report yet: call it from `build_blocks` with the fitted runs."""
+    train, test = splits(runs, None, False)[0]
+    if test.empty or len(train) < MIN_TRAIN_RUNS:
+        return []
+    result = compare(runs, None, False, n_boot, seed)
+    rows = []
+    for r in result["rows"]:
+        if "skipped" in r:
+            rows.append([r["law"], r["n_params"], "skipped: " + r["skipped"], ""])
+        else:
+            rows.append([r["law"], r["n_params"], _pct(r["mean_rel_error"], r["ci95"]["mean_rel_error"]),
+                         _pct(r["worst_rel_error"], r["ci95"]["worst_rel_error"])])  # fmt: skip
+    return [
+        ("h2", "Laws compared on held-out runs"),
+        ("p", f"Every law the columns allow, fitted on the {len(train)} runs below "
+              f"C = {test['C'].min():.3g} and judged on the {len(test)} above; 95% intervals "
+              f"from {n_boot} bootstrap refits of the training runs."),  # fmt: skip
+        ("table", ["law", "parameters", "mean |relative error|", "worst |relative error|"], rows),
+    ]
+
+
+def figure(result: dict):
+    """Mean and worst |relative error| per law, with their intervals."""
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in result["rows"] if "skipped" not in r]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    x = np.arange(len(rows))
+    for offset, key, label in ((-0.2, "mean_rel_error", "mean"), (0.2, "worst_rel_error", "worst")):
+        vals = np.array([100 * r[key] for r in rows])
+        cis = [r["ci95"][key] for r in rows]
+        lo = np.array([v - 100 * c[0] if c else 0 for v, c in zip(vals, cis)])
+        hi = np.array([100 * c[1] - v if c else 0 for v, c in zip(vals, cis)])
+        ax.bar(x + offset, vals, 0.4, yerr=np.clip([lo, hi], 0, None), capsize=3, label=label)
+    ax.set_xticks(x, [f"{r['law']}\n({r['n_params']} params)" for r in rows])
+    ax.set_ylabel("|relative error| on held-out runs (%)")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis.compare_laws", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    add_selection_args(parser)
+    split = parser.add_mutually_exclusive_group()
+    split.add_argument("--holdout-above", type=float, help="fit below this C, predict the rest")
+    split.add_argument("--rollout", action="store_true", help="expanding window over budgets")
+    parser.add_argument("--law", action="append", choices=tuple(LAWS),
+                        help="compare only these (repeatable; default: every law the columns allow)")  # fmt: skip
+    parser.add_argument("--bootstrap", type=int, default=200, help="bootstrap refits per law")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="compare_laws", help="folder for the table and figure")
+    args = parser.parse_args(argv)
+    try:
+        if args.bootstrap < 10:
+            raise InputError(f"--bootstrap must be at least 10 (got {args.bootstrap})")
+        if args.holdout_above is not None and not args.holdout_above > 0:
+            raise InputError(f"--holdout-above must be a positive C (got {args.holdout_above})")
+        runs = load_selected(args).frame
+        laws = [LAWS[k] for k in dict.fromkeys(args.law)] if args.law else applicable(runs)
+        for law in laws:
+            check_columns(runs, law)
+        result = compare(runs, args.holdout_above, args.rollout, args.bootstrap, args.seed, laws)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    from analysis import plots
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    table = markdown(result)
+    (out / "compare_laws.md").write_text(table)
+    (out / "compare_laws.json").write_text(json.dumps(jsonable(result), indent=2) + "\n")
+    flat = [{k: v for k, v in r.items() if k not in ("ci95", "params", "skipped_windows")}
+            | {f"{k}_ci95": r["ci95"][k] for k in r.get("ci95", {})} for r in result["rows"]]  # fmt: skip
+    pd.DataFrame(flat).to_csv(out / "compare_laws.csv", index=False)
+    plots.setup()
+    if any("skipped" not in r for r in result["rows"]):
+        plots.save(figure(result), out, "compare_laws")
+    print(table + f"wrote {out}/compare_laws.{{md,csv,json,png,svg}}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""Scaling-law forms, a registry by name, and fit.json's `parametric` section for any of them.
+
+    LAWS["kaplan"].predict(theta, {"N": ..., "D": ...})
+
+`chinchilla` (default, approach 3 of `analysis.parametric`), `kaplan` (Kaplan et al. 2020,
+eq. 1.5), `datablations` (Muennighoff et al. 2023, needs a column U of unique tokens) and
+`overtrain` (Gadre et al. 2024). Every form: fitted from a start grid, bootstrap over runs,
+identification flags, allocation for compute budgets; `section` writes fit.json's shape
+(docs/contracts.md), `replicates` the bootstrap parameters that predictions need.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.bootstrap import intervals, resample_counts
+from analysis.laws import chinchilla, datablations, kaplan, overtrain
+from analysis.laws.base import HUBER_DELTA, Law, fit_and_bootstrap, reasons
+from analysis.load import InputError
+
+LAWS: dict[str, Law] = {law.name: law for law in
+                        (chinchilla.LAW, kaplan.LAW, datablations.LAW, overtrain.LAW)}  # fmt: skip
+DEFAULT = "chinchilla"
+
+
+def get(name: str) -> Law:
+    if name not in LAWS:
+        raise InputError(f"--law {name}: unknown law; choose from {', '.join(LAWS)}")
+    return LAWS[name]
+
+
+def check_columns(runs: pd.DataFrame, law: Law, what: str = "the runs") -> None:
+    """The columns the law needs, finite and positive, and U <= D; one line otherwise."""
+    for col in law.columns:
+        if col not in runs.columns:
+            raise InputError(f"--law {law.name} needs a column '{col}'"
+                             f"{' (unique training tokens)' if col == 'U' else ''}; {what} "
+                             f"have {sorted(map(str, runs.columns))}")  # fmt: skip
+        values = pd.to_numeric(runs[col], errors="coerce").to_numpy(dtype=float)
+        bad = ~(np.isfinite(values) & (values > 0))
+        if bad.any():
+            raise InputError(f"column '{col}' has {int(bad.sum())} missing, non-numeric or "
+                             f"non-positive value(s) in {what}")  # fmt: skip
+    if "U" in law.columns:
+        over = runs["U"].to_numpy(float) > runs["D"].to_numpy(float) * (1 + 1e-9)
+        if over.any():
+            i = int(np.flatnonzero(over)[0])
+            raise InputError(f"column 'U' is larger than D in {int(over.sum())} row(s) of {what} "
+                             f"(first: row {i}, U = {runs['U'].iloc[i]:.4g} > D = "
+                             f"{runs['D'].iloc[i]:.4g}); unique tokens cannot exceed tokens trained")  # fmt: skip
+        single = datablations.single_epoch(runs)
+        if single.sum() <= 5 or runs["N"][single].nunique() < 2 or runs["D"][single].nunique() < 2:
+            raise InputError(f"--law datablations fits E, A, B, alpha, beta on single-epoch runs "
+                             f"(D <= U): {what} have {int(single.sum())}; it needs at least 6, "
+                             "with two or more distinct N and D")  # fmt: skip
+
+
+def fit_law(law: Law, runs: pd.DataFrame, n_boot: int, seed: int, fixed: dict | None = None):
+    """(theta (P,), objective, thetas (R, P), converged (R,)) with counts as approach 3 draws
+    them (`resample_counts(len(runs), n_boot, seed)`)."""
+    counts = resample_counts(len(runs), n_boot, seed)
+    return (law.fitter or fit_and_bootstrap)(law, runs, counts, fixed)
+
+
+def quantities(law: Law, values: dict[str, np.ndarray], budgets, U=None) -> dict[str, np.ndarray]:
+    """The parameters and the allocation at every budget ({name@C: (R,)})."""
+    out = dict(values)
+    budgets = np.asarray(budgets, dtype=float)
+    with np.errstate(all="ignore"):
+        n_opt, d_opt = law.optimal(values, budgets, None if U is None else np.full(budgets.size, U))
+    for k, C in enumerate(budgets):
+        out[f"N_opt@{C:.3g}"], out[f"D_opt@{C:.3g}"] = n_opt[:, k], d_opt[:, k]
+        out[f"tokens_per_param@{C:.3g}"] = d_opt[:, k] / n_opt[:, k]
+    return out
+
+
+def section(law: Law, runs: pd.DataFrame, budgets, n_boot: int, seed: int,
+            fixed: dict | None = None) -> tuple[dict, np.ndarray]:
+    """fit.json's `parametric` section for a form, and its replicates (R, P) for predictions."""
+    theta, objective, thetas, converged = fit_law(law, runs, n_boot, seed, fixed)
+    U = float(runs["U"].max()) if "U" in law.columns else None
+    point = {k: float(v[0]) for k, v in quantities(law, law.to_values(theta), budgets, U).items()}
+    ci = intervals(quantities(law, law.to_values(thetas), budgets, U))
+    for name in fixed or {}:
+        ci[name] = None
+    why = reasons(law, point, ci, converged, float(runs["loss"].min()), fixed)
+    if law.extra_reasons:
+        why = {**why, **law.extra_reasons(runs, {k: point[k] for k in law.params})}
+    alloc_names = ("N_opt", "D_opt", "tokens_per_param")
+    out = {
+        "law": law.name,
+        "reference": law.reference,
+        **{k: point[k] for k in law.params},
+        "fixed": dict(fixed or {}),
+        "fitted": law.fitted,
+        "compute": "6nd",
+        "n_points": int(len(runs)),
+        "objective": objective,
+        "huber_delta": HUBER_DELTA,
+        "allocation": [{"C": float(C), **({"U": U} if U is not None else {}),
+                        **{q: point[f"{q}@{C:.3g}"] for q in alloc_names}} for C in budgets],  # fmt: skip
+        "n_boot": int(n_boot),
+        "n_boot_converged": int(np.sum(converged)),
+        "ci95": ci,
+        "not_identified": list(why),
+        "why_not_identified": why,
+    }
+    return out, thetas
+
+
+def replicates(law: Law, thetas: np.ndarray) -> pd.DataFrame:
+    """One row per bootstrap replicate, the law's parameters by name (linear scale)."""
+    return pd.DataFrame(law.to_values(thetas))
+
+
+def replicates_path(fit_json) -> str:
+    """Where `analysis.fit` puts the replicates of a fit.json: fit.json -> fit.replicates.csv."""
+    s = str(fit_json)
+    return (s[:-5] if s.endswith(".json") else s) + ".replicates.csv"
+
+
+def law_of(section: dict) -> Law:
+    """The form of a `parametric` section (no `law` key: approach 3, fit.json's default)."""
+    return get(section.get("law", DEFAULT))
+
+
+def summary(section: dict) -> str:
+    """One line per parameter: 'name = value [lo, hi]' or '(not identified)'."""
+    lines = [f"{section['law']} ({section['reference']}), fitted {section['fitted']}:"]
+    for k in law_of(section).params:
+        value = section[k]
+        text = "nan" if value is None else f"{value:.4g}"
+        ci = section["ci95"].get(k)
+        if k in section.get("fixed", {}):
+            tail = " (fixed)"
+        elif k in section["not_identified"]:
+            tail = " (not identified)"
+        else:
+            tail = f" [{ci[0]:.4g}, {ci[1]:.4g}]" if ci else " [no interval]"
+        lines.append(f"  {k} = {text}{tail}")
+    for row in section["allocation"]:
+        u = f", U = {row['U']:.3g}" if "U" in row else ""
+        lines.append(f"  C = {row['C']:.3g} (6ND){u}: N_opt = {row['N_opt']:.3g}, "
+                     f"D_opt = {row['D_opt']:.3g}, D/N = {row['tokens_per_param']:.3g}")  # fmt: skip
+    for k, why in section["why_not_identified"].items():
+        if "@" not in k:
+            lines.append(f"  not identified: {k}: {why}")
+    return "\n".join(lines)
