@@ -53,6 +53,9 @@ class SelfAttention(nn.Module):
         self.q_size, self.kv_size = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
         self.qkv = nn.Linear(cfg.d_model, self.q_size + 2 * self.kv_size, bias=cfg.bias)
         self.proj = nn.Linear(self.q_size, cfg.d_model, bias=cfg.bias)
+        # None: SDPA's 1/sqrt(head_dim). muP: 1/head_dim, since after training q and k are
+        # correlated and q.k grows like head_dim, not its square root (Yang et al. 2022, sec. 6).
+        self.scale = 1.0 / cfg.head_dim if cfg.parametrization == "mup" else None
         self.attn_dropout = cfg.dropout
         self.resid_drop = nn.Dropout(cfg.dropout)
 
@@ -79,6 +82,7 @@ class SelfAttention(nn.Module):
             # explicit repeat_interleave; with n_kv_heads == n_heads it is a no-op.
             enable_gqa=self.n_kv_heads != self.n_heads,
             dropout_p=self.attn_dropout if self.training else 0.0,
+            scale=self.scale,
         )  # (B, H, T, hd)
         y = y.transpose(1, 2).reshape(B, T, self.q_size)
         return self.resid_drop(self.proj(y))

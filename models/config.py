@@ -32,6 +32,13 @@ Family = Literal["decoder", "encoder_decoder", "encoder"]
 # was before the families existed.
 FAMILY_FIELDS = ("family", "n_encoder_layers", "n_decoder_layers")
 
+Parametrization = Literal["sp", "mup"]
+
+# Fields an SP config holds at their defaults (validated). ``to_dict`` leaves them out of an SP
+# config, so its dict, and every run key and MLflow param set made from it, is what it was
+# before muP existed.
+MUP_FIELDS = ("parametrization", "mup_base_width")
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -71,6 +78,11 @@ class ModelConfig:
     family: Family = "decoder"
     n_encoder_layers: int | None = None  # encoder_decoder only; None = n_layers
     n_decoder_layers: int | None = None  # encoder_decoder only; None = n_layers
+    # sp: the standard parametrization above. mup: the maximal update parametrization (Yang et
+    # al. 2022, Tensor Programs V) relative to a base model of d_model = mup_base_width, so an
+    # lr tuned at the base width transfers across width (see `width_mult` and models/lm.py).
+    parametrization: Parametrization = "sp"
+    mup_base_width: int | None = None  # d_model of the muP base model; mup only (required)
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -102,6 +114,13 @@ class ModelConfig:
         return f"gqa{self.n_heads // self.kv_heads}"
 
     @property
+    def width_mult(self) -> float:
+        """d_model / mup_base_width under muP (every hidden fan-in scales with it); 1 under SP."""
+        if self.parametrization == "sp":
+            return 1.0
+        return self.d_model / self.mup_base_width
+
+    @property
     def encoder_layers(self) -> int:
         """Blocks in the encoder stack (0 for the decoder family)."""
         if self.family == "decoder":
@@ -130,11 +149,14 @@ class ModelConfig:
 
     # ----- (de)serialisation ------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """Every field; a decoder leaves out ``FAMILY_FIELDS`` (they then hold their defaults)."""
+        """Every field; a decoder leaves out ``FAMILY_FIELDS`` and an SP config ``MUP_FIELDS``
+        (they then hold their defaults)."""
         d = dataclasses.asdict(self)
-        if self.family == "decoder":
-            for name in FAMILY_FIELDS:
-                del d[name]
+        omit = (FAMILY_FIELDS if self.family == "decoder" else ()) + (
+            MUP_FIELDS if self.parametrization == "sp" else ()
+        )
+        for name in omit:
+            del d[name]
         return d
 
     @classmethod
@@ -187,8 +209,11 @@ _INT_FIELDS = (
     "d_ff",
     "n_encoder_layers",
     "n_decoder_layers",
+    "mup_base_width",
 )
-_OPTIONAL_INT_FIELDS = ("n_kv_heads", "d_ff", "n_encoder_layers", "n_decoder_layers")
+_OPTIONAL_INT_FIELDS = (
+    "n_kv_heads", "d_ff", "n_encoder_layers", "n_decoder_layers", "mup_base_width",
+)  # fmt: skip
 
 
 @functools.cache
@@ -241,6 +266,21 @@ def _validate(c: ModelConfig) -> None:
                     f"{name} applies to family='encoder_decoder' only (family={c.family!r}); "
                     "use n_layers or null"
                 )
+    if c.parametrization == "mup" and c.family != "decoder":
+        raise ValueError(
+            f"parametrization='mup' is implemented for family='decoder' only, got "
+            f"family={c.family!r}; use parametrization='sp'"
+        )
+    if c.parametrization == "mup" and c.mup_base_width is None:
+        raise ValueError(
+            "mup_base_width must be set with parametrization='mup' (the d_model of the base "
+            "model the lr was tuned on)"
+        )
+    if c.parametrization == "sp" and c.mup_base_width is not None:
+        raise ValueError(
+            f"mup_base_width applies to parametrization='mup' only, got {c.mup_base_width!r} "
+            "with parametrization='sp'; set it to null"
+        )
     if c.pos_encoding == "rope" and c.head_dim % 2 != 0:
         raise ValueError(
             f"head_dim = d_model / n_heads = {c.head_dim} must be even with pos_encoding='rope' "

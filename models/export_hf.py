@@ -101,6 +101,11 @@ class ExportError(ValueError):
 def hf_target(cfg: ModelConfig) -> str:
     """``"gpt2"``, ``"llama"`` (decoder), ``"bert"`` (encoder) or ``"marian"``
     (encoder_decoder): the HF architecture that represents ``cfg`` exactly."""
+    if cfg.parametrization != "sp":  # HF models have no output multiplier or 1/d attention
+        raise ExportError(
+            f"parametrization={cfg.parametrization!r} has no Hugging Face equivalent (its output "
+            "multiplier and 1/head_dim attention scale); only 'sp' models are exportable"
+        )
     targets = _TARGETS[cfg.family]
     best, best_misses = None, None
     for name, needs in targets.items():

@@ -14,6 +14,15 @@ Parameter names (the layout an exporter maps from):
 Initialisation: every Linear and Embedding weight ~ N(0, init_std); the residual output
 projections (``attn.proj``, ``mlp.proj``) ~ N(0, init_std / sqrt(2 * n_layers)) (GPT-2) so the
 residual stream's variance does not grow with depth; biases 0; norm gains 1.
+
+muP (``parametrization: mup``, Yang et al. 2022, Tensor Programs V, table 3 for Adam), with
+m = ``cfg.width_mult`` = d_model / mup_base_width. Hidden matrices (both dimensions grow with
+width: ``hidden_weights``) start at the SP std / sqrt(m), i.e. variance ~ 1/fan_in, equal to SP
+at the base width. Embeddings, biases and gains (one or no dimension grows) keep SP's init. The
+readout is zero-initialised (untied head, as ``mup.MuReadout(readout_zero_init=True)``) and
+sees the final hidden state times 1/m (the output multiplier); attention logits are scaled by
+1/head_dim (``models.attention``). The per-layer Adam rule (hidden matrices' lr / m, the rest
+unchanged) is the optimizer's: ``training.step.param_groups``.
 """
 
 from __future__ import annotations
@@ -44,7 +53,14 @@ class TransformerLM(nn.Module):
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
+        # muP's output multiplier 1/width_mult on the readout's input (1 under SP: skipped).
+        self.readout_mult = 1.0 / cfg.width_mult
         self.reset_parameters()
+
+    def hidden_weights(self) -> list[nn.Parameter]:
+        """The matrix-like weights (fan-in and fan-out both grow with d_model): every Linear
+        weight inside the blocks. Embeddings and the head have one fixed dimension (vocab)."""
+        return [m.weight for m in self.blocks.modules() if isinstance(m, nn.Linear)]
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -57,6 +73,11 @@ class TransformerLM(nn.Module):
         for block in self.blocks:
             for proj in (block.attn.proj, block.mlp.proj):
                 nn.init.normal_(proj.weight, mean=0.0, std=std / math.sqrt(2 * self.cfg.n_layers))
+        if self.cfg.parametrization == "mup":
+            for w in self.hidden_weights():
+                w.mul_(1.0 / math.sqrt(self.cfg.width_mult))  # variance ~ 1/fan_in
+            if not self.cfg.tie_embeddings:
+                nn.init.zeros_(self.lm_head.weight)
 
     def _trunk(self, idx: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
         T = idx.shape[1]
@@ -69,7 +90,8 @@ class TransformerLM(nn.Module):
         pos = self.pos.attention_inputs(T, start, idx.device)  # shared by every layer
         for block in self.blocks:
             h = block(h, pos, cache)
-        return self.final_norm(h)
+        h = self.final_norm(h)
+        return h if self.readout_mult == 1.0 else h * self.readout_mult  # (B, T, d)
 
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None, return_logits: bool = True

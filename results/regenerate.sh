@@ -29,3 +29,4 @@ run ref_ablation_v2 report ref_ablation_v2 \
   --title "Reference ablation v2: one factor at a time against the llama block, 3 sizes x 2 token budgets x 2 seeds, CPU"
 run ref_attention_shape report ref_attention_shape --compare model.n_kv_heads --baseline 2.0 \
   --title "Attention kind at a fixed shape: 3 layers, 4 query heads, KV heads 4 / 2 / 1, 1.5M tokens, CPU"
+run mup_transfer python -m benchmarks.mup_transfer --analyse-only --out results/mup_transfer

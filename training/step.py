@@ -53,18 +53,41 @@ def mixed_precision(train: TrainConfig, cuda: bool) -> str:
 
 def param_groups(model, weight_decay: float) -> list[dict]:
     """AdamW groups: weight decay on tensors with dim >= 2 (matrices, embeddings), not on
-    biases and norm gains."""
+    biases and norm gains. Each group's ``lr_scale`` multiplies the scheduled lr.
+
+    Under muP (our model with ``cfg.parametrization == "mup"``) the hidden matrices
+    (``model.hidden_weights()``) form a third group with lr_scale 1/width_mult and weight decay
+    x width_mult, so that torch's decoupled decay lr * wd stays width-independent (as
+    ``mup.MuAdamW``); embeddings, head, biases and gains keep the base lr (Yang et al. 2022,
+    table 3). Other models (the benchmarks' Hugging Face twins) get the two SP groups."""
     params = [p for p in model.parameters() if p.requires_grad]
-    return [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    cfg = getattr(model, "cfg", None)
+    mup = cfg is not None and getattr(cfg, "parametrization", "sp") == "mup"
+    hidden = {id(p) for p in model.hidden_weights()} if mup else set()
+    groups = [
+        {
+            "params": [p for p in params if p.dim() >= 2 and id(p) not in hidden],
+            "weight_decay": weight_decay,
+            "lr_scale": 1.0,
+        },
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0, "lr_scale": 1.0},
     ]
+    if mup:
+        groups.append({
+            "params": [p for p in params if id(p) in hidden],
+            "weight_decay": weight_decay * cfg.width_mult,
+            "lr_scale": 1.0 / cfg.width_mult,
+        })  # fmt: skip
+    return groups
 
 
-def adamw(groups: list[dict], **kwargs):
-    """torch's fused AdamW where the device and dtype support it, else the foreach one."""
+def adamw(groups: list[dict], lr: float, **kwargs):
+    """torch's fused AdamW where the device and dtype support it, else the foreach one. A
+    group's starting lr is ``lr`` times its ``lr_scale`` (``set_lr`` keeps that per step)."""
     import torch
 
+    groups = [{**g, "lr": lr * g.get("lr_scale", 1.0)} for g in groups]
+    kwargs["lr"] = lr
     try:
         return torch.optim.AdamW(groups, fused=True, **kwargs)
     except (RuntimeError, TypeError):  # fused unsupported for this device/dtype
@@ -79,6 +102,12 @@ def make_optimizer(model, train: TrainConfig):
         betas=(train.beta1, train.beta2),
         eps=train.eps,
     )
+
+
+def set_lr(optimizer, lr: float) -> None:
+    """The scheduled lr for this step, times each group's ``lr_scale`` (muP's per-layer rule)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr * group.get("lr_scale", 1.0)
 
 
 def _on_for(setting: bool | str, device, auto_device_type: str) -> bool:

@@ -41,6 +41,7 @@ from training.step import (
     make_optimizer,
     mixed_precision,
     optimizer_step,
+    set_lr,
     step_and_clip,
     use_compile,
     use_keep_host_memory,
@@ -205,8 +206,7 @@ def _train(cfg: Any, stack: contextlib.ExitStack, signals: Signals) -> TrainResu
                 save(rdir / checkpoint.LAST, step, time.perf_counter() - t_run, pending)
                 raise Interrupted(signals.name, step)
             lr = tr.lr * schedule.multiplier(step)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
+            set_lr(optimizer, lr)
             pending.append(
                 optimizer_step(model, sampler, accelerator, step_opt, clip, params, tr, geo.grad_accum)
             )
