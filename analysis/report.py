@@ -21,6 +21,7 @@ import pandas as pd
 
 from analysis import summary as headline
 from analysis.ablation import compare_variants
+from analysis.families import check_one_family
 from analysis.fit import (
     Fits,
     add_fit_args,
@@ -492,6 +493,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_fit_args(args)
         loaded = load_selected(args)
+        check_one_family(loaded.frame, "the selection", "report one family at a time, or fit one "
+                         "law per family: python -m analysis.fit --group family")  # fmt: skip
         chosen = choose_variants(loaded.frame, args.compare, args.baseline, args.compute)
         runs, base = chosen.runs, chosen.base
         curves = _curves(args, runs)

@@ -235,6 +235,13 @@ def build(model_cfg, tokenizer_vocab: int, seq_len: int):
     return OBJECTIVES[model_cfg.family](model_cfg, tokenizer_vocab, seq_len)
 
 
+def for_model(model_cfg, seq_len: int):
+    """The objective of a resolved model config (its vocabulary holds the extra ids), for its
+    accounting: what run records and sweep plans count."""
+    tokenizer_vocab = model_cfg.vocab_size - extra_ids(model_cfg.family, seq_len)
+    return build(model_cfg, tokenizer_vocab, seq_len)
+
+
 def check(model_cfg, train) -> None:
     """Config errors of a family's objective, raised before any work (one line, the field)."""
     from training.config import ConfigError

@@ -76,9 +76,7 @@ def derived_params(spec: RunSpec, model_cfg, geo: Geometry) -> dict[str, Any]:
     from training import objective as objectives
 
     pc = count_params(model_cfg)
-    seq_len = spec.train.seq_len
-    tokenizer_vocab = model_cfg.vocab_size - objectives.extra_ids(model_cfg.family, seq_len)
-    objective = objectives.build(model_cfg, tokenizer_vocab, seq_len)
+    objective = objectives.for_model(model_cfg, spec.train.seq_len)
     trained = geo.total_steps * spec.train.batch_tokens  # whole batches: >= train.tokens
     # D as the family's objective counts it; C of both stacks for encoder_decoder
     fl = objective.accounting(trained)
