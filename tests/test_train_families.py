@@ -182,3 +182,15 @@ def test_label_smoothing_is_refused_for_non_decoder_families(corpus):
     }
     with pytest.raises(ConfigError, match=r"^train\.label_smoothing: .*model\.family=encoder"):
         resolve_config(cfg)
+
+
+def test_a_masked_batch_always_selects_a_token():
+    """A one-token window is selected with probability 0.15: without a redraw, most batches
+    would have no label and a 0/0 loss."""
+    from models import ModelConfig
+
+    mlm = objectives.build(ModelConfig(family="encoder", vocab_size=257), 256, 1)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        _, labels = mlm.corrupt(torch.tensor([[7]]), g)
+        assert labels.tolist() == [[7]]

@@ -98,7 +98,8 @@ class _Objective:
             for i in range(0, len(mine[0]), micro_batch):
                 batch = [t[i : i + micro_batch].to(accelerator.device) for t in mine]
                 n = (batch[-1] != IGNORE_INDEX).sum()  # the labels are last
-                total[0] += self.loss(model, *batch).double() * n
+                mean = self.loss(model, *batch).double()  # 0/0 where a slice selects none
+                total[0] += torch.where(n > 0, mean * n, 0.0)
                 total[1] += n
         model.train()
         total = accelerator.reduce(total, "sum")
@@ -127,8 +128,15 @@ class MaskedLMObjective(_Objective):
         return {"name": "mlm", "mask_prob": MASK_PROB, "tokens_counted": "input"}
 
     def corrupt(self, x: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, ...]:
-        # random replacements are uniform over the model's vocabulary, as in BERT
-        return mask_tokens(x, mask_id=self.mask_id, vocab_size=self.mask_id + 1, generator=g)
+        """Random replacements are uniform over the model's vocabulary, as in BERT. A batch
+        with no token selected (0.85^(B T): likely over a long run of short windows) would
+        give a 0/0 loss: it is drawn again from the same generator (still deterministic)."""
+        while True:
+            inputs, labels = mask_tokens(
+                x, mask_id=self.mask_id, vocab_size=self.mask_id + 1, generator=g
+            )
+            if (labels != IGNORE_INDEX).any():  # on the host: the sampler's CPU tensors
+                return inputs, labels
 
     def loss(self, model, inputs, labels):
         return model(inputs, labels, return_logits=False)[1]  # mean over selected tokens
