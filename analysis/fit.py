@@ -28,6 +28,7 @@ from analysis import identification, tuning
 from analysis import laws as law_forms  # --law: the parametric form (analysis/laws/)
 from analysis.bootstrap import intervals, resample_counts
 from analysis.envelope import envelope, envelope_report, padded, resampled_envelopes
+from analysis.families import check_one_family, with_family
 from analysis.isoflop import budget_groups, isoflop_groups, isoflop_report
 from analysis.laws import cli as law_cli
 from analysis.load import (
@@ -478,7 +479,9 @@ def fit_groups(runs: pd.DataFrame, group: str | None, args: argparse.Namespace) 
         holdout_threshold=args.holdout_above, isoflop=getattr(args, "params", "") != "total",
         compute=args.compute, fixed=args.fixed, tuned=tuned,
     )  # fmt: skip
+    runs = with_family(runs)  # losses of different families' objectives never share a law
     if group is None:
+        check_one_family(runs, "the selection", "fit one law per family with --group family")
         if args.compute == "exact":
             check_exact_compute(runs)  # before any work
         return fit_all(runs, **kwargs).as_dict()
@@ -486,6 +489,7 @@ def fit_groups(runs: pd.DataFrame, group: str | None, args: argparse.Namespace) 
         raise InputError(f"--group: no column '{group}'; columns: {sorted(map(str, runs.columns))}")
     groups = {str(k): g for k, g in runs.groupby(group, sort=True)}
     for name, g in groups.items():  # validate every group before fitting any
+        check_one_family(g, f"group {group}={name}", "use --group family")
         check_fittable(g, f"group {group}={name}")
         if args.compute == "exact":
             check_exact_compute(g)
@@ -510,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
         check_fit_args(args)
         runs = load_selected(args)
         frame = with_total_params(runs.frame) if args.params == "total" else runs.frame
+        frame = with_family(frame)  # --group family
         law_cli.check(frame, args)  # --law: its columns, before any work
         result = fit_groups(frame, args.group, args)
         replicates = law_cli.apply(frame, args, result)  # --law: its parametric section(s)

@@ -22,6 +22,7 @@ import pandas as pd
 from analysis import compare_laws, epochs, tuning, tuning_report
 from analysis import summary as headline
 from analysis.ablation import compare_variants
+from analysis.families import check_one_family
 from analysis.fit import (
     Fits,
     add_fit_args,
@@ -521,6 +522,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_fit_args(args)
         loaded = load_selected(args)
+        check_one_family(loaded.frame, "the selection", "report one family at a time, or fit one "
+                         "law per family: python -m analysis.fit --group family")  # fmt: skip
         frame, tuned, grid_runs = loaded.frame, None, None
         if args.tune:  # the arms' results are the report's runs; every run goes into runs.csv
             grid_runs = label_variants(frame, args.compare, args.baseline)

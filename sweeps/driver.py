@@ -80,8 +80,9 @@ def facts(cfg: DictConfig) -> plan.RunFacts:
     resolves it (no data or model built). A model the factory cannot build (e.g. a size the
     ladder cannot reach) raises ValueError: the point is skipped with that reason. Any other
     config error fails the whole sweep before anything starts."""
-    from models import count_params, flops_per_token
+    from models import count_params
     from sweeps.job import training_config
+    from training import objective
     from training.config import ConfigError, resolve_config
 
     try:
@@ -91,6 +92,9 @@ def facts(cfg: DictConfig) -> plan.RunFacts:
             raise ValueError(str(e)) from None
         raise plan.PlanError(str(e)) from None
     pc = count_params(spec.model)
+    seq_len = spec.train.seq_len  # per token as the family's objective counts tokens
+    per_token = objective.for_model(spec.model, seq_len).accounting(seq_len)
+    six_n = None if spec.model.family == "decoder" else per_token.flops_6nd / seq_len
     return plan.RunFacts(
         run_key=spec.run_key,
         arch=spec.model.arch,
@@ -98,7 +102,8 @@ def facts(cfg: DictConfig) -> plan.RunFacts:
         d_model=spec.model.d_model,
         n_params=pc.total,
         n_params_nonembed=pc.non_embedding,
-        flops_per_token=float(flops_per_token(spec.model, spec.train.seq_len).exact),
+        flops_per_token=float(per_token.flops_per_token_exact),
+        flops_6nd_per_token=six_n,
         tokens=float(spec.train.tokens),
         batch_tokens=spec.train.batch_tokens,
     )

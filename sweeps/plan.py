@@ -447,6 +447,14 @@ class RunFacts:
     flops_per_token: float  # exact fwd+bwd FLOPs per training token
     tokens: float  # the composed train.tokens
     batch_tokens: int
+    # 6N FLOPs per token where that is not 6 x n_params_nonembed: encoder_decoder, whose stacks
+    # see different token counts (6 (N_enc S + N_dec T) per sequence of seq_len text tokens)
+    flops_6nd_per_token: float | None = None
+
+    @property
+    def six_n(self) -> float:
+        """The 6ND convention's FLOPs per token: 6 N, or a family's own count."""
+        return self.flops_6nd_per_token or 6.0 * self.n_params_nonembed
 
 
 # overrides -> facts; raises ValueError when the factory cannot build the config (e.g. a size
@@ -485,7 +493,7 @@ class PlannedRun:
     @property
     def c(self) -> float:
         """6 N D of the run as logged (a branch counts its shared stable prefix too)."""
-        return 6.0 * self.n * self.d
+        return self.facts.six_n * self.d if self.facts else 0.0
 
     @property
     def c_exact(self) -> float:
@@ -500,7 +508,7 @@ class PlannedRun:
     @property
     def c_spent(self) -> float:
         """6 N x tokens this process actually trains: what the sweep pays for this point."""
-        return 6.0 * self.n * self.tokens_trained
+        return self.facts.six_n * self.tokens_trained if self.facts else 0.0
 
     @property
     def c_exact_spent(self) -> float:
@@ -557,7 +565,7 @@ def _resolve_one(
             if spec.budget_flops == "exact":
                 per_token, formula = shape.flops_per_token, "C/F_exact"
             else:
-                per_token, formula = 6.0 * shape.n_params_nonembed, "C/(6N)"
+                per_token, formula = shape.six_n, "C/(6N)"
             ideal_d = p.budget / per_token
             # a skipped point shows the D it would have had; it has no config, hence no run key
             unplanned = replace(shape, tokens=ideal_d, run_key="")

@@ -160,3 +160,34 @@ def test_dry_run_names_the_convention_next_to_every_c(comp, capsys):
     assert "budgets C in exact FLOPs" in out
     assert "C (6ND)" in out and "C (exact)" in out
     assert "FLOPs (6ND)" in out and "FLOPs (exact)" in out
+
+
+def test_the_families_sweep_plans_each_familys_n_d_and_c(comp):
+    """Family is an axis: each family's N is the factory's count of its model, D the train.tokens
+    of its windows (as every family counts them), C that of its objective: 6 N D for decoder and
+    encoder, both stacks' 6 (N_enc S + N_dec T) per sequence for encoder_decoder."""
+    from models import flops_per_sequence
+
+    _, runs = plan_of(comp, ["sweep=families"])
+    by_family = {}
+    for r in runs:
+        assert not r.skip
+        family = dict(o.split("=", 1) for o in r.overrides)["model.family"]
+        by_family.setdefault(family, []).append(r)
+        point = dict(o.split("=", 1) for o in r.overrides)
+        vanilla = yaml.safe_load((CONF / "model" / "vanilla.yaml").read_text())
+        cfg = model_config({**vanilla, "family": family, "size": float(point["model.size"]),
+                            "vocab_size": 1024 + {"decoder": 0, "encoder": 1,
+                                                  "encoder_decoder": 7}[family],
+                            "max_seq_len": 128})  # fmt: skip  (seq2seq: 6 spans + a start)
+        pc = count_params(cfg)
+        assert r.n == pc.non_embedding and r.d == float(point["train.tokens"])
+        if family == "encoder_decoder":  # 128 tokens: 19 noise in 6 spans -> 115 + 25
+            fl = flops_per_sequence(cfg, 25, src_len=115)
+            assert r.c == pytest.approx(6 * (pc.encoder * 115 + pc.decoder * 25) * r.d / 128)
+            assert r.c_exact == pytest.approx(fl.exact * r.d / 128)
+        else:
+            assert r.c == 6 * pc.non_embedding * r.d
+            assert r.c_exact == flops_per_token(cfg, 128).exact * r.d
+    assert sorted(by_family) == ["decoder", "encoder", "encoder_decoder"]
+    assert all(len(v) == 9 for v in by_family.values())

@@ -334,17 +334,15 @@ def build_model_config(model_section: dict, vocab_size: int, seq_len: int):
     """ModelConfig from the `model` group, with vocab_size from the tokenizer and
     max_seq_len = train.seq_len. Raises ConfigError naming the model field."""
     from models.ladder import model_config
+    from training import objective
 
+    # the family's objective adds its special ids ([MASK]; sentinels, start) after the tokenizer's
+    vocab_size += objective.extra_ids(model_section.get("family", "decoder"), seq_len)
     d = {**model_section, "vocab_size": vocab_size, "max_seq_len": seq_len}
     try:
         model = model_config(d)
     except (ValueError, TypeError) as e:
         raise ConfigError(f"model: {e}") from None
-    if model.family != "decoder":  # the factory builds them; the loop trains next-token LMs only
-        raise ConfigError(
-            f"model.family={model.family}: training runs the decoder family only (the "
-            "encoder and encoder_decoder families have no objective in the loop yet)"
-        )
     return model
 
 
@@ -353,6 +351,7 @@ def resolve_config(cfg: Any) -> RunSpec:
     compute its run key. Fails with ConfigError before any data or model work: it only hashes
     the corpus files (`training.data.source_fingerprint`) and reads the run key and step of a
     `train.init_from` checkpoint (see training/keys.py), nothing is decoded or tokenized."""
+    from training import objective
     from training.checkpoint import identity
     from training.data import source_fingerprint
     from training.keys import run_key
@@ -376,6 +375,7 @@ def resolve_config(cfg: Any) -> RunSpec:
         )
     model_section = dict(cfg.get("model") or {})
     model = build_model_config(model_section, planned_vocab_size(data), train.seq_len)
+    objective.check(model, train)  # the family's objective: its fields, before any work
     size = model_section.get("size")
     fingerprint = source_fingerprint(data)
     init_from = None
@@ -391,6 +391,8 @@ def resolve_config(cfg: Any) -> RunSpec:
         "data": {**data.to_dict(), "fingerprint": fingerprint},
         "train": {**train.to_dict(), "init_from": init_from},
     }
+    if model.family != "decoder":  # a decoder's key is what it was before the families
+        payload["objective"] = objective.key_fields(model.family, train.seq_len)
     return RunSpec(
         model=model,
         model_size=None if size is None else float(size),

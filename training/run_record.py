@@ -72,20 +72,24 @@ def unreadable(client, run_id: str | None, path: Path, e: Exception) -> ConfigEr
 
 
 def derived_params(spec: RunSpec, model_cfg, geo: Geometry) -> dict[str, Any]:
-    from models import count_params, flops_per_token
+    from models import count_params
+    from training import objective as objectives
 
     pc = count_params(model_cfg)
-    fl = flops_per_token(model_cfg, spec.train.seq_len)
+    objective = objectives.for_model(model_cfg, spec.train.seq_len)
     trained = geo.total_steps * spec.train.batch_tokens  # whole batches: >= train.tokens
+    # D as the family's objective counts it; C of both stacks for encoder_decoder
+    fl = objective.accounting(trained)
     return {
         "n_params": pc.total,
         "n_params_nonembed": pc.non_embedding,
         "n_params_embed": pc.embedding,
         "tokens": spec.train.tokens,  # the budget asked for
         "tokens_trained": trained,  # D: what the run trains (a branch: its stable prefix too)
-        "flops_6nd": 6 * pc.non_embedding * trained,
-        "flops_exact": fl.exact * trained,
-        "flops_per_token_exact": fl.exact,
+        "flops_6nd": fl.flops_6nd,
+        "flops_exact": fl.flops_exact,
+        "flops_per_token_exact": fl.flops_per_token_exact,
+        **objective.params(),  # non-decoder families: objective.name, tokens_counted, ...
         "seq_len": spec.train.seq_len,
         "batch_tokens": spec.train.batch_tokens,
         "steps": geo.total_steps,

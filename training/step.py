@@ -160,20 +160,23 @@ def loss(model, x, y, label_smoothing: float):
 
 
 def optimizer_step(
-    model, sampler, accelerator, step_opt, clip, params, train: TrainConfig, grad_accum: int
-):
+    model, sampler, accelerator, step_opt, clip, params, train: TrainConfig, grad_accum: int,
+    objective=None,
+):  # fmt: skip
     """One optimizer step over `grad_accum` micro-batches from `sampler`: backward on each, then
     clip (train.grad_clip > 0) and step on the last. Returns the step's mean loss, a device
-    tensor (reading it would sync the host every step)."""
+    tensor (reading it would sync the host every step). `objective`: a non-decoder family's
+    (training.objective), whose wrapped sampler yields its inputs; None: next-token."""
     import torch
 
     step_loss = torch.zeros((), device=accelerator.device)
     for _ in range(grad_accum):
-        x, y = sampler.next()  # (B, T) each
-        x = x.to(accelerator.device, non_blocking=True)
-        y = y.to(accelerator.device, non_blocking=True)
+        batch = [t.to(accelerator.device, non_blocking=True) for t in sampler.next()]
         with accelerator.accumulate(model):
-            micro_loss = loss(model, x, y, train.label_smoothing)
+            if objective is None:
+                micro_loss = loss(model, *batch, train.label_smoothing)  # (x, y): (B, T) each
+            else:
+                micro_loss = objective.loss(model, *batch)
             accelerator.backward(micro_loss)
             if accelerator.sync_gradients:  # the last micro-batch of the step
                 if train.grad_clip > 0:

@@ -37,7 +37,6 @@ from training.signals import Interrupted, Signals
 from training.step import (
     Geometry,
     batch_geometry,
-    evaluate,
     make_optimizer,
     mixed_precision,
     optimizer_step,
@@ -127,18 +126,23 @@ def _train(cfg: Any, stack: contextlib.ExitStack, signals: Signals) -> TrainResu
     if decision["action"] == "reuse":
         return _reused_result(spec, client, decision["run_id"], rdir, main)
 
-    from models import build_model, flops_per_token
+    from models import build_model
+    from training import objective as objectives
     from training.data import BatchSampler
     from training.monitor import Progress, measured_peak_flops
     from training.schedules import Schedule, wsd_decay_start
 
     data, model_cfg, windows = _prepare_data(spec, cache_dir, accelerator)
+    objective = objectives.build(model_cfg, data.vocab_size, tr.seq_len)  # by model.family
+    windows = objective.val_batches(windows)  # the family's fixed validation inputs
+    step_objective = None if model_cfg.family == "decoder" else objective
     torch.manual_seed(tr.seed)
     raw_model = build_model(model_cfg).to(accelerator.device)
     optimizer = make_optimizer(raw_model, tr)
     sampler = BatchSampler(
         data.train, tr.seq_len, geo.micro_batch, tr.seed, accelerator.process_index, world
     )
+    sampler = objective.wrap(sampler)  # the decoder's: the sampler itself
     start = _starting_point(spec, geo, decision, rdir, client, raw_model, optimizer, sampler)
     decay_start = None
     if tr.schedule == "wsd":
@@ -153,7 +157,7 @@ def _train(cfg: Any, stack: contextlib.ExitStack, signals: Signals) -> TrainResu
     step_opt, clip = step_and_clip(accelerator, optimizer)
     params = list(model.parameters())
 
-    fl_token = flops_per_token(model_cfg, tr.seq_len).exact
+    fl_token = objective.accounting(tr.batch_tokens).flops_per_token_exact
     epochs_planned = geo.total_steps * tr.batch_tokens / len(data.train)
     if epochs_planned > 1 and main:
         warnings.warn(
@@ -208,7 +212,10 @@ def _train(cfg: Any, stack: contextlib.ExitStack, signals: Signals) -> TrainResu
             lr = tr.lr * schedule.multiplier(step)
             set_lr(optimizer, lr)
             pending.append(
-                optimizer_step(model, sampler, accelerator, step_opt, clip, params, tr, geo.grad_accum)
+                optimizer_step(
+                    model, sampler, accelerator, step_opt, clip, params, tr, geo.grad_accum,
+                    step_objective,
+                )  # fmt: skip
             )
 
             done, tokens = step + 1, (step + 1) * tr.batch_tokens
@@ -242,7 +249,7 @@ def _train(cfg: Any, stack: contextlib.ExitStack, signals: Signals) -> TrainResu
                 t_log, step_log, overhead = now, done, 0.0
             t0 = time.perf_counter()
             if is_eval:
-                val_loss = evaluate(raw_model, windows, geo.micro_batch, accelerator)
+                val_loss = objective.evaluate(raw_model, windows, geo.micro_batch, accelerator)
                 if main:
                     metrics.add(tokens, val_loss=val_loss)
             if done in save_steps:
@@ -254,7 +261,7 @@ def _train(cfg: Any, stack: contextlib.ExitStack, signals: Signals) -> TrainResu
                 save(rdir / checkpoint.LAST, done, time.perf_counter() - t_run)
                 raise Interrupted(signals.name or "a signal to another rank", done)
 
-        val_loss = evaluate(raw_model, windows, geo.micro_batch, accelerator)
+        val_loss = objective.evaluate(raw_model, windows, geo.micro_batch, accelerator)
         wall = start.wall_time_s + time.perf_counter() - t_run
         save(rdir / checkpoint.LAST, geo.total_steps, time.perf_counter() - t_run)
         result = TrainResult(

@@ -1,0 +1,196 @@
+"""The encoder (masked LM) and encoder_decoder (span corruption) families through the training
+loop: tiny models on the byte tokenizer, seconds each, checked through MLflow."""
+
+from __future__ import annotations
+
+import pytest
+import test_train
+import torch
+import torch.nn.functional as F
+
+from models import build_model, count_params, flops_per_sequence, flops_per_token
+from training import objective as objectives
+from training.config import ConfigError, resolve_config
+
+# test_train's fixtures (a tiny run's overrides, its corpus, store and cache) and helpers
+cache_dir, corpus, lab, one_thread, store = (
+    test_train.cache_dir, test_train.corpus, test_train.lab, test_train.one_thread,
+    test_train.store,
+)  # fmt: skip
+compose, history, runs_df, uri_of = (
+    test_train.compose,
+    test_train.history,
+    test_train.runs_df,
+    test_train.uri_of,
+)
+FAMILIES = {
+    "encoder": ["model=vanilla", "model.family=encoder"],
+    "encoder_decoder": ["model=vanilla_seq2seq"],
+}
+
+
+def t5_lengths(seq_len: int) -> tuple[int, int, int]:
+    """(spans, source, target) lengths by T5's formulas (Raffel et al. 2020): round(15%) noise
+    tokens in round(noise / 3) spans; the source keeps the rest plus a sentinel per span, the
+    target holds a sentinel per span and the noise."""
+    noise = round(seq_len * 0.15)
+    spans = max(round(noise / 3), 1)
+    return spans, seq_len - noise + spans, noise + spans
+
+
+def test_span_lengths_follow_t5s_formulas():
+    for seq_len in (8, 32, 100, 256, 512):
+        assert objectives.span_lengths(seq_len) == t5_lengths(seq_len)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_family_trains_its_loss_falls_and_records_its_accounting(lab, family):
+    from training.train import train
+
+    result = train(compose(*lab, *FAMILIES[family]))
+    assert result.status == "FINISHED"
+    row = runs_df(lab).iloc[0]
+    assert row["params.model.family"] == family
+    losses = [v for _, v in history(uri_of(lab), result.run_id, "train_loss")]
+    assert losses[-1] < losses[0] - 0.3, losses
+    assert result.final_val_loss < 5.3  # uniform over 257+ ids: ln 257 = 5.55
+
+    spec = resolve_config(compose(*lab, *FAMILIES[family]))
+    cfg, seq_len, trained = spec.model, 32, 8192
+    assert int(row["params.tokens_trained"]) == trained
+    pc = count_params(cfg)
+    assert (
+        int(row["params.n_params"])
+        == pc.total
+        == sum(p.numel() for p in build_model(cfg).parameters())
+    )
+    if family == "encoder":
+        assert cfg.vocab_size == 256 + 1  # bytes + [MASK]
+        assert row["params.objective.tokens_counted"] == "input"
+        assert float(row["params.flops_6nd"]) == 6 * pc.non_embedding * trained
+        assert float(row["params.flops_exact"]) == flops_per_token(cfg, seq_len).exact * trained
+    else:
+        spans, src, tgt = t5_lengths(seq_len)
+        assert cfg.vocab_size == 256 + spans + 1  # bytes + sentinels + start
+        assert row["params.objective.tokens_counted"] == "text"
+        assert (int(row["params.objective.src_len"]), int(row["params.objective.tgt_len"])) == (
+            src,
+            tgt,
+        )
+        sequences = trained // seq_len
+        fl = flops_per_sequence(cfg, tgt, src_len=src)
+        # both stacks: 6 (N_enc S + N_dec T) per sequence, not 6 N D
+        assert (
+            float(row["params.flops_6nd"]) == 6 * (pc.encoder * src + pc.decoder * tgt) * sequences
+        )
+        assert float(row["params.flops_exact"]) == fl.exact * sequences
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_resumed_run_is_bit_identical(lab, tmp_path, monkeypatch, family):
+    """Interrupted after step 13 (last checkpoint at step 8), the rerun resumes from the
+    checkpoint and ends with the uninterrupted run's losses, bit for bit."""
+    import training.train as loop
+
+    overrides = [*lab, *FAMILIES[family], "train.checkpoint_every=8"]
+    real_step, calls = loop.optimizer_step, []
+
+    def interrupted_step(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 14:
+            raise KeyboardInterrupt
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "optimizer_step", interrupted_step)
+    with pytest.raises(KeyboardInterrupt):
+        loop.train(compose(*overrides))
+    monkeypatch.setattr(loop, "optimizer_step", real_step)
+    assert list(runs_df(lab)["status"]) == ["KILLED"]
+    resumed = loop.train(compose(*overrides))
+    clean = [*overrides, "tracking.experiment=clean", f"paths.runs_dir={tmp_path / 'clean'}"]
+    uninterrupted = loop.train(compose(*clean))
+    assert resumed.run_id == runs_df(lab).iloc[0]["run_id"] and not resumed.reused
+    assert resumed.final_train_loss == uninterrupted.final_train_loss
+    assert resumed.final_val_loss == uninterrupted.final_val_loss
+
+
+def test_mlm_loss_counts_only_the_selected_tokens():
+    from models import ModelConfig
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        family="encoder", vocab_size=257, max_seq_len=32, n_layers=1, d_model=16, n_heads=2
+    )
+    model = build_model(cfg)
+    mlm = objectives.build(cfg, 256, 32)
+
+    class Windows:  # a sampler of fixed windows (the objective's wrapper reads its generator)
+        rank, generator = 0, torch.Generator().manual_seed(0)
+
+        def next(self):
+            x = torch.randint(256, (4, 33), generator=torch.Generator().manual_seed(1))
+            return x[:, :-1], x[:, 1:]
+
+    inputs, labels = mlm.wrap(Windows()).next()
+    selected = labels != -100
+    assert 0 < selected.sum() < labels.numel()
+    assert (inputs[~selected] == Windows().next()[0][~selected]).all()  # unselected untouched
+    assert (inputs == 256).any()  # [MASK] is the id after the tokenizer's
+    logits, _ = model(inputs)
+    by_hand = F.cross_entropy(logits[selected], labels[selected])
+    torch.testing.assert_close(mlm.loss(model, inputs, labels), by_hand)
+    # the loss ignores every unselected position's prediction: all-position CE differs
+    assert not torch.isclose(
+        by_hand, F.cross_entropy(logits.flatten(0, 1), Windows().next()[0].flatten())
+    )
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_validation_batches_are_fixed_per_corpus_and_objective(family):
+    import numpy as np
+
+    from models import ModelConfig
+
+    cfg = ModelConfig(family=family, vocab_size=256 + objectives.extra_ids(family, 32))
+    windows = np.random.default_rng(0).integers(0, 256, (6, 33))
+    first = objectives.build(cfg, 256, 32).val_batches(windows)
+    again = objectives.build(cfg, 256, 32).val_batches(windows)
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    assert not torch.equal(first[0], torch.from_numpy(windows[:, :-1])[:, : first[0].shape[1]])
+
+
+def test_run_keys_take_the_objective_for_non_decoder_families_only(corpus):
+    base = {
+        "data": {"source": "text", "path": str(corpus), "tokenizer": "byte"},
+        "train": {"seq_len": 32, "batch_tokens": 256, "tokens": 8192},
+    }
+    keys = {
+        family: resolve_config({**base, "model": {"family": family}}).run_key
+        for family in ("decoder", "encoder", "encoder_decoder")
+    }
+    assert len(set(keys.values())) == 3
+    assert keys["decoder"] == resolve_config({**base, "model": {}}).run_key
+
+
+def test_label_smoothing_is_refused_for_non_decoder_families(corpus):
+    cfg = {
+        "model": {"family": "encoder"},
+        "data": {"source": "text", "path": str(corpus), "tokenizer": "byte"},
+        "train": {"seq_len": 32, "batch_tokens": 256, "label_smoothing": 0.1},
+    }
+    with pytest.raises(ConfigError, match=r"^train\.label_smoothing: .*model\.family=encoder"):
+        resolve_config(cfg)
+
+
+def test_a_masked_batch_always_selects_a_token():
+    """A one-token window is selected with probability 0.15: without a redraw, most batches
+    would have no label and a 0/0 loss."""
+    from models import ModelConfig
+
+    mlm = objectives.build(ModelConfig(family="encoder", vocab_size=257), 256, 1)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        _, labels = mlm.corrupt(torch.tensor([[7]]), g)
+        assert labels.tolist() == [[7]]

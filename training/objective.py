@@ -1,0 +1,263 @@
+"""What each model family trains on: a registry from `model.family` to its objective.
+
+An objective turns the sampler's token windows (the same corpus, the same `BatchSampler`, for
+every family) into model inputs and a loss, fixes the validation batches, and knows its
+accounting (what D counts, FLOPs per token):
+
+- ``decoder`` -> ``NextToken``: next-token prediction; exactly the loop's original path
+  (``training.step.loss`` / ``evaluate``), so decoder runs are bit-identical.
+- ``encoder`` -> ``MaskedLMObjective``: BERT's masked LM (``objectives.mask_tokens``) on each
+  window of ``seq_len`` tokens; the loss covers the selected tokens only. One extra id, [MASK].
+  D counts input tokens (every token of the window; the loss reads about 15% of them).
+- ``encoder_decoder`` -> ``SpanCorruption``: T5's span corruption (``objectives.
+  span_corruption``) of each window of ``seq_len`` text tokens into a source of ``src_len``
+  and a target of ``tgt_len`` tokens (fixed for a fixed ``seq_len``, so rows stack). Extra ids:
+  one sentinel per span and a decoder start id. D counts the text tokens of the windows
+  (``seq_len`` per sequence, what the corpus supplies); compute counts both stacks
+  (``flops_per_sequence`` over ``src_len`` and ``tgt_len``), so C is not 6 x N x D here.
+
+Masking and corruption draw from a generator seeded by one draw of the sampler's own generator
+per micro-batch (plus the rank), so the checkpointed sampler state fixes them and a resumed run
+is bit-identical. Validation batches are corrupted once with ``VAL_SEED``, independent of
+``train.seed``: every run of a family on a corpus sees the same validation inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from training.objectives import IGNORE_INDEX, mask_tokens, shift_right, span_corruption
+
+MASK_PROB = 0.15  # BERT (Devlin et al. 2019, sec. 3.1)
+NOISE_DENSITY, MEAN_SPAN = 0.15, 3.0  # T5 (Raffel et al. 2020, sec. 3.1.4)
+VAL_SEED = 1234  # the validation batches' masking/corruption: the same for every run
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """Compute of training on `tokens` tokens (as the objective counts them)."""
+
+    flops_6nd: float
+    flops_exact: float
+    flops_per_token_exact: float  # exact, per counted token (MFU)
+
+
+class NextToken:
+    """Decoder: next-token prediction (the loop's original path)."""
+
+    family = "decoder"
+    extra_ids = 0
+
+    def __init__(self, model_cfg, tokenizer_vocab: int, seq_len: int):
+        self.cfg, self.seq_len = model_cfg, seq_len
+
+    @staticmethod
+    def key_fields(seq_len: int) -> dict[str, Any]:
+        return {}  # nothing enters a decoder's run key: keys stay what they were
+
+    def params(self) -> dict[str, Any]:
+        return {}
+
+    def wrap(self, sampler):
+        return sampler  # (x, y) windows, as before
+
+    def accounting(self, tokens: int) -> Accounting:
+        from models import count_params, flops_per_token
+
+        fl = flops_per_token(self.cfg, self.seq_len).exact
+        return Accounting(6 * count_params(self.cfg).non_embedding * tokens, fl * tokens, fl)
+
+    def val_batches(self, windows: np.ndarray):
+        return windows  # (n, T + 1): training.step.evaluate shifts them itself
+
+    def evaluate(self, model, val, micro_batch: int, accelerator) -> float:
+        from training.step import evaluate
+
+        return evaluate(model, val, micro_batch, accelerator)
+
+
+class _Objective:
+    """Shared by the non-decoder objectives: the seeded wrapper and the evaluation loop."""
+
+    family = ""
+
+    def wrap(self, sampler) -> _Batches:
+        return _Batches(sampler, self)
+
+    def evaluate(self, model, val: list[torch.Tensor], micro_batch: int, accelerator) -> float:
+        """Token-weighted mean loss over the fixed validation batches (split across
+        processes); ``model`` is the plain module (see ``training.step.evaluate``)."""
+        mine = [t[accelerator.process_index :: accelerator.num_processes] for t in val]
+        total = torch.zeros(2, device=accelerator.device, dtype=torch.float64)
+        model.eval()
+        with torch.no_grad(), accelerator.autocast():
+            for i in range(0, len(mine[0]), micro_batch):
+                batch = [t[i : i + micro_batch].to(accelerator.device) for t in mine]
+                n = (batch[-1] != IGNORE_INDEX).sum()  # the labels are last
+                mean = self.loss(model, *batch).double()  # 0/0 where a slice selects none
+                total[0] += torch.where(n > 0, mean * n, 0.0)
+                total[1] += n
+        model.train()
+        total = accelerator.reduce(total, "sum")
+        return (total[0] / total[1]).item()
+
+    def val_batches(self, windows: np.ndarray) -> list[torch.Tensor]:
+        g = torch.Generator().manual_seed(VAL_SEED)
+        return list(self.corrupt(torch.from_numpy(windows[:, :-1]), g))
+
+    def params(self) -> dict[str, Any]:
+        return {f"objective.{k}": v for k, v in self.key_fields(self.seq_len).items()}
+
+
+class MaskedLMObjective(_Objective):
+    """Encoder: BERT's masked LM; [MASK] is the id after the tokenizer's."""
+
+    family = "encoder"
+    extra_ids = 1
+
+    def __init__(self, model_cfg, tokenizer_vocab: int, seq_len: int):
+        self.cfg, self.seq_len = model_cfg, seq_len
+        self.mask_id = tokenizer_vocab
+
+    @staticmethod
+    def key_fields(seq_len: int) -> dict[str, Any]:
+        return {"name": "mlm", "mask_prob": MASK_PROB, "tokens_counted": "input"}
+
+    def corrupt(self, x: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, ...]:
+        """Random replacements are uniform over the model's vocabulary, as in BERT. A batch
+        with no token selected (0.85^(B T): likely over a long run of short windows) would
+        give a 0/0 loss: it is drawn again from the same generator (still deterministic)."""
+        while True:
+            inputs, labels = mask_tokens(
+                x, mask_id=self.mask_id, vocab_size=self.mask_id + 1, generator=g
+            )
+            if (labels != IGNORE_INDEX).any():  # on the host: the sampler's CPU tensors
+                return inputs, labels
+
+    def loss(self, model, inputs, labels):
+        return model(inputs, labels, return_logits=False)[1]  # mean over selected tokens
+
+    def accounting(self, tokens: int) -> Accounting:
+        from models import count_params, flops_per_token
+
+        fl = flops_per_token(self.cfg, self.seq_len).exact
+        return Accounting(6 * count_params(self.cfg).non_embedding * tokens, fl * tokens, fl)
+
+
+class SpanCorruption(_Objective):
+    """Encoder-decoder: T5's span corruption; ids after the tokenizer's: the sentinels, then
+    the decoder's start id."""
+
+    family = "encoder_decoder"
+
+    def __init__(self, model_cfg, tokenizer_vocab: int, seq_len: int):
+        self.cfg, self.seq_len = model_cfg, seq_len
+        n_spans, self.src_len, self.tgt_len = span_lengths(seq_len)
+        self.sentinel_ids = list(range(tokenizer_vocab, tokenizer_vocab + n_spans))
+        self.start_id = tokenizer_vocab + n_spans
+
+    @staticmethod
+    def extra_ids_for(seq_len: int) -> int:
+        return span_lengths(seq_len)[0] + 1  # sentinels + start
+
+    @staticmethod
+    def key_fields(seq_len: int) -> dict[str, Any]:
+        _, src_len, tgt_len = span_lengths(seq_len)
+        return {
+            "name": "span_corruption", "noise_density": NOISE_DENSITY, "mean_span": MEAN_SPAN,
+            "tokens_counted": "text", "src_len": src_len, "tgt_len": tgt_len,
+        }  # fmt: skip
+
+    def corrupt(self, x: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, ...]:
+        pairs = [span_corruption(row, sentinel_ids=self.sentinel_ids, generator=g) for row in x]
+        src = torch.stack([p[0] for p in pairs])  # (B, src_len)
+        tgt = torch.stack([p[1] for p in pairs])  # (B, tgt_len)
+        return src, shift_right(tgt, self.start_id), tgt
+
+    def loss(self, model, src, decoder_inputs, targets):
+        return model(src, decoder_inputs, targets, return_logits=False)[1]
+
+    def accounting(self, tokens: int) -> Accounting:
+        from models import flops_per_sequence
+
+        fl = flops_per_sequence(self.cfg, self.tgt_len, src_len=self.src_len)
+        sequences = tokens / self.seq_len
+        return Accounting(fl.six_n * sequences, fl.exact * sequences, fl.exact / self.seq_len)
+
+
+def span_lengths(seq_len: int) -> tuple[int, int, int]:
+    """(spans, source length, target length) of span-corrupting a window of ``seq_len``
+    tokens: ``span_corruption``'s lengths depend on the length alone, found by running it."""
+    g = torch.Generator().manual_seed(0)
+    src, tgt = span_corruption(
+        torch.zeros(seq_len, dtype=torch.long), sentinel_ids=range(1, seq_len + 1), generator=g
+    )
+    n_spans = (len(src) + len(tgt) - seq_len) // 2
+    return n_spans, len(src), len(tgt)
+
+
+class _Batches:
+    """A `BatchSampler` whose windows come out corrupted by `objective`; its state (all a
+    checkpoint needs) is the sampler's."""
+
+    def __init__(self, sampler, objective: _Objective):
+        self.sampler, self.objective = sampler, objective
+
+    def next(self) -> tuple[torch.Tensor, ...]:
+        x, _ = self.sampler.next()  # (B, T): the window's first T tokens
+        seed = torch.randint(2**62, (1,), generator=self.sampler.generator).item()
+        g = torch.Generator().manual_seed(seed + self.sampler.rank)  # ranks mask differently
+        return self.objective.corrupt(x, g)
+
+    def state_dict(self) -> dict:
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.load_state_dict(state)
+
+
+OBJECTIVES: dict[str, type] = {
+    "decoder": NextToken,
+    "encoder": MaskedLMObjective,
+    "encoder_decoder": SpanCorruption,
+}
+
+
+def extra_ids(family: str, seq_len: int) -> int:
+    """Ids the family's objective adds after the tokenizer's ([MASK]; sentinels and start)."""
+    if family == "encoder_decoder":
+        return SpanCorruption.extra_ids_for(seq_len)
+    return OBJECTIVES[family].extra_ids if family in OBJECTIVES else 0
+
+
+def key_fields(family: str, seq_len: int) -> dict[str, Any]:
+    return OBJECTIVES[family].key_fields(seq_len)
+
+
+def build(model_cfg, tokenizer_vocab: int, seq_len: int):
+    """The objective of `model_cfg.family` for a tokenizer of `tokenizer_vocab` ids."""
+    return OBJECTIVES[model_cfg.family](model_cfg, tokenizer_vocab, seq_len)
+
+
+def for_model(model_cfg, seq_len: int):
+    """The objective of a resolved model config (its vocabulary holds the extra ids), for its
+    accounting: what run records and sweep plans count."""
+    tokenizer_vocab = model_cfg.vocab_size - extra_ids(model_cfg.family, seq_len)
+    return build(model_cfg, tokenizer_vocab, seq_len)
+
+
+def check(model_cfg, train) -> None:
+    """Config errors of a family's objective, raised before any work (one line, the field)."""
+    from training.config import ConfigError
+
+    if model_cfg.family != "decoder" and train.label_smoothing:
+        raise ConfigError(
+            f"train.label_smoothing: {train.label_smoothing} applies to the decoder family "
+            f"only (model.family={model_cfg.family}); use 0"
+        )
+    if model_cfg.family == "encoder_decoder" and train.seq_len < 4:
+        raise ConfigError(f"train.seq_len: span corruption needs >= 4 tokens, got {train.seq_len}")
