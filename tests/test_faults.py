@@ -27,6 +27,7 @@ from test_train import (  # noqa: F401  (fixtures)
     runs_df,
     store,
     uri_of,
+    value_of,
     wait_for_file,
 )
 
@@ -271,3 +272,85 @@ def test_unreadable_checkpoint_fails_with_one_line_and_marks_the_run_failed(lab,
 
     fresh = train(compose(*short, "train.resume=false"))
     assert fresh.status == "FINISHED" and fresh.run_id != run_id
+
+
+STORE_CREATION = """
+import sys
+from training import tracking
+import mlflow.store.tracking.sqlalchemy_store  # imported before 'ready': the kill lands in migrations
+print("ready", flush=True)
+tracking.ensure_experiment(sys.argv[1], "created")
+print("done", flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "sig, offsets",
+    [(signal.SIGKILL, [0.3, 0.8, 1.0, 1.6, 1.9, 2.1]), (signal.SIGINT, [0.3, 1.0, 1.9])],
+)
+def test_an_interrupt_during_store_creation_leaves_no_store_or_a_complete_one(
+    tmp_path, sig, offsets
+):
+    """MLflow migrates a new SQLite store for ~2.5 s here; killed inside that (kill -9 or
+    Ctrl-C), the store was left half-migrated and every later command failed with a sqlalchemy
+    error ("duplicate column name: step", "index_params_run_uuid already exists": 9 of 22
+    SIGKILL offsets 0.1 s apart before the fix, these among them). At every offset the store is
+    now absent or complete, and the next command uses it."""
+    from training import tracking
+
+    interrupted = 0
+    for i, offset in enumerate(offsets):
+        db = tmp_path / f"s{i}" / "mlruns.db"
+        uri = f"sqlite:///{db}"
+        proc = subprocess.Popen(
+            [sys.executable, "-c", STORE_CREATION, uri], cwd=ROOT, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(offset)
+        proc.send_signal(sig)
+        rest = proc.communicate(timeout=60)[0]
+        interrupted += "done" not in rest
+        assert not db.exists() or db.stat().st_size > 0
+        exp = tracking.ensure_experiment(uri, "after")  # raised on a half-migrated store
+        client = tracking.client(uri)
+        run = client.create_run(exp)
+        client.log_metric(run.info.run_id, "loss", 1.0, step=3)
+        assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [3]
+        assert sorted(p.name for p in db.parent.iterdir()) == ["mlruns.db", "mlruns.db.lock"]
+    assert interrupted >= len(offsets) - 1, "the offsets must land before the store is complete"
+
+
+@pytest.mark.slow
+def test_a_resume_uses_the_thread_count_the_run_started_with(lab, caplog):
+    """Losses differ in about the 9th digit between 1 and 2 intra-op threads, so a run started
+    with 2 and resumed in a 1-thread process resumes with 2 (its `torch_threads` param), and
+    ends bit-identical to an uninterrupted 2-thread run; the process's count is restored."""
+    import shutil
+
+    import torch
+
+    from training import tracking
+    from training.train import train
+
+    run = [*lab, "train.tokens=4096", "train.save_at_tokens=[2048]"]  # 16 steps, branch at 8
+    torch.set_num_threads(2)
+    try:
+        whole = train(compose(*run, "tracking.experiment=whole-2-threads", "paths.runs_dir=" +
+                              value_of(lab, "paths.runs_dir") + "-whole"))
+        first = train(compose(*run))
+    finally:
+        torch.set_num_threads(1)
+    client = tracking.client(uri_of(lab))
+    assert client.get_run(first.run_id).data.params["torch_threads"] == "2"
+    # Make it an interrupted run: its checkpoint at step 8 becomes last.pt, the run KILLED.
+    rdir = Path(first.run_dir)
+    shutil.copy(rdir / "tokens_2048.pt", rdir / "last.pt")
+    client.set_terminated(first.run_id, "KILLED")
+    with caplog.at_level("WARNING", logger="training.train"):
+        resumed = train(compose(*run))
+    assert resumed.run_id == first.run_id and resumed.status == "FINISHED"
+    assert any("started with 2 threads: resuming with 2" in r.getMessage() for r in caplog.records)
+    assert resumed.final_val_loss == whole.final_val_loss
+    assert torch.get_num_threads() == 1

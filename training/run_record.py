@@ -53,7 +53,9 @@ def decide(client, spec: RunSpec, experiment_id: str, rdir: Path) -> dict[str, A
             "training from step 0",
             last, owner, spec.run_key, spec.tracking.experiment,
         )  # fmt: skip
-    return {"action": "resume" if mine else "fresh", "run_id": run_id}
+    # The thread count the run started with: a resume uses it (float sums differ across counts).
+    threads = existing.data.params.get("torch_threads") if mine else None
+    return {"action": "resume" if mine else "fresh", "run_id": run_id, "torch_threads": threads}
 
 
 def unreadable(client, run_id: str | None, path: Path, e: Exception) -> ConfigError:
@@ -72,6 +74,8 @@ def unreadable(client, run_id: str | None, path: Path, e: Exception) -> ConfigEr
 
 
 def derived_params(spec: RunSpec, model_cfg, geo: Geometry) -> dict[str, Any]:
+    import torch
+
     from models import count_params, flops_per_token
 
     pc = count_params(model_cfg)
@@ -92,6 +96,9 @@ def derived_params(spec: RunSpec, model_cfg, geo: Geometry) -> dict[str, Any]:
         "micro_batch": geo.micro_batch,
         "grad_accum": geo.grad_accum,
         "world_size": geo.world_size,
+        # intra-op threads per process: not in the run key (the same run), but losses differ in
+        # about the 9th digit between counts, so a resume uses the count recorded here
+        "torch_threads": torch.get_num_threads(),
     }
 
 
@@ -122,6 +129,9 @@ def open_run(
     params = tracking.flatten(resolved)
     params.update(derived_params(spec, model_cfg, geo))
     params["data.cache"] = str(data.cache_dir)
+    # tokens in the training split: epochs = tokens_trained / data_train_tokens
+    params["data_train_tokens"] = len(data.train)
+    params["data_val_tokens"] = len(data.val)
     tracking.log_params(client, run_id, params)
 
     import yaml

@@ -125,6 +125,7 @@ def _train(cfg: Any, stack: contextlib.ExitStack, signals: Signals) -> TrainResu
     decision = broadcast(decision, accelerator)
     if decision["action"] == "reuse":
         return _reused_result(spec, client, decision["run_id"], rdir, main)
+    _use_recorded_threads(decision.get("torch_threads"), spec.run_key, stack)
 
     from models import build_model, flops_per_token
     from training.data import BatchSampler
@@ -336,6 +337,23 @@ def _starting_point(
             f"train.tokens={tr.tokens}: the checkpoint is already at {state['tokens']} tokens"
         )
     return start
+
+
+def _use_recorded_threads(recorded: str | None, run_key: str, stack: contextlib.ExitStack) -> None:
+    """Resume with the intra-op thread count the run started with (its `torch_threads` param):
+    reductions split differently across threads, so 1 and 2 threads differ in about the 9th
+    digit of the loss (docs/contracts.md). Restored when the run returns (sweeps train many)."""
+    import torch
+
+    now = torch.get_num_threads()
+    if recorded is None or int(recorded) == now:
+        return
+    log.warning(
+        "run %s started with %s threads: resuming with %s (this process had %d)",
+        run_key, recorded, recorded, now,
+    )  # fmt: skip
+    stack.callback(torch.set_num_threads, now)
+    torch.set_num_threads(int(recorded))
 
 
 def _compiled(raw_model):
