@@ -95,6 +95,17 @@ TRAIN_ROWS = [
     ("train.schedule=linear", "train.schedule:"),
     ("train.batch_tokens=100", "train.batch_tokens:"),
     ("model.n_heads=3", "model: n_heads"),
+    # model fields: non-finite (inf passed every `> 0` check) and out of range
+    ("model.norm_eps=inf", "model.norm_eps: expected a finite number"),
+    ("model.rope_base=nan", "model.rope_base: expected a finite number"),
+    ("model.init_std=inf", "model.init_std: expected a finite number"),
+    ("model.dropout=nan", "model.dropout: expected a finite number"),
+    ("model.size=inf", "model.size: expected a finite number"),
+    ("model.norm_eps=-1", "model: norm_eps must be a positive number"),
+    ("model.init_std=0", "model: init_std must be a positive number"),
+    ("model.dropout=1.5", "model: dropout must be in [0, 1)"),
+    ("model.size=-1", "model: size must be a positive number"),
+    ("model.d_model=0", "model: d_model must be a positive integer"),
     ("data.eval_tokens=100", "data.eval_tokens:"),  # < train.seq_len: was found after tokenizing
     # tracking URIs MLflow cannot open (a 41-line traceback before)
     ("tracking.uri=garbage://x", "tracking.uri: unknown scheme 'garbage://'"),

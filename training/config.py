@@ -335,6 +335,9 @@ def build_model_config(model_section: dict, vocab_size: int, seq_len: int):
     max_seq_len = train.seq_len. Raises ConfigError naming the model field."""
     from models.config import ModelConfig
 
+    for key, value in model_section.items():  # inf passed `> 0` checks; nan failed vaguely
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"model.{key}: expected a finite number, got {value!r}")
     d = {**model_section, "vocab_size": vocab_size, "max_seq_len": seq_len}
     try:
         return ModelConfig.from_dict(d)
