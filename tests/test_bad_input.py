@@ -348,3 +348,42 @@ def test_a_cache_without_checksums_is_checked_by_size(small_cache):
     assert data_mod.cache_problem(data.cache_dir) is None
     _truncate(data.cache_dir / "train.bin")
     assert "train.bin has" in data_mod.cache_problem(data.cache_dir)
+
+
+# ---------------------------------------------------------------- Hydra's own errors
+HYDRA_ROWS = [
+    (["train.foo=1"], "train.foo: unknown key; to add a new key use +train.foo=1"),
+    (["model=foo"], "model=foo: unknown model; available: gpt2, llama, vanilla"),
+    (["data=nope"], "data=nope: unknown data; available: hf, stdlib, text"),
+    (["train.seed=0,1", "model.fooo=3"], "model.fooo: unknown key"),  # a sweep axis next to it
+]
+SWEEP_ROWS = [
+    (["sweep=malformed"], "{dir}/sweep/malformed.yaml, line 2: not valid YAML"),
+    (["sweep=a_list"], "sweep/a_list.yaml: must be a mapping"),
+    (["sweep=tiny", "sweep.jobs=two"], "sweep.jobs: expected an integer, got 'two'"),
+    (["sweep=tiny", "sweep.jobs=0"], "sweep.jobs: must be >= 1"),
+    (["sweep=nan"], "sweep=nan: unknown sweep; available: "),
+]
+
+
+@pytest.mark.parametrize(
+    "module, args, message",
+    [("training.train", a, m) for a, m in HYDRA_ROWS]
+    + [("sweeps.run", a, m) for a, m in HYDRA_ROWS + SWEEP_ROWS],
+)
+def test_hydra_level_errors_are_one_line_exit_2(place, tmp_path, module, args, message):
+    """What Hydra itself rejects (6 to 95 lines, exit 1 before) and what the sweeper read
+    unchecked (`int('two')`): one `error:` line naming the key, group or file, nothing written."""
+    sweeps = tmp_path / "my_sweeps"
+    (sweeps / "sweep").mkdir(parents=True)
+    (sweeps / "sweep" / "malformed.yaml").write_text("grid: [1, 2\n")
+    (sweeps / "sweep" / "a_list.yaml").write_text("- a\n- b\n")
+    extra = ["--config-dir", str(sweeps), "sweep.dry_run=true"] if module == "sweeps.run" else []
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-m", module, *extra, *place["overrides"], *args],
+        cwd=place["cwd"], env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert one_error_line(out.stderr).startswith(message.format(dir=sweeps)), out.stderr
+    assert_nothing_written(place)

@@ -454,6 +454,10 @@ def _main(cfg) -> None:
 def main() -> None:
     import hydra
 
+    from training.cli import check_composes
+    from training.paths import PROJECT_ROOT
+
+    check_composes(PROJECT_ROOT / "conf", "config", sys.argv[1:])  # Hydra's errors: one line
     hydra.main(config_path="../conf", config_name="config", version_base="1.3")(_main)()
 
 

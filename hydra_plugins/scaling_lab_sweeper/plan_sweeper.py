@@ -37,8 +37,16 @@ class PlanSweeper(Sweeper):
     ) -> None:
         from hydra.core.plugins import Plugins
 
+        from training.config import ConfigError, as_int
+
         self.hydra_context, self.config = hydra_context, config
-        jobs = int(config.sweep.jobs)
+        try:
+            jobs = as_int(config.sweep.jobs, "sweep.jobs")
+            if jobs < 1:
+                raise ConfigError(f"sweep.jobs: must be >= 1, got {jobs}")
+        except ConfigError as e:  # before any launch: one line, as in sweep() below
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(2)
         with open_dict(config):
             launcher = config.hydra.launcher
             if "n_jobs" in launcher:  # joblib: K local worker processes
