@@ -8,6 +8,7 @@ joblib processes, submitit local or SLURM). Everything else lives in `sweeps.dri
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -78,3 +79,18 @@ class PlanSweeper(Sweeper):
             # an Exception, so Hydra passes it through.
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
+        finally:
+            _remove_if_empty(Path(str(self.config.hydra.sweep.dir)))
+
+
+def _remove_if_empty(sweep_dir: Path) -> None:
+    """The launchers make the sweep folder (`<runs>/multirun/<sweep>/<time>`) whether or not
+    anything is written there (local launchers write nothing): remove it, and its parents up to
+    `multirun`, while they are empty."""
+    for folder in [sweep_dir, *sweep_dir.parents]:
+        try:
+            folder.rmdir()  # only an empty folder
+        except OSError:
+            return
+        if folder.name == "multirun":
+            return
