@@ -387,3 +387,27 @@ def test_hydra_level_errors_are_one_line_exit_2(place, tmp_path, module, args, m
     assert out.returncode == 2, out.stderr[-3000:]
     assert one_error_line(out.stderr).startswith(message.format(dir=sweeps)), out.stderr
     assert_nothing_written(place)
+
+
+def test_a_data_error_found_after_tokenizing_comes_before_the_store(place, capsys):
+    """A validation split shorter than data.eval_tokens is known only once tokenized: it used
+    to fail after the MLflow store and the run's folder were created. Only the token cache is
+    written now."""
+    from training.train import _main
+
+    corpus = place["corpus"] / "small"
+    corpus.mkdir()
+    for i in range(60):
+        (corpus / f"d{i:02d}.txt").write_text(f"document {i}\n" + "some text here. " * 20)
+    cfg = compose(
+        *place["overrides"], "data=text", f"data.path={corpus}", "data.tokenizer=byte",
+        "data.eval_tokens=1e6",
+    )  # fmt: skip
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        _main(cfg)
+    assert exit_.value.code == 2
+    message = one_error_line(capsys.readouterr().err)
+    assert message.startswith("data.eval_tokens=1000000: the validation split has only"), message
+    assert sorted(p.name for p in place["out"].iterdir()) == ["cache"]  # no store, no runs/
+    assert list(place["cwd"].iterdir()) == []

@@ -9,7 +9,7 @@ call `train()` many times in one process, so all state (the Accelerator, the MLf
 created inside it.
 
 Order of work: validate everything (config, model shape, batch geometry, tracking server) ->
-data -> model -> loop. A user error fails in the first phase with one line naming the field.
+data -> MLflow store and run key decision -> model -> loop. A user error fails in the first phase with one line naming the field.
 The parts live next to this file: `step` (one optimizer step, evaluation), `run_record` (the
 MLflow run), `train_state` (what a checkpoint holds), `signals`, `ranks` (the processes).
 """
@@ -110,9 +110,13 @@ def _train(cfg: Any, stack: contextlib.ExitStack, signals: Signals) -> TrainResu
     if use_keep_host_memory(tr.keep_host_memory, accelerator.device):
         hostmem.keep_freed_memory()  # False off glibc: nothing to tune there
 
-    # Tracking first: an unreachable server fails here, in seconds, before any data work.
+    # An unreachable server fails here, in seconds, before any data work; then the data (its
+    # errors, found only once tokenized, come before the store exists), then the store.
     # The main process opens the run's one MLflow client; the others record nothing.
     uri = tracking.resolve_tracking_uri(spec.tracking.uri)
+    if main and tracking.sqlite_path(uri) is None:
+        tracking.check_reachable(uri)
+    data, model_cfg, windows = _prepare_data(spec, cache_dir, accelerator)
     client, experiment_id, decision = None, None, None
     if main:
         experiment_id = tracking.ensure_experiment(uri, spec.tracking.experiment)
@@ -132,7 +136,6 @@ def _train(cfg: Any, stack: contextlib.ExitStack, signals: Signals) -> TrainResu
     from training.monitor import Progress, measured_peak_flops
     from training.schedules import Schedule, wsd_decay_start
 
-    data, model_cfg, windows = _prepare_data(spec, cache_dir, accelerator)
     torch.manual_seed(tr.seed)
     raw_model = build_model(model_cfg).to(accelerator.device)
     optimizer = make_optimizer(raw_model, tr)
