@@ -354,3 +354,79 @@ def test_a_resume_uses_the_thread_count_the_run_started_with(lab, caplog):
     assert any("started with 2 threads: resuming with 2" in r.getMessage() for r in caplog.records)
     assert resumed.final_val_loss == whole.final_val_loss
     assert torch.get_num_threads() == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("full_at", ["last.pt", "config.yaml"])
+def test_a_full_disk_says_so_and_where(lab, capsys, monkeypatch, full_at):
+    """A checkpoint write hitting ENOSPC (a real one: the temporary file's writes go to
+    /dev/full) recorded `RuntimeError: [enforce fail at inline_container.cc:672]`: now the run
+    is FAILED with "no space left on device" and the path, the CLI prints that one line and
+    exits 2, and no temporary file is left. Full already at the run's config.yaml (written
+    before the MLflow run): no run at all, instead of one left RUNNING."""
+    from training import checkpoint
+    from training.train import _main
+
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this system")
+
+    def full_disk(fd: int, path: Path):
+        if path.name != full_at:
+            return os.fdopen(fd, "wb")
+        os.close(fd)
+        return open("/dev/full", "wb")
+
+    monkeypatch.setattr(checkpoint, "_open_new", full_disk)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        _main(compose(*lab, "train.checkpoint_every=8"))
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    err = [line for line in err.splitlines() if line.startswith("error")]  # not MLflow's INFO
+    (rdir,) = (Path(value_of(lab, "paths.runs_dir"))).iterdir()
+    assert err == [f"error: cannot write {rdir / full_at}: no space left on device"]
+    if full_at == "config.yaml":
+        assert len(runs_df(lab)) == 0
+        assert sorted(p.name for p in rdir.iterdir()) == [".lock"]
+        return
+    row = runs_df(lab).iloc[0]
+    assert row["status"] == "FAILED"
+    assert row["tags.failure_reason"] == (
+        f"OSError: [Errno 28] cannot write {rdir / 'last.pt'}: no space left on device"
+    )
+    assert sorted(p.name for p in rdir.iterdir()) == [".lock", "config.yaml"]
+
+
+@pytest.mark.parametrize("where", ["paths.runs_dir", "paths.cache_dir", "tracking.uri"])
+def test_an_unwritable_folder_is_one_line_naming_it_and_no_run_is_left_running(
+    lab, tmp_path, capsys, where
+):
+    """A read-only folder (or, as root, which may write anywhere, a file where the folder
+    should be): one `error:` line naming the path, exit 2, no MLflow run RUNNING."""
+    import stat
+
+    from training.train import _main
+
+    blocked = tmp_path / "blocked"
+    if os.geteuid() == 0:
+        blocked.write_text("a file, not a folder")
+    else:
+        blocked.mkdir()
+        blocked.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    target = {
+        "paths.runs_dir": f"paths.runs_dir={blocked / 'runs'}",
+        "paths.cache_dir": f"paths.cache_dir={blocked / 'cache'}",
+        "tracking.uri": f"tracking.uri=sqlite:///{blocked / 'store' / 'mlruns.db'}",
+    }[where]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        _main(compose(*lab, target))
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    err = [line for line in err.splitlines() if "mlflow" not in line]  # not MLflow's INFO
+    assert len(err) == 1 and err[0].startswith("error: ") and str(blocked) in err[0], err
+    if where != "tracking.uri":
+        df = runs_df(lab)
+        assert df.empty or "RUNNING" not in set(df["status"])

@@ -118,14 +118,20 @@ def open_run(
     }
     if spec.tracking.parent_run_id:
         tags["mlflow.parentRunId"] = spec.tracking.parent_run_id
+    resolved = spec.to_dict()
+    resolved["model"].update(model_cfg.to_dict())
+    import yaml
+
+    # Written before the run is created or reopened: a full or read-only disk fails here with
+    # no run left RUNNING.
+    text = yaml.safe_dump(resolved, sort_keys=False)
+    checkpoint.atomic_write(rdir / "config.yaml", lambda f: f.write(text.encode()))
     if run_id is None:
         name = spec.tracking.run_name or f"{model_cfg.arch}-{spec.run_key[:8]}"
         run_id = client.create_run(experiment_id, run_name=name).info.run_id
     else:
         client.update_run(run_id, status="RUNNING")
     tracking.set_tags(client, run_id, tags)
-    resolved = spec.to_dict()
-    resolved["model"].update(model_cfg.to_dict())
     params = tracking.flatten(resolved)
     params.update(derived_params(spec, model_cfg, geo))
     params["data.cache"] = str(data.cache_dir)
@@ -133,11 +139,6 @@ def open_run(
     params["data_train_tokens"] = len(data.train)
     params["data_val_tokens"] = len(data.val)
     tracking.log_params(client, run_id, params)
-
-    import yaml
-
-    text = yaml.safe_dump(resolved, sort_keys=False)
-    checkpoint.atomic_write(rdir / "config.yaml", lambda f: f.write(text.encode()))
     client.log_artifact(run_id, str(rdir / "config.yaml"))
     return run_id
 

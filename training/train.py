@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import logging
 import math
 import os
@@ -47,6 +48,12 @@ from training.step import (
 )
 
 log = logging.getLogger("training.train")
+# OSErrors the user fixes outside the project (permissions, a read-only or full disk, a file
+# where a folder should be): one `error:` line and exit 2, like bad input.
+ENVIRONMENT_ERRNOS = {
+    errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR,
+    errno.EEXIST,
+}  # fmt: skip
 
 
 @dataclass
@@ -440,6 +447,12 @@ def _main(cfg) -> None:
         result = train(cfg)
     except (ConfigError, TrackingUnavailable) as e:
         print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as e:  # a read-only or full disk: the path and why (a run is FAILED already)
+        if e.errno not in ENVIRONMENT_ERRNOS:
+            raise
+        where = f"{e.filename}: " if e.filename and str(e.filename) not in str(e.strerror) else ""
+        print(f"error: {where}{e.strerror}", file=sys.stderr)
         sys.exit(2)
     except Interrupted as e:  # the MLflow run is KILLED; the shell's code for that signal
         print(f"error: {e.reason}", file=sys.stderr)
