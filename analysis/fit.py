@@ -28,6 +28,7 @@ from analysis.load import (
     InputError,
     add_selection_args,
     check_fittable,
+    check_out_dir,
     load_selected,
     with_total_params,
 )
@@ -464,6 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         check_fit_args(args)
+        check_out_dir(Path(args.out).parent)
         runs = load_selected(args)
         frame = with_total_params(runs.frame) if args.params == "total" else runs.frame
         result = fit_groups(frame, args.group, args)

@@ -371,6 +371,18 @@ def resolve_tracking_uri(uri: str | None) -> str:
     return uri
 
 
+def check_out_dir(folder: Path, flag: str = "--out") -> None:
+    """InputError unless `folder` exists as a writable folder or can be made (its nearest
+    existing ancestor is one), so a read-only or misnamed output fails before any fitting."""
+    probe = Path(folder).resolve()
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise InputError(f"{flag}: {probe} is a file, not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise InputError(f"{flag}: {probe} is not writable (read-only or no permission)")
+
+
 def check_server(uri: str, timeout_s: float = 5.0) -> None:
     """An InputError in seconds if the MLflow server at `uri` does not answer `/health`
     (MLflow's client retries with backoff for minutes, then raises a traceback). Its own copy

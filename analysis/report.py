@@ -31,7 +31,13 @@ from analysis.fit import (
     fit_all,
     summary,
 )
-from analysis.load import InputError, add_selection_args, check_fittable, load_selected
+from analysis.load import (
+    InputError,
+    add_selection_args,
+    check_fittable,
+    check_out_dir,
+    load_selected,
+)
 from analysis.summary import cell, est, fmt
 
 # ---------------------------------------------------------------- content as blocks
@@ -491,6 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         check_fit_args(args)
+        check_out_dir(Path(args.out))
         loaded = load_selected(args)
         chosen = choose_variants(loaded.frame, args.compare, args.baseline, args.compute)
         runs, base = chosen.runs, chosen.base

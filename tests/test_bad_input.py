@@ -411,3 +411,44 @@ def test_a_data_error_found_after_tokenizing_comes_before_the_store(place, capsy
     assert message.startswith("data.eval_tokens=1000000: the validation split has only"), message
     assert sorted(p.name for p in place["out"].iterdir()) == ["cache"]  # no store, no runs/
     assert list(place["cwd"].iterdir()) == []
+
+
+def _unwritable(tmp_path: Path) -> Path:
+    """A folder nothing can be written under: read-only, or for root (who writes anywhere) a
+    file where the folder should be."""
+    blocked = tmp_path / "blocked"
+    if os.geteuid() == 0:
+        blocked.write_text("a file, not a folder")
+    else:
+        blocked.mkdir()
+        blocked.chmod(0o555)
+    return blocked
+
+
+@pytest.mark.parametrize("tool", ["fit", "report"])
+def test_analysis_unwritable_out_fails_before_fitting(tmp_path, capsys, tool):
+    from analysis import fit, report
+
+    (tmp_path / "runs.csv").write_text(GOOD_CSV)
+    blocked = _unwritable(tmp_path)
+    out = blocked / "result" / ("fit.json" if tool == "fit" else "report")
+    main = fit.main if tool == "fit" else report.main
+    code = main(["--csv", str(tmp_path / "runs.csv"), "--out", str(out), "--bootstrap", "10"])
+    assert code == 2
+    message = one_error_line(capsys.readouterr().err)
+    assert message.startswith(f"--out: {blocked} is "), message
+
+
+@pytest.mark.slow
+def test_sweep_with_an_unwritable_store_is_one_line(place, tmp_path):
+    blocked = _unwritable(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-m", "sweeps.run", "sweep=tiny", *place["overrides"][1:],
+         f"tracking.uri=sqlite:///{blocked / 'store' / 'mlruns.db'}"],
+        cwd=place["cwd"], env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and str(blocked) in errors[0], out.stderr[-3000:]

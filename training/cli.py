@@ -1,4 +1,5 @@
-"""Hydra's own errors as one `error:` line, exit 2, before Hydra starts (issue 15).
+"""Command-line errors as one `error:` line, exit 2 (issue 15): Hydra's own errors, before
+Hydra starts, and OSErrors of the environment (`environment_error`).
 
 Hydra reports a bad command line (an unknown key without `+`, a missing option such as
 `model=foo`, a sweep file that is not valid YAML or not a mapping) in 6 to 95 lines and exits 1.
@@ -9,10 +10,27 @@ search path, and turns those errors into one line naming the key or group; the r
 
 from __future__ import annotations
 
+import errno
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+# OSErrors the user fixes outside the project (permissions, a read-only or full disk, a file
+# where a folder should be): one `error:` line and exit 2, like bad input.
+ENVIRONMENT_ERRNOS = {
+    errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR,
+    errno.EEXIST,
+}  # fmt: skip
+
+
+def environment_error(e: OSError) -> str | None:
+    """One line (the path and why) for an OSError of ENVIRONMENT_ERRNOS, else None."""
+    if e.errno not in ENVIRONMENT_ERRNOS:
+        return None
+    where = f"{e.filename}: " if e.filename and str(e.filename) not in str(e.strerror) else ""
+    return f"{where}{e.strerror}"
+
 
 # Hydra flags that take a value (the next argument), and flags that take none.
 _FLAGS_WITH_VALUE = {"--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn"}

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import errno
 import logging
 import math
 import os
@@ -48,12 +47,6 @@ from training.step import (
 )
 
 log = logging.getLogger("training.train")
-# OSErrors the user fixes outside the project (permissions, a read-only or full disk, a file
-# where a folder should be): one `error:` line and exit 2, like bad input.
-ENVIRONMENT_ERRNOS = {
-    errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR,
-    errno.EEXIST,
-}  # fmt: skip
 
 
 @dataclass
@@ -449,10 +442,11 @@ def _main(cfg) -> None:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     except OSError as e:  # a read-only or full disk: the path and why (a run is FAILED already)
-        if e.errno not in ENVIRONMENT_ERRNOS:
+        from training.cli import environment_error
+
+        if (line := environment_error(e)) is None:
             raise
-        where = f"{e.filename}: " if e.filename and str(e.filename) not in str(e.strerror) else ""
-        print(f"error: {where}{e.strerror}", file=sys.stderr)
+        print(f"error: {line}", file=sys.stderr)
         sys.exit(2)
     except Interrupted as e:  # the MLflow run is KILLED; the shell's code for that signal
         print(f"error: {e.reason}", file=sys.stderr)

@@ -79,6 +79,13 @@ class PlanSweeper(Sweeper):
             # an Exception, so Hydra passes it through.
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
+        except OSError as e:  # a read-only runs folder or store, a full disk: the path, why
+            from training.cli import environment_error
+
+            if (line := environment_error(e)) is None:
+                raise
+            print(f"error: {line}", file=sys.stderr)
+            sys.exit(2)
         finally:
             _remove_if_empty(Path(str(self.config.hydra.sweep.dir)))
 
