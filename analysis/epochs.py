@@ -1,8 +1,8 @@
 """Epochs: how many times a run went through its training split (repeated data bends scaling
 curves, Muennighoff et al. 2023), from what the runs record.
 
-- `train_split_tokens` (tokens in the training split; docs/contracts.md names the param
-  training is expected to log): epochs = D / train_split_tokens, D = tokens trained;
+- the param `data_train_tokens` (tokens in the training split, logged by training):
+  epochs = D / data_train_tokens, D = tokens trained;
 - else the `epochs` metric that training logs at the end (tokens consumed / training-split
   tokens; a WSD branch counts its stable prefix in both);
 - else nothing: the runs do not say, and the report says nothing about repetition.
@@ -19,9 +19,9 @@ REPEAT_TOL = 1.001  # above this many epochs a run saw some training tokens twic
 
 def epochs(runs: pd.DataFrame) -> tuple[pd.Series | None, str]:
     """(epochs per run or None, what they were computed from)."""
-    if "train_split_tokens" in runs.columns and runs["train_split_tokens"].notna().any():
-        split = pd.to_numeric(runs["train_split_tokens"], errors="coerce")
-        return runs["D"] / split, "tokens trained / train_split_tokens"
+    if "data_train_tokens" in runs.columns and runs["data_train_tokens"].notna().any():
+        split = pd.to_numeric(runs["data_train_tokens"], errors="coerce")
+        return runs["D"] / split, "tokens trained / data_train_tokens"
     if "epochs" in runs.columns and runs["epochs"].notna().any():
         values = pd.to_numeric(runs["epochs"], errors="coerce")
         return values, "the runs' epochs metric (tokens consumed / training-split tokens)"

@@ -35,6 +35,7 @@ from analysis.load import (
     InputError,
     add_selection_args,
     check_fittable,
+    check_out_dir,
     load_selected,
     with_total_params,
 )
@@ -512,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         check_fit_args(args)
+        check_out_dir(Path(args.out).parent)
         runs = load_selected(args)
         frame = with_total_params(runs.frame) if args.params == "total" else runs.frame
         frame = with_family(frame)  # --group family

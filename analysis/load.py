@@ -256,8 +256,8 @@ def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | N
         row.update({k: t[k] for k in TUNING_TAGS if k in t})
         if "epochs" in m:  # tokens consumed / training-split tokens, logged at the end
             row["epochs"] = float(m["epochs"])
-        if "train_split_tokens" in p:
-            row["train_split_tokens"] = float(p["train_split_tokens"])
+        if "data_train_tokens" in p:
+            row["data_train_tokens"] = float(p["data_train_tokens"])
         row.update({k: _number(v) for k, v in sorted(p.items()) if k.startswith(CONFIG_COLUMNS)})
         rows.append(row)
     where = f"experiment '{experiment}'" + (f", sweep parent run {sweep}" if sweep else "")
@@ -380,6 +380,18 @@ def resolve_tracking_uri(uri: str | None) -> str:
             "databricks, or a file:// URI or folder (MLflow file store)"
         )
     return uri
+
+
+def check_out_dir(folder: Path, flag: str = "--out") -> None:
+    """InputError unless `folder` exists as a writable folder or can be made (its nearest
+    existing ancestor is one), so a read-only or misnamed output fails before any fitting."""
+    probe = Path(folder).resolve()
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise InputError(f"{flag}: {probe} is a file, not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise InputError(f"{flag}: {probe} is not writable (read-only or no permission)")
 
 
 def check_server(uri: str, timeout_s: float = 5.0) -> None:

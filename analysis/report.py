@@ -33,7 +33,13 @@ from analysis.fit import (
     fit_all,
     summary,
 )
-from analysis.load import InputError, add_selection_args, check_fittable, load_selected
+from analysis.load import (
+    InputError,
+    add_selection_args,
+    check_fittable,
+    check_out_dir,
+    load_selected,
+)
 from analysis.summary import cell, est, fmt
 
 # ---------------------------------------------------------------- content as blocks
@@ -521,6 +527,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         check_fit_args(args)
+        check_out_dir(Path(args.out))
         loaded = load_selected(args)
         check_one_family(loaded.frame, "the selection", "report one family at a time, or fit one "
                          "law per family: python -m analysis.fit --group family")  # fmt: skip

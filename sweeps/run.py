@@ -36,15 +36,19 @@ def check_sweep_name(argv: list[str]) -> None:
         if arg.startswith("sweep="):
             name, names = arg.split("=", 1)[1], available_sweeps(extra)
             if name not in names:
-                sys.exit(f"sweep={name}: unknown sweep; available: {', '.join(names)}")
+                print(f"error: sweep={name}: unknown sweep; available: {', '.join(names)}",
+                      file=sys.stderr)  # fmt: skip
+                sys.exit(2)
 
 
 def main() -> None:
     import hydra
 
     from sweeps.job import run_point
+    from training.cli import check_composes
 
     check_sweep_name(sys.argv[1:])
+    check_composes(CONF_DIR, "run", sys.argv[1:])  # Hydra's errors: one line, exit 2
     app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="run")(run_point)
     app()
 

@@ -95,6 +95,17 @@ TRAIN_ROWS = [
     ("train.schedule=linear", "train.schedule:"),
     ("train.batch_tokens=100", "train.batch_tokens:"),
     ("model.n_heads=3", "model: n_heads"),
+    # model fields: non-finite (inf passed every `> 0` check) and out of range
+    ("model.norm_eps=inf", "model.norm_eps: expected a finite number"),
+    ("model.rope_base=nan", "model.rope_base: expected a finite number"),
+    ("model.init_std=inf", "model.init_std: expected a finite number"),
+    ("model.dropout=nan", "model.dropout: expected a finite number"),
+    ("model.size=inf", "model.size: expected a finite number"),
+    ("model.norm_eps=-1", "model: norm_eps must be a positive number"),
+    ("model.init_std=0", "model: init_std must be a positive number"),
+    ("model.dropout=1.5", "model: dropout must be in [0, 1)"),
+    ("model.size=-1", "model: size must be a positive number"),
+    ("model.d_model=0", "model: d_model must be a positive integer"),
     ("data.eval_tokens=100", "data.eval_tokens:"),  # < train.seq_len: was found after tokenizing
     # tracking URIs MLflow cannot open (a 41-line traceback before)
     ("tracking.uri=garbage://x", "tracking.uri: unknown scheme 'garbage://'"),
@@ -337,3 +348,107 @@ def test_a_cache_without_checksums_is_checked_by_size(small_cache):
     assert data_mod.cache_problem(data.cache_dir) is None
     _truncate(data.cache_dir / "train.bin")
     assert "train.bin has" in data_mod.cache_problem(data.cache_dir)
+
+
+# ---------------------------------------------------------------- Hydra's own errors
+HYDRA_ROWS = [
+    (["train.foo=1"], "train.foo: unknown key; to add a new key use +train.foo=1"),
+    (["model=foo"], "model=foo: unknown model; available: gpt2, llama, vanilla"),
+    (["data=nope"], "data=nope: unknown data; available: hf, sitepackages, stdlib, text"),
+    (["train.seed=0,1", "model.fooo=3"], "model.fooo: unknown key"),  # a sweep axis next to it
+]
+SWEEP_ROWS = [
+    (["sweep=malformed"], "{dir}/sweep/malformed.yaml, line 2: not valid YAML"),
+    (["sweep=a_list"], "sweep/a_list.yaml: must be a mapping"),
+    (["sweep=tiny", "sweep.jobs=two"], "sweep.jobs: expected an integer, got 'two'"),
+    (["sweep=tiny", "sweep.jobs=0"], "sweep.jobs: must be >= 1"),
+    (["sweep=nan"], "sweep=nan: unknown sweep; available: "),
+]
+
+
+@pytest.mark.parametrize(
+    "module, args, message",
+    [("training.train", a, m) for a, m in HYDRA_ROWS]
+    + [("sweeps.run", a, m) for a, m in HYDRA_ROWS + SWEEP_ROWS],
+)
+def test_hydra_level_errors_are_one_line_exit_2(place, tmp_path, module, args, message):
+    """What Hydra itself rejects (6 to 95 lines, exit 1 before) and what the sweeper read
+    unchecked (`int('two')`): one `error:` line naming the key, group or file, nothing written."""
+    sweeps = tmp_path / "my_sweeps"
+    (sweeps / "sweep").mkdir(parents=True)
+    (sweeps / "sweep" / "malformed.yaml").write_text("grid: [1, 2\n")
+    (sweeps / "sweep" / "a_list.yaml").write_text("- a\n- b\n")
+    extra = ["--config-dir", str(sweeps), "sweep.dry_run=true"] if module == "sweeps.run" else []
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-m", module, *extra, *place["overrides"], *args],
+        cwd=place["cwd"], env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert one_error_line(out.stderr).startswith(message.format(dir=sweeps)), out.stderr
+    assert_nothing_written(place)
+
+
+def test_a_data_error_found_after_tokenizing_comes_before_the_store(place, capsys):
+    """A validation split shorter than data.eval_tokens is known only once tokenized: it used
+    to fail after the MLflow store and the run's folder were created. Only the token cache is
+    written now."""
+    from training.train import _main
+
+    corpus = place["corpus"] / "small"
+    corpus.mkdir()
+    for i in range(60):
+        (corpus / f"d{i:02d}.txt").write_text(f"document {i}\n" + "some text here. " * 20)
+    cfg = compose(
+        *place["overrides"], "data=text", f"data.path={corpus}", "data.tokenizer=byte",
+        "data.eval_tokens=1e6",
+    )  # fmt: skip
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        _main(cfg)
+    assert exit_.value.code == 2
+    message = one_error_line(capsys.readouterr().err)
+    assert message.startswith("data.eval_tokens=1000000: the validation split has only"), message
+    assert sorted(p.name for p in place["out"].iterdir()) == ["cache"]  # no store, no runs/
+    assert list(place["cwd"].iterdir()) == []
+
+
+def _unwritable(tmp_path: Path) -> Path:
+    """A folder nothing can be written under: read-only, or for root (who writes anywhere) a
+    file where the folder should be."""
+    blocked = tmp_path / "blocked"
+    if os.geteuid() == 0:
+        blocked.write_text("a file, not a folder")
+    else:
+        blocked.mkdir()
+        blocked.chmod(0o555)
+    return blocked
+
+
+@pytest.mark.parametrize("tool", ["fit", "report"])
+def test_analysis_unwritable_out_fails_before_fitting(tmp_path, capsys, tool):
+    from analysis import fit, report
+
+    (tmp_path / "runs.csv").write_text(GOOD_CSV)
+    blocked = _unwritable(tmp_path)
+    out = blocked / "result" / ("fit.json" if tool == "fit" else "report")
+    main = fit.main if tool == "fit" else report.main
+    code = main(["--csv", str(tmp_path / "runs.csv"), "--out", str(out), "--bootstrap", "10"])
+    assert code == 2
+    message = one_error_line(capsys.readouterr().err)
+    assert message.startswith(f"--out: {blocked} is "), message
+
+
+@pytest.mark.slow
+def test_sweep_with_an_unwritable_store_is_one_line(place, tmp_path):
+    blocked = _unwritable(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-m", "sweeps.run", "sweep=tiny", *place["overrides"][1:],
+         f"tracking.uri=sqlite:///{blocked / 'store' / 'mlruns.db'}"],
+        cwd=place["cwd"], env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and str(blocked) in errors[0], out.stderr[-3000:]

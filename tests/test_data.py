@@ -178,3 +178,70 @@ def test_stdlib_walk_lists_the_same_files_as_a_filtered_rglob():
         if not STDLIB_EXCLUDED_DIRS.intersection(p.relative_to(root).parts[:-1])
     )
     assert stdlib_files() == filtered
+
+
+# ---------------------------------------------------------------- the site-packages corpus
+SMALL = 300_000  # bytes of source files: a tiny slice of the ~250 MB
+
+
+def test_sitepackages_files_are_sorted_capped_and_code_only():
+    from training.data import SITEPACKAGES_MAX_FILE_BYTES, sitepackages_files
+
+    files = sitepackages_files(SMALL)
+    rels = [rel for rel, _ in files]
+    assert rels == sorted(rels) and len(set(rels)) == len(rels)
+    sizes = [p.stat().st_size for _, p in files]
+    assert sum(sizes) <= SMALL and max(sizes) <= SITEPACKAGES_MAX_FILE_BYTES
+    assert all(rel.endswith(".py") for rel in rels)
+    everything = sitepackages_files()
+    assert everything[: len(files)] == files  # the cap takes a prefix of one fixed order
+    assert sum(p.stat().st_size for _, p in everything) > 20 * 12e6 * 0.5  # >> the stdlib
+    assert not any(
+        part in ("test", "tests", "__pycache__") or part.endswith(".dist-info")
+        for rel, _ in everything
+        for part in rel.split("/")[:-1]
+    )
+
+
+def test_sitepackages_fingerprint_names_the_installed_versions_and_the_cap(monkeypatch):
+    import training.data as data_mod
+
+    def fingerprint(max_bytes, packages):
+        monkeypatch.setattr(data_mod, "installed_packages", lambda: packages)
+        cfg = DataConfig.from_dict({"source": "sitepackages", "max_bytes": max_bytes})
+        return data_mod.source_fingerprint(cfg)
+
+    base = fingerprint(SMALL, ["numpy==2.0.0", "torch==2.13.0"])
+    assert base.startswith("sitepackages-")
+    assert fingerprint(SMALL, ["numpy==2.0.0", "torch==2.13.0"]) == base
+    assert fingerprint(SMALL, ["numpy==2.0.1", "torch==2.13.0"]) != base  # an upgrade
+    assert fingerprint(SMALL, ["numpy==2.0.0"]) != base  # an uninstall
+    assert fingerprint(2 * SMALL, ["numpy==2.0.0", "torch==2.13.0"]) != base  # another slice
+    monkeypatch.undo()
+    assert any(p.startswith("torch==") for p in data_mod.installed_packages())
+
+
+def test_sitepackages_corpus_tokenizes_and_the_cap_is_in_the_run_fingerprint(tmp_path):
+    from training.config import resolve_config
+
+    cfg = DataConfig.from_dict(
+        {"source": "sitepackages", "max_bytes": SMALL, "tokenizer": "byte", "val_fraction": 0.1}
+    )
+    data = prepare_data(cfg, tmp_path / "cache")
+    n_bytes = sum(len(t.encode()) for _, t in load_corpus(cfg).documents)
+    # byte tokens: every byte once, plus one end-of-text id per document in each split
+    assert len(data.train) + len(data.val) >= n_bytes and len(data.val) > 0
+    assert data.fingerprint.startswith("sitepackages-py3.")
+    assert prepare_data(cfg, tmp_path / "cache").cache_dir == data.cache_dir  # cached
+
+    def key(max_bytes):
+        return resolve_config(
+            {"data": {"source": "sitepackages", "max_bytes": max_bytes}, "model": {}}
+        ).run_key
+
+    assert key(SMALL) == key(float(SMALL)) != key(2 * SMALL)
+
+
+def test_max_bytes_must_be_positive():
+    with pytest.raises(ConfigError, match=r"^data.max_bytes: must be > 0"):
+        DataConfig.from_dict({"source": "sitepackages", "max_bytes": 0})

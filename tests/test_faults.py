@@ -27,6 +27,7 @@ from test_train import (  # noqa: F401  (fixtures)
     runs_df,
     store,
     uri_of,
+    value_of,
     wait_for_file,
 )
 
@@ -271,3 +272,161 @@ def test_unreadable_checkpoint_fails_with_one_line_and_marks_the_run_failed(lab,
 
     fresh = train(compose(*short, "train.resume=false"))
     assert fresh.status == "FINISHED" and fresh.run_id != run_id
+
+
+STORE_CREATION = """
+import sys
+from training import tracking
+import mlflow.store.tracking.sqlalchemy_store  # imported before 'ready': the kill lands in migrations
+print("ready", flush=True)
+tracking.ensure_experiment(sys.argv[1], "created")
+print("done", flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "sig, offsets",
+    [(signal.SIGKILL, [0.3, 0.8, 1.0, 1.6, 1.9, 2.1]), (signal.SIGINT, [0.3, 1.0, 1.9])],
+)
+def test_an_interrupt_during_store_creation_leaves_no_store_or_a_complete_one(
+    tmp_path, sig, offsets
+):
+    """MLflow migrates a new SQLite store for ~2.5 s here; killed inside that (kill -9 or
+    Ctrl-C), the store was left half-migrated and every later command failed with a sqlalchemy
+    error ("duplicate column name: step", "index_params_run_uuid already exists": 9 of 22
+    SIGKILL offsets 0.1 s apart before the fix, these among them). At every offset the store is
+    now absent or complete, and the next command uses it."""
+    from training import tracking
+
+    interrupted = 0
+    for i, offset in enumerate(offsets):
+        db = tmp_path / f"s{i}" / "mlruns.db"
+        uri = f"sqlite:///{db}"
+        proc = subprocess.Popen(
+            [sys.executable, "-c", STORE_CREATION, uri], cwd=ROOT, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(offset)
+        proc.send_signal(sig)
+        rest = proc.communicate(timeout=60)[0]
+        interrupted += "done" not in rest
+        assert not db.exists() or db.stat().st_size > 0
+        exp = tracking.ensure_experiment(uri, "after")  # raised on a half-migrated store
+        client = tracking.client(uri)
+        run = client.create_run(exp)
+        client.log_metric(run.info.run_id, "loss", 1.0, step=3)
+        assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [3]
+        assert sorted(p.name for p in db.parent.iterdir()) == ["mlruns.db", "mlruns.db.lock"]
+    assert interrupted >= len(offsets) - 1, "the offsets must land before the store is complete"
+
+
+@pytest.mark.slow
+def test_a_resume_uses_the_thread_count_the_run_started_with(lab, caplog):
+    """Losses differ in about the 9th digit between 1 and 2 intra-op threads, so a run started
+    with 2 and resumed in a 1-thread process resumes with 2 (its `torch_threads` param), and
+    ends bit-identical to an uninterrupted 2-thread run; the process's count is restored."""
+    import shutil
+
+    import torch
+
+    from training import tracking
+    from training.train import train
+
+    run = [*lab, "train.tokens=4096", "train.save_at_tokens=[2048]"]  # 16 steps, branch at 8
+    torch.set_num_threads(2)
+    try:
+        whole = train(compose(*run, "tracking.experiment=whole-2-threads", "paths.runs_dir=" +
+                              value_of(lab, "paths.runs_dir") + "-whole"))
+        first = train(compose(*run))
+    finally:
+        torch.set_num_threads(1)
+    client = tracking.client(uri_of(lab))
+    assert client.get_run(first.run_id).data.params["torch_threads"] == "2"
+    # Make it an interrupted run: its checkpoint at step 8 becomes last.pt, the run KILLED.
+    rdir = Path(first.run_dir)
+    shutil.copy(rdir / "tokens_2048.pt", rdir / "last.pt")
+    client.set_terminated(first.run_id, "KILLED")
+    with caplog.at_level("WARNING", logger="training.train"):
+        resumed = train(compose(*run))
+    assert resumed.run_id == first.run_id and resumed.status == "FINISHED"
+    assert any("started with 2 threads: resuming with 2" in r.getMessage() for r in caplog.records)
+    assert resumed.final_val_loss == whole.final_val_loss
+    assert torch.get_num_threads() == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("full_at", ["last.pt", "config.yaml"])
+def test_a_full_disk_says_so_and_where(lab, capsys, monkeypatch, full_at):
+    """A checkpoint write hitting ENOSPC (a real one: the temporary file's writes go to
+    /dev/full) recorded `RuntimeError: [enforce fail at inline_container.cc:672]`: now the run
+    is FAILED with "no space left on device" and the path, the CLI prints that one line and
+    exits 2, and no temporary file is left. Full already at the run's config.yaml (written
+    before the MLflow run): no run at all, instead of one left RUNNING."""
+    from training import checkpoint
+    from training.train import _main
+
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this system")
+
+    def full_disk(fd: int, path: Path):
+        if path.name != full_at:
+            return os.fdopen(fd, "wb")
+        os.close(fd)
+        return open("/dev/full", "wb")
+
+    monkeypatch.setattr(checkpoint, "_open_new", full_disk)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        _main(compose(*lab, "train.checkpoint_every=8"))
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    err = [line for line in err.splitlines() if line.startswith("error")]  # not MLflow's INFO
+    (rdir,) = (Path(value_of(lab, "paths.runs_dir"))).iterdir()
+    assert err == [f"error: cannot write {rdir / full_at}: no space left on device"]
+    if full_at == "config.yaml":
+        assert len(runs_df(lab)) == 0
+        assert sorted(p.name for p in rdir.iterdir()) == [".lock"]
+        return
+    row = runs_df(lab).iloc[0]
+    assert row["status"] == "FAILED"
+    assert row["tags.failure_reason"] == (
+        f"OSError: [Errno 28] cannot write {rdir / 'last.pt'}: no space left on device"
+    )
+    assert sorted(p.name for p in rdir.iterdir()) == [".lock", "config.yaml"]
+
+
+@pytest.mark.parametrize("where", ["paths.runs_dir", "paths.cache_dir", "tracking.uri"])
+def test_an_unwritable_folder_is_one_line_naming_it_and_no_run_is_left_running(
+    lab, tmp_path, capsys, where
+):
+    """A read-only folder (or, as root, which may write anywhere, a file where the folder
+    should be): one `error:` line naming the path, exit 2, no MLflow run RUNNING."""
+    import stat
+
+    from training.train import _main
+
+    blocked = tmp_path / "blocked"
+    if os.geteuid() == 0:
+        blocked.write_text("a file, not a folder")
+    else:
+        blocked.mkdir()
+        blocked.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    target = {
+        "paths.runs_dir": f"paths.runs_dir={blocked / 'runs'}",
+        "paths.cache_dir": f"paths.cache_dir={blocked / 'cache'}",
+        "tracking.uri": f"tracking.uri=sqlite:///{blocked / 'store' / 'mlruns.db'}",
+    }[where]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        _main(compose(*lab, target))
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    err = [line for line in err.splitlines() if "mlflow" not in line]  # not MLflow's INFO
+    assert len(err) == 1 and err[0].startswith("error: ") and str(blocked) in err[0], err
+    if where != "tracking.uri":
+        df = runs_df(lab)
+        assert df.empty or "RUNNING" not in set(df["status"])

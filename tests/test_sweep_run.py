@@ -133,6 +133,9 @@ def test_sweep_records_parent_and_children_and_rerun_skips_finished(env):
     assert sorted(kids["tags.variant"]) == ["base", "base", "mqa", "mqa"]
     assert set(kids["tags.arch"]) == {"pre-rmsnorm-rope-gqa2-swiglu", "pre-rmsnorm-rope-mqa-swiglu"}
     assert kids["tags.run_key"].nunique() == 4
+    # Hydra made an empty folder per job and per sweep under runs/multirun: none is left
+    assert not (tmp / "runs" / "multirun").exists()
+    assert not (tmp / "multirun").exists() and not (tmp / "runs" / "0").exists()
 
     import mlflow
 

@@ -176,6 +176,16 @@ def test_tiny_run_records_schema(lab, schedule):
     assert float(row["params.flops_exact"]) > 0
     assert row["metrics.final_val_loss"] == pytest.approx(result.final_val_loss)
     assert row["metrics.tokens_consumed"] == 8192 and row["metrics.epochs"] > 0
+    # the split's size, so that analysis computes epochs = tokens_trained / data_train_tokens
+    from training.config import resolve_config
+    from training.data import prepare_data
+
+    spec = resolve_config(compose(*lab))
+    data = prepare_data(spec.data, Path(value_of(lab, "paths.cache_dir")))
+    assert row["params.data_train_tokens"] == str(len(data.train))
+    assert row["params.data_val_tokens"] == str(len(data.val))
+    assert row["metrics.epochs"] == pytest.approx(8192 / len(data.train))
+    assert row["params.torch_threads"] == "1"  # the one_thread fixture
     for key in ("train_loss", "val_loss", "lr", "tokens_per_sec", "mfu"):
         assert not math.isnan(row[f"metrics.{key}"]), key
     steps = [s for s, _ in history(uri_of(lab), result.run_id, "train_loss")]

@@ -183,7 +183,7 @@ def test_two_tuned_keys_choose_a_combination(tmp_path):
 
 def test_report_shows_the_tuning_section_curves_edges_and_epochs(tmp_path):
     runs = pd.concat([tuned_runs(seed=11), tuned_runs(seed=12, variant="slow", shift=1 / 20)])
-    runs["train_split_tokens"] = 5e8  # the 2e9-token budget repeats the split 4 times
+    runs["data_train_tokens"] = 5e8  # the 2e9-token budget repeats the split 4 times
     path = tmp_path / "runs.csv"
     runs.to_csv(path, index=False)
     out = tmp_path / "report"

@@ -41,20 +41,40 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _open_new(fd: int, path: Path) -> BinaryIO:
+    """The writer of the new temporary file for `path` (tests put /dev/full behind it)."""
+    return os.fdopen(fd, "wb")
+
+
+def _os_error(e: BaseException) -> OSError | None:
+    """The OSError behind `e`: itself, or the one torch.save's C++ writer turned into
+    `RuntimeError: [enforce fail at inline_container.cc:...]` (kept as its __context__)."""
+    while e is not None and not isinstance(e, OSError):
+        e = e.__cause__ or e.__context__
+    return e
+
+
 def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
-    """Call `write(file)` on a temporary file next to `path`, fsync, then rename it to `path`."""
+    """Call `write(file)` on a temporary file next to `path`, fsync, then rename it to `path`.
+    A failing disk (full, read-only) raises OSError naming `path` and the reason."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".tmp-")
+    tmp = None
     try:
-        with os.fdopen(fd, "wb") as f:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".tmp-")
+        with _open_new(fd, path) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    except BaseException as e:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        cause = _os_error(e)
+        if cause is None:
+            raise
+        reason = (cause.strerror or str(cause)).lower()
+        raise OSError(cause.errno, f"cannot write {path}: {reason}") from e
     _fsync_dir(path.parent)
 
 

@@ -176,7 +176,7 @@ def check_tracking_uri(uri: str, name: str = "tracking.uri") -> None:
 @dataclass
 class DataConfig(_Section):
     _section = "data"
-    source: Literal["stdlib", "text", "hf"] = "stdlib"
+    source: Literal["stdlib", "sitepackages", "text", "hf"] = "stdlib"
     path: str | None = None  # text: a .txt/.jsonl file or a directory of them
     text_field: str = "text"  # jsonl / hf: the field holding the document text
     doc_separator: str = "<|endoftext|>"  # text: splits a .txt file into documents
@@ -190,6 +190,7 @@ class DataConfig(_Section):
     vocab_size: int = 4096  # bpe only; byte is always 256
     tokenizer_train_chars: int = 50_000_000  # BPE is trained on at most this many characters
     eval_tokens: int = 65536  # validation tokens, fixed windows from the start of val
+    max_bytes: int | None = None  # sitepackages: at most this many bytes of files; None: all
 
     def validate(self) -> None:
         if self.source == "text" and not self.path:
@@ -200,7 +201,7 @@ class DataConfig(_Section):
             raise ConfigError(f"data.val_fraction: must be in (0, 1), got {self.val_fraction}")
         if self.tokenizer == "bpe" and not 257 <= self.vocab_size <= 2**32 - 1:
             raise ConfigError(f"data.vocab_size: must be >= 257 for bpe, got {self.vocab_size}")
-        _positive("data", self, "eval_tokens", "tokenizer_train_chars")
+        _positive("data", self, "eval_tokens", "tokenizer_train_chars", "max_bytes")
 
 
 @dataclass
@@ -336,6 +337,9 @@ def build_model_config(model_section: dict, vocab_size: int, seq_len: int):
     from models.ladder import model_config
     from training import objective
 
+    for key, value in model_section.items():  # inf passed `> 0` checks; nan failed vaguely
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"model.{key}: expected a finite number, got {value!r}")
     # the family's objective adds its special ids ([MASK]; sentinels, start) after the tokenizer's
     vocab_size += objective.extra_ids(model_section.get("family", "decoder"), seq_len)
     d = {**model_section, "vocab_size": vocab_size, "max_seq_len": seq_len}

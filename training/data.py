@@ -1,6 +1,6 @@
 """Offline corpora, tokenizers, cached token memmaps and batch sampling.
 
-Pipeline: documents (stdlib / text / hf) -> train/val split by a deterministic hash of each
+Pipeline: documents (stdlib / sitepackages / text / hf) -> train/val split by a deterministic hash of each
 document's key -> tokenizer (byte-level BPE trained on the train split, or raw bytes) -> two
 flat token streams (documents joined by an end-of-text id) saved as uint16/uint32 files.
 
@@ -12,6 +12,7 @@ to build it both succeed, one rename wins, nobody reads a half-written cache.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import logging
@@ -42,6 +43,7 @@ STDLIB_EXCLUDED_DIRS = {
     "dist-packages",
     "__pycache__",
 }
+SITEPACKAGES_MAX_FILE_BYTES = 1 << 20  # larger .py files are generated tables, not code
 MIN_DOCS_FOR_FILE_SPLIT = 50  # fewer documents than this: split by ~CHUNK_CHARS chunks instead
 CHUNK_CHARS = 4096
 
@@ -86,6 +88,65 @@ def load_stdlib() -> Corpus:
     return Corpus(
         f"stdlib-py{platform.python_version()}-{digest}",
         f"Python {platform.python_version()} stdlib, {len(docs)} files",
+        docs,
+    )
+
+
+def site_packages_root() -> Path:
+    return Path(sysconfig.get_paths()["purelib"])
+
+
+def sitepackages_files(max_bytes: int | None = None) -> list[tuple[str, Path]]:
+    """The installed packages' .py files (no test suites, caches or metadata folders, none over
+    SITEPACKAGES_MAX_FILE_BYTES), sorted by path relative to site-packages; with `max_bytes`,
+    the longest prefix of that order within max_bytes bytes. Editable installs (this project)
+    live outside site-packages and are not included."""
+    root = site_packages_root()
+    files = []
+    for folder, subdirs, names in os.walk(root):
+        subdirs[:] = [
+            d for d in subdirs
+            if d not in STDLIB_EXCLUDED_DIRS and not d.endswith((".dist-info", ".egg-info"))
+        ]  # fmt: skip
+        for name in names:
+            if name.endswith(".py"):
+                p = Path(folder, name)
+                files.append((p.relative_to(root).as_posix(), p))
+    chosen, total = [], 0
+    for rel, p in sorted(files):
+        size = p.stat().st_size
+        if size > SITEPACKAGES_MAX_FILE_BYTES:
+            continue
+        if max_bytes is not None and total + size > max_bytes:
+            break
+        chosen.append((rel, p))
+        total += size
+    return chosen
+
+
+@functools.cache  # ~0.5 s; a sweep resolves every point's fingerprint in one process
+def installed_packages() -> list[str]:
+    """`name==version` of every distribution installed in site-packages, sorted."""
+    import importlib.metadata
+
+    root = site_packages_root()
+    names = {
+        f"{d.metadata['Name']}=={d.version}"
+        for d in importlib.metadata.distributions(path=[str(root)])
+        if d.metadata["Name"]
+    }
+    return sorted(names, key=str.lower)
+
+
+def load_sitepackages(cfg: DataConfig) -> Corpus:
+    files = sitepackages_files(cfg.max_bytes)
+    docs = [(rel, p.read_text(encoding="utf-8", errors="replace")) for rel, p in files]
+    digest = _sha(s for doc in docs for s in doc)[:12]
+    size = sum(len(t) for _, t in docs)
+    return Corpus(
+        f"sitepackages-py{platform.python_version()}-{digest}",
+        f"site-packages sources of {len(installed_packages())} packages, {len(docs)} files, "
+        f"{size / 1e6:.0f}M characters",
         docs,
     )
 
@@ -161,7 +222,12 @@ def load_hf(cfg: DataConfig) -> Corpus:
 
 
 def load_corpus(cfg: DataConfig) -> Corpus:
-    loader = {"stdlib": lambda c: load_stdlib(), "text": load_text, "hf": load_hf}[cfg.source]
+    loader = {
+        "stdlib": lambda c: load_stdlib(),
+        "sitepackages": load_sitepackages,
+        "text": load_text,
+        "hf": load_hf,
+    }[cfg.source]
     corpus = loader(cfg)
     if not corpus.documents:
         raise ConfigError(f"data.source={cfg.source}: the corpus is empty")
@@ -234,6 +300,8 @@ def source_fingerprint(cfg: DataConfig) -> str:
     Cheap enough for plan time (no decoding, no tokenizer; the stdlib takes ~0.06 s): editing a
     file behind `data.path` gives a new fingerprint, the same files under another folder the
     same one. stdlib: the running Python's stdlib files (another Python's stdlib differs).
+    sitepackages: the Python version, `data.max_bytes` and every installed `name==version`
+    (a package upgraded or added gives a new key; a file edited in place does not).
     hf: a `save_to_disk` folder by its Arrow files (of `data.split` for a DatasetDict), local
     `data_files` by their bytes; a hub dataset cannot be read without downloading it, so it is
     identified by name, config and data_files only (an upstream change keeps its fingerprint).
@@ -241,6 +309,9 @@ def source_fingerprint(cfg: DataConfig) -> str:
     """
     if cfg.source == "stdlib":
         return "stdlib-" + _hash_files(stdlib_files())
+    if cfg.source == "sitepackages":  # by what is installed: hashing ~250 MB per plan is slow
+        parts = [platform.python_version(), str(cfg.max_bytes), *installed_packages()]
+        return "sitepackages-" + _sha(parts)[:16]
     if cfg.source == "text":
         files = text_files(cfg)[1]
         _require_text(cfg, files)

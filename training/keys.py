@@ -41,8 +41,9 @@ EXCLUDED_TRAIN_KEYS = {
     "keep_host_memory",
     "micro_batch",
 }
-# data.* fields that say where the corpus is; `data.fingerprint` says what it is.
-EXCLUDED_DATA_KEYS = {"path", "from_disk", "data_files"}
+# data.* fields that say where the corpus is, or which part of it (`max_bytes`: the files it
+# selects are hashed into `data.fingerprint`); `data.fingerprint` says what it is.
+EXCLUDED_DATA_KEYS = {"path", "from_disk", "data_files", "max_bytes"}
 KEY_LENGTH = 16
 
 

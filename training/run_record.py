@@ -53,7 +53,9 @@ def decide(client, spec: RunSpec, experiment_id: str, rdir: Path) -> dict[str, A
             "training from step 0",
             last, owner, spec.run_key, spec.tracking.experiment,
         )  # fmt: skip
-    return {"action": "resume" if mine else "fresh", "run_id": run_id}
+    # The thread count the run started with: a resume uses it (float sums differ across counts).
+    threads = existing.data.params.get("torch_threads") if mine else None
+    return {"action": "resume" if mine else "fresh", "run_id": run_id, "torch_threads": threads}
 
 
 def unreadable(client, run_id: str | None, path: Path, e: Exception) -> ConfigError:
@@ -72,6 +74,8 @@ def unreadable(client, run_id: str | None, path: Path, e: Exception) -> ConfigEr
 
 
 def derived_params(spec: RunSpec, model_cfg, geo: Geometry) -> dict[str, Any]:
+    import torch
+
     from models import count_params
     from training import objective as objectives
 
@@ -96,6 +100,9 @@ def derived_params(spec: RunSpec, model_cfg, geo: Geometry) -> dict[str, Any]:
         "micro_batch": geo.micro_batch,
         "grad_accum": geo.grad_accum,
         "world_size": geo.world_size,
+        # intra-op threads per process: not in the run key (the same run), but losses differ in
+        # about the 9th digit between counts, so a resume uses the count recorded here
+        "torch_threads": torch.get_num_threads(),
     }
 
 
@@ -115,23 +122,27 @@ def open_run(
     }
     if spec.tracking.parent_run_id:
         tags["mlflow.parentRunId"] = spec.tracking.parent_run_id
+    resolved = spec.to_dict()
+    resolved["model"].update(model_cfg.to_dict())
+    import yaml
+
+    # Written before the run is created or reopened: a full or read-only disk fails here with
+    # no run left RUNNING.
+    text = yaml.safe_dump(resolved, sort_keys=False)
+    checkpoint.atomic_write(rdir / "config.yaml", lambda f: f.write(text.encode()))
     if run_id is None:
         name = spec.tracking.run_name or f"{model_cfg.arch}-{spec.run_key[:8]}"
         run_id = client.create_run(experiment_id, run_name=name).info.run_id
     else:
         client.update_run(run_id, status="RUNNING")
     tracking.set_tags(client, run_id, tags)
-    resolved = spec.to_dict()
-    resolved["model"].update(model_cfg.to_dict())
     params = tracking.flatten(resolved)
     params.update(derived_params(spec, model_cfg, geo))
     params["data.cache"] = str(data.cache_dir)
+    # tokens in the training split: epochs = tokens_trained / data_train_tokens
+    params["data_train_tokens"] = len(data.train)
+    params["data_val_tokens"] = len(data.val)
     tracking.log_params(client, run_id, params)
-
-    import yaml
-
-    text = yaml.safe_dump(resolved, sort_keys=False)
-    checkpoint.atomic_write(rdir / "config.yaml", lambda f: f.write(text.encode()))
     client.log_artifact(run_id, str(rdir / "config.yaml"))
     return run_id
 

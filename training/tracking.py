@@ -8,7 +8,9 @@ so many runs in one process (a Hydra sweep) never leak an active run into each o
 - `check_reachable`: fails in seconds with a clear message when an http(s) server is down
   (MLflow's own client would retry with backoff for minutes).
 - `ensure_experiment`: creates the store and experiment once, under a file lock for SQLite (two
-  processes migrating a fresh SQLite store at once is a known MLflow race). Sweeps call it
+  processes migrating a fresh SQLite store at once is a known MLflow race). A new SQLite store
+  is migrated in a temporary file next to it and renamed into place (`_create_sqlite_store`):
+  an interrupt during MLflow's ~1.5 s of migrations leaves no store, never a half-migrated one. Sweeps call it
   before launching jobs; `train()` calls it again, which is then a cheap lookup. It tags the
   experiment `mlflow.experimentKind=custom_model_development` (also an existing one without the
   tag), so MLflow 3's UI opens it on its training runs, not on the GenAI traces overview.
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import subprocess
 import time
 import urllib.error
@@ -97,6 +100,36 @@ def _store_lock(uri: str) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def _create_sqlite_store(db: Path) -> None:
+    """Create the SQLite store `db` (all MLflow migrations) atomically: migrate a temporary file
+    in the same folder, close every connection to it, rename it to `db`. Call under
+    `_store_lock`; temporaries of earlier interrupted creations are removed first."""
+    import tempfile
+
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    for stale in db.parent.glob(db.name + ".tmp-*"):
+        stale.unlink(missing_ok=True)
+    fd, name = tempfile.mkstemp(dir=db.parent, prefix=db.name + ".tmp-")
+    os.close(fd)
+    tmp = Path(name)
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o666 & ~umask)  # the mode SQLite would give a new file (mkstemp's is 0600)
+    tmp_uri = f"sqlite:///{tmp}"
+    try:
+        SqlAlchemyStore(tmp_uri, (db.parent / "mlartifacts").as_uri())  # runs the migrations
+        # MLflow caches one engine per URI (class-level): close its pooled connections so no
+        # handle outlives the rename, and forget the temporary URI.
+        engine = SqlAlchemyStore._engine_map.pop(tmp_uri, None)
+        if engine is not None:
+            engine.dispose()
+        os.replace(tmp, db)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def client(uri: str):
     """An `MlflowClient` on `uri`; make it after `ensure_experiment` (which creates the store)."""
     from mlflow.tracking import MlflowClient
@@ -108,13 +141,15 @@ def ensure_experiment(uri: str, name: str) -> str:
     """Create the store (SQLite) and the experiment if needed; return the experiment id."""
     check_reachable(uri)
     with _store_lock(uri):
+        db = sqlite_path(uri)
+        if db is not None and (not db.exists() or db.stat().st_size == 0):  # 0 B: an old stub
+            _create_sqlite_store(db)
         c = client(uri)
         exp = c.get_experiment_by_name(name)
         if exp is not None:
             if EXPERIMENT_KIND_TAG not in exp.tags:  # a kind chosen in the UI is kept
                 c.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
             return exp.experiment_id
-        db = sqlite_path(uri)
         # Fix artifacts next to the database (absolute), not relative to some job's cwd.
         location = (db.parent / "mlartifacts").as_uri() if db is not None else None
         return c.create_experiment(

@@ -9,7 +9,7 @@ call `train()` many times in one process, so all state (the Accelerator, the MLf
 created inside it.
 
 Order of work: validate everything (config, model shape, batch geometry, tracking server) ->
-data -> model -> loop. A user error fails in the first phase with one line naming the field.
+data -> MLflow store and run key decision -> model -> loop. A user error fails in the first phase with one line naming the field.
 The parts live next to this file: `step` (one optimizer step, evaluation), `run_record` (the
 MLflow run), `train_state` (what a checkpoint holds), `signals`, `ranks` (the processes).
 """
@@ -110,9 +110,13 @@ def _train(cfg: Any, stack: contextlib.ExitStack, signals: Signals) -> TrainResu
     if use_keep_host_memory(tr.keep_host_memory, accelerator.device):
         hostmem.keep_freed_memory()  # False off glibc: nothing to tune there
 
-    # Tracking first: an unreachable server fails here, in seconds, before any data work.
+    # An unreachable server fails here, in seconds, before any data work; then the data (its
+    # errors, found only once tokenized, come before the store exists), then the store.
     # The main process opens the run's one MLflow client; the others record nothing.
     uri = tracking.resolve_tracking_uri(spec.tracking.uri)
+    if main and tracking.sqlite_path(uri) is None:
+        tracking.check_reachable(uri)
+    data, model_cfg, windows = _prepare_data(spec, cache_dir, accelerator)
     client, experiment_id, decision = None, None, None
     if main:
         experiment_id = tracking.ensure_experiment(uri, spec.tracking.experiment)
@@ -125,6 +129,7 @@ def _train(cfg: Any, stack: contextlib.ExitStack, signals: Signals) -> TrainResu
     decision = broadcast(decision, accelerator)
     if decision["action"] == "reuse":
         return _reused_result(spec, client, decision["run_id"], rdir, main)
+    _use_recorded_threads(decision.get("torch_threads"), spec.run_key, stack)
 
     from models import build_model
     from training import objective as objectives
@@ -132,7 +137,6 @@ def _train(cfg: Any, stack: contextlib.ExitStack, signals: Signals) -> TrainResu
     from training.monitor import Progress, measured_peak_flops
     from training.schedules import Schedule, wsd_decay_start
 
-    data, model_cfg, windows = _prepare_data(spec, cache_dir, accelerator)
     objective = objectives.build(model_cfg, data.vocab_size, tr.seq_len)  # by model.family
     windows = objective.val_batches(windows)  # the family's fixed validation inputs
     step_objective = None if model_cfg.family == "decoder" else objective
@@ -345,6 +349,23 @@ def _starting_point(
     return start
 
 
+def _use_recorded_threads(recorded: str | None, run_key: str, stack: contextlib.ExitStack) -> None:
+    """Resume with the intra-op thread count the run started with (its `torch_threads` param):
+    reductions split differently across threads, so 1 and 2 threads differ in about the 9th
+    digit of the loss (docs/contracts.md). Restored when the run returns (sweeps train many)."""
+    import torch
+
+    now = torch.get_num_threads()
+    if recorded is None or int(recorded) == now:
+        return
+    log.warning(
+        "run %s started with %s threads: resuming with %s (this process had %d)",
+        run_key, recorded, recorded, now,
+    )  # fmt: skip
+    stack.callback(torch.set_num_threads, now)
+    torch.set_num_threads(int(recorded))
+
+
 def _compiled(raw_model):
     """torch.compile of the model. A sweep trains many shapes in one process: each compiles
     once (a shape seen before reuses its code, a new model object of that shape too), but past
@@ -427,6 +448,13 @@ def _main(cfg) -> None:
     except (ConfigError, TrackingUnavailable) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except OSError as e:  # a read-only or full disk: the path and why (a run is FAILED already)
+        from training.cli import environment_error
+
+        if (line := environment_error(e)) is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        sys.exit(2)
     except Interrupted as e:  # the MLflow run is KILLED; the shell's code for that signal
         print(f"error: {e.reason}", file=sys.stderr)
         sys.exit(128 + getattr(signal, e.signame, signal.SIGTERM))
@@ -443,6 +471,10 @@ def _main(cfg) -> None:
 def main() -> None:
     import hydra
 
+    from training.cli import check_composes
+    from training.paths import PROJECT_ROOT
+
+    check_composes(PROJECT_ROOT / "conf", "config", sys.argv[1:])  # Hydra's errors: one line
     hydra.main(config_path="../conf", config_name="config", version_base="1.3")(_main)()
 
 

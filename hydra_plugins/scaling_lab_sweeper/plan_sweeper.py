@@ -8,6 +8,7 @@ joblib processes, submitit local or SLURM). Everything else lives in `sweeps.dri
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -37,8 +38,16 @@ class PlanSweeper(Sweeper):
     ) -> None:
         from hydra.core.plugins import Plugins
 
+        from training.config import ConfigError, as_int
+
         self.hydra_context, self.config = hydra_context, config
-        jobs = int(config.sweep.jobs)
+        try:
+            jobs = as_int(config.sweep.jobs, "sweep.jobs")
+            if jobs < 1:
+                raise ConfigError(f"sweep.jobs: must be >= 1, got {jobs}")
+        except ConfigError as e:  # before any launch: one line, as in sweep() below
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(2)
         with open_dict(config):
             launcher = config.hydra.launcher
             if "n_jobs" in launcher:  # joblib: K local worker processes
@@ -76,3 +85,25 @@ class PlanSweeper(Sweeper):
             # an Exception, so Hydra passes it through.
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
+        except OSError as e:  # a read-only runs folder or store, a full disk: the path, why
+            from training.cli import environment_error
+
+            if (line := environment_error(e)) is None:
+                raise
+            print(f"error: {line}", file=sys.stderr)
+            sys.exit(2)
+        finally:
+            _remove_if_empty(Path(str(self.config.hydra.sweep.dir)))
+
+
+def _remove_if_empty(sweep_dir: Path) -> None:
+    """The launchers make the sweep folder (`<runs>/multirun/<sweep>/<time>`) whether or not
+    anything is written there (local launchers write nothing): remove it, and its parents up to
+    `multirun`, while they are empty."""
+    for folder in [sweep_dir, *sweep_dir.parents]:
+        try:
+            folder.rmdir()  # only an empty folder
+        except OSError:
+            return
+        if folder.name == "multirun":
+            return
