@@ -363,6 +363,9 @@ SWEEP_ROWS = [
     (["sweep=tiny", "sweep.jobs=two"], "sweep.jobs: expected an integer, got 'two'"),
     (["sweep=tiny", "sweep.jobs=0"], "sweep.jobs: must be >= 1"),
     (["sweep=nan"], "sweep=nan: unknown sweep; available: "),
+    # Hydra would run conf/sweep/grid.yaml (12 points) instead of the user's file of that name
+    (["sweep=grid"], "sweep=grid: {dir}/sweep/grid.yaml has the name of the project's "
+                     "conf/sweep/grid.yaml"),
 ]
 
 
@@ -378,6 +381,7 @@ def test_hydra_level_errors_are_one_line_exit_2(place, tmp_path, module, args, m
     (sweeps / "sweep").mkdir(parents=True)
     (sweeps / "sweep" / "malformed.yaml").write_text("grid: [1, 2\n")
     (sweeps / "sweep" / "a_list.yaml").write_text("- a\n- b\n")
+    (sweeps / "sweep" / "grid.yaml").write_text("axes:\n  model.size: [1e4]\n")
     extra = ["--config-dir", str(sweeps), "sweep.dry_run=true"] if module == "sweeps.run" else []
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     out = subprocess.run(
