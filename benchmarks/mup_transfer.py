@@ -70,7 +70,7 @@ def train_point(point: tuple[str, int, float]) -> dict:
     from hydra import compose, initialize_config_dir
 
     from models import count_params, flops_per_token
-    from training.config import resolve_config
+    from training.spec import resolve_config
     from training.train import train
 
     parametrization, d_model, lr = point

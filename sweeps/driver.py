@@ -83,7 +83,8 @@ def facts(cfg: DictConfig) -> plan.RunFacts:
     from models import count_params
     from sweeps.job import training_config
     from training import objective
-    from training.config import ConfigError, resolve_config
+    from training.config import ConfigError
+    from training.spec import resolve_config
 
     try:
         spec = resolve_config(training_config(cfg))

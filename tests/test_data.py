@@ -222,7 +222,7 @@ def test_sitepackages_fingerprint_names_the_installed_versions_and_the_cap(monke
 
 
 def test_sitepackages_corpus_tokenizes_and_the_cap_is_in_the_run_fingerprint(tmp_path):
-    from training.config import resolve_config
+    from training.spec import resolve_config
 
     cfg = DataConfig.from_dict(
         {"source": "sitepackages", "max_bytes": SMALL, "tokenizer": "byte", "val_fraction": 0.1}

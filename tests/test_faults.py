@@ -235,7 +235,7 @@ def test_unreadable_checkpoint_fails_with_one_line_and_marks_the_run_failed(lab,
     `train.resume=false`, exit 2, the run it would resume FAILED with that reason; a stray
     temporary file of a killed write is removed; `train.resume=false` then trains."""
     from training import tracking
-    from training.config import resolve_config
+    from training.spec import resolve_config
     from training.train import train
 
     short = [*lab, "train.tokens=2048", "train.checkpoint_every=4"]

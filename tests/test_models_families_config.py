@@ -14,8 +14,8 @@ from omegaconf import OmegaConf
 from models import ModelConfig, build_model, count_params
 from models.config import FAMILY_FIELDS
 from models.ladder import config_for_size, model_config, size_ladder
-from training.config import resolve_config
 from training.keys import run_key
+from training.spec import resolve_config
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 # The fields (in order) every ModelConfig.to_dict had before `family` existed.

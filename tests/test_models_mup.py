@@ -167,7 +167,7 @@ def test_sp_config_unchanged_and_counts_equal():
 
 def test_sp_run_key_and_mup_key(tmp_path):
     """Spelling out the SP defaults keeps the run key; muP, or another base width, changes it."""
-    from training.config import resolve_config
+    from training.spec import resolve_config
 
     def key(**model):
         cfg = {"model": {"d_model": 32, "n_heads": 2, **model},

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from training.config import ConfigError, resolve_config
+from training.config import ConfigError
+from training.spec import resolve_config
 
 TINY = {"d_model": 32, "n_layers": 2, "n_heads": 2}
 

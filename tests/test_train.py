@@ -177,8 +177,8 @@ def test_tiny_run_records_schema(lab, schedule):
     assert row["metrics.final_val_loss"] == pytest.approx(result.final_val_loss)
     assert row["metrics.tokens_consumed"] == 8192 and row["metrics.epochs"] > 0
     # the split's size, so that analysis computes epochs = tokens_trained / data_train_tokens
-    from training.config import resolve_config
     from training.data import prepare_data
+    from training.spec import resolve_config
 
     spec = resolve_config(compose(*lab))
     data = prepare_data(spec.data, Path(value_of(lab, "paths.cache_dir")))

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 
 from models import build_model, count_params, flops_per_sequence, flops_per_token
 from training import objective as objectives
-from training.config import ConfigError, resolve_config
+from training.config import ConfigError
+from training.spec import resolve_config
 
 # test_train's fixtures (a tiny run's overrides, its corpus, store and cache) and helpers
 cache_dir, corpus, lab, one_thread, store = (

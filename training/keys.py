@@ -6,7 +6,7 @@ or how fast it runs (tracking, paths, logging/eval/checkpoint cadence, progress 
 the host allocator, `train.micro_batch`: gradient accumulation splits the same global batch)
 are excluded: changing them must not start a different run.
 
-Inputs that name data by where it is are keyed by what it is (`training.config.resolve_config`
+Inputs that name data by where it is are keyed by what it is (`training.spec.resolve_config`
 fills both in before hashing):
 - the corpus: `data.fingerprint` = `training.data.source_fingerprint`, a hash of the bytes the
   documents are read from and of their names inside `data.path` (these decide the train/val

@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from training import checkpoint, hostmem, run_record, tracking, train_state
-from training.config import ConfigError, RunSpec, build_model_config, resolve_config
+from training.config import ConfigError, RunSpec
 from training.paths import default_cache_dir, default_runs_dir, resolve_dir
 from training.ranks import broadcast, end_process_group, reset_accelerate_state, wait_for_all_ranks
 from training.signals import Interrupted, Signals
+from training.spec import build_model_config, resolve_config
 from training.step import (
     Geometry,
     batch_geometry,

@@ -1,0 +1,95 @@
+"""A run's spec: the composed config validated into typed sections (training/config.py), the
+model config with the ladder and the objective's vocabulary applied, and the run key. Nothing
+here decodes or tokenizes; the corpus is only fingerprinted.
+
+The model factory, the objective (torch) and the data module (numpy) are imported where they
+are used, so `import training.spec` stays light for the sweep planner; none of them imports
+this module, so no cycle hides behind those imports.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from training.config import SECTIONS, ConfigError, DataConfig, RunSpec
+
+
+def planned_vocab_size(data: DataConfig) -> int:
+    """The model's vocab size before the tokenizer exists: 256 for bytes, else data.vocab_size."""
+    return 256 if data.tokenizer == "byte" else data.vocab_size
+
+
+def build_model_config(model_section: dict, vocab_size: int, seq_len: int):
+    """ModelConfig from the `model` group, with vocab_size from the tokenizer and
+    max_seq_len = train.seq_len. Raises ConfigError naming the model field."""
+    from models.ladder import model_config
+    from training import objective
+
+    for key, value in model_section.items():  # inf passed `> 0` checks; nan failed vaguely
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"model.{key}: expected a finite number, got {value!r}")
+    # the family's objective adds its special ids ([MASK]; sentinels, start) after the tokenizer's
+    vocab_size += objective.extra_ids(model_section.get("family", "decoder"), seq_len)
+    d = {**model_section, "vocab_size": vocab_size, "max_seq_len": seq_len}
+    try:
+        model = model_config(d)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"model: {e}") from None
+    return model
+
+
+def resolve_config(cfg: Any) -> RunSpec:
+    """Validate a composed config (DictConfig or dict with model/data/train/tracking/paths) and
+    compute its run key. Fails with ConfigError before any data or model work: it only hashes
+    the corpus files (`training.data.source_fingerprint`) and reads the run key and step of a
+    `train.init_from` checkpoint (see training/keys.py), nothing is decoded or tokenized."""
+    from training import objective
+    from training.checkpoint import identity
+    from training.data import source_fingerprint
+    from training.keys import run_key
+
+    if not isinstance(cfg, dict):
+        from omegaconf import OmegaConf
+
+        cfg = OmegaConf.to_container(cfg, resolve=True)
+    cfg = {k: v for k, v in cfg.items() if k != "hydra"}
+    unknown = sorted(set(cfg) - set(SECTIONS) - {"model"})
+    if unknown:
+        raise ConfigError(
+            f"{unknown[0]}: unknown config section; known: model, {', '.join(SECTIONS)}"
+        )
+    sections = {name: cls.from_dict(cfg.get(name)) for name, cls in SECTIONS.items()}
+    data, train = sections["data"], sections["train"]
+    if data.eval_tokens < train.seq_len:  # else found only after tokenizing (val_windows)
+        raise ConfigError(
+            f"data.eval_tokens: {data.eval_tokens} is less than one window of "
+            f"train.seq_len={train.seq_len} tokens"
+        )
+    model_section = dict(cfg.get("model") or {})
+    model = build_model_config(model_section, planned_vocab_size(data), train.seq_len)
+    objective.check(model, train)  # the family's objective: its fields, before any work
+    size = model_section.get("size")
+    fingerprint = source_fingerprint(data)
+    init_from = None
+    if train.init_from:
+        try:
+            init_from = identity(train.init_from, train.batch_tokens)
+        except FileNotFoundError:
+            raise ConfigError(
+                f"train.init_from: {train.init_from} is not a checkpoint file"
+            ) from None
+    payload = {
+        "model": model.to_dict(),
+        "data": {**data.to_dict(), "fingerprint": fingerprint},
+        "train": {**train.to_dict(), "init_from": init_from},
+    }
+    if model.family != "decoder":  # a decoder's key is what it was before the families
+        payload["objective"] = objective.key_fields(model.family, train.seq_len)
+    return RunSpec(
+        model=model,
+        model_size=None if size is None else float(size),
+        run_key=run_key(payload),
+        data_source=fingerprint,
+        **sections,
+    )
