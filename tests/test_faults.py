@@ -328,9 +328,11 @@ def test_an_interrupt_during_store_creation_leaves_no_store_or_a_complete_one(
         client.log_metric(run.info.run_id, "loss", 1.0, step=3)
         assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [3]
         assert sorted(p.name for p in db.parent.iterdir()) == ["mlruns.db", "mlruns.db.lock"]
-    # timing varies from run to run (and Python runs a Ctrl-C handler only between bytecodes,
-    # after a long sqlite call returns): at least one interrupt must land inside the migrations
-    assert interrupted >= 1, "no offset landed before the store was complete"
+    # timing varies from run to run: at least one kill -9 must land inside the migrations.
+    # Python runs a Ctrl-C handler only between bytecodes, after a long sqlite call returns, so
+    # on a fast machine every SIGINT may come too late; the store must be valid either way.
+    if sig == signal.SIGKILL:
+        assert interrupted >= 1, "no offset landed before the store was complete"
 
 
 @pytest.mark.slow
