@@ -1,5 +1,5 @@
 """What the training benchmarks share: the model pairs they time (`Case`, `Shape`,
-`model_config`, `Runner`), the model-shape command-line flags (`add_shape_args`), a training
+`preset_config`, `Runner`), the model-shape command-line flags (`add_shape_args`), a training
 step in a fresh process (`probe`: peak memory without other models' allocations), the host
 allocator setting (`set_malloc`) and the machine description (`machine`).
 
@@ -69,7 +69,7 @@ class Case:
 
 
 # ----- models ---------------------------------------------------------------------------------
-def model_config(family: str, shape: Shape):
+def preset_config(family: str, shape: Shape):
     """Our preset with the benchmark shape: head_dim 32 at d_model 128, else 64; Llama keeps
     its preset's GQA ratio (2 query heads per KV head)."""
     import yaml
@@ -101,7 +101,7 @@ def build(case: Case, device):
     from models.export_hf import to_hf
     from training.step import adamw, loss, param_groups
 
-    cfg = model_config(case.family, case.shape)
+    cfg = preset_config(case.family, case.shape)
     torch.manual_seed(0)
     ours = build_model(cfg)
     model = ours if case.impl == "ours" else to_hf(ours)

@@ -52,7 +52,7 @@ from benchmarks.harness import (
     add_shape_args,
     log,
     machine,
-    model_config,
+    preset_config,
     probe_memory,
     set_malloc,
 )
@@ -164,7 +164,7 @@ def _key(row: dict) -> tuple:
 def _flops_per_token(case: Case) -> int:
     from models import flops_per_token
 
-    return flops_per_token(model_config(case.family, case.shape), case.shape.seq).exact
+    return flops_per_token(preset_config(case.family, case.shape), case.shape.seq).exact
 
 
 def table(result: dict) -> str:

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from benchmarks.harness import Case, Shape, model_config, probe_memory  # noqa: E402
+from benchmarks.harness import Case, Shape, preset_config, probe_memory  # noqa: E402
 from benchmarks.interleave import median_ratio, repetitions  # noqa: E402
 from benchmarks.throughput import main  # noqa: E402
 
@@ -42,7 +42,7 @@ def test_benchmark_shapes_match_the_presets_and_hf():
     from models.export_hf import hf_config
 
     shape = Shape(vocab=4096, d_model=256, layers=4, seq=256, batch=8)
-    llama, gpt2 = model_config("llama", shape), model_config("gpt2", shape)
+    llama, gpt2 = preset_config("llama", shape), preset_config("gpt2", shape)
     assert (llama.n_heads, llama.kv_heads, llama.ffn_dim, llama.tie_embeddings) == (
         4,
         2,
