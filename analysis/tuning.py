@@ -163,7 +163,11 @@ def for_runs(section: dict, run_ids) -> dict:
     """The section restricted to the arms whose result is among `run_ids` (e.g. one variant)."""
     ids = set(map(str, run_ids))
     arms = [a for a in section["arms"] if set(a["selected"]) & ids]
+    # every run belongs to exactly one arm, so the counts are the kept arms' sums (a group's
+    # section must not report the whole sweep's runs)
     return {**section, "n_arms": len(arms), "arms": arms,
+            "n_runs": sum(a["n_runs"] for a in arms),
+            "n_selected": sum(len(a["selected"]) for a in arms),
             "n_stopped_early": sum(len(a["stopped_early"]) for a in arms)}  # fmt: skip
 
 

@@ -251,3 +251,16 @@ def test_from_an_mlflow_store_arm_tags_train_params_and_epochs_are_read(tmp_path
         cell = runs[(runs["N"] == arm["N"]) & (runs["D"] == arm["D"])].drop(index=list(losers), errors="ignore")
         assert arm["best"]["train.lr"] == pytest.approx(cell.loc[cell["loss"].idxmin(), "train.lr"])
         assert arm["stopped_early"][0]["D"] == arm["D"] / 4
+
+
+def test_each_groups_tuning_section_counts_only_its_own_runs(tmp_path):
+    # two variants of different grid sizes fitted one law each (--group): a group's section
+    # must count its own arms, runs and choices, not the whole sweep's
+    a = tuned_runs(seed=2, variant="a")
+    b = tuned_runs(seed=3, variant="b", grid=GRID[1:-1])
+    res = _fit(tmp_path, pd.concat([a, b], ignore_index=True), "--tune", "train.lr", "--group", "variant")
+    arms = len(SIZES) * len(TOKENS)
+    for name, runs in (("a", a), ("b", b)):
+        t = res["groups"][name]["tuning"]
+        assert (t["n_arms"], t["n_runs"], t["n_selected"]) == (arms, len(runs), arms)
+        assert {r for arm in t["arms"] for r in arm["selected"]} <= set(runs["run_id"])
