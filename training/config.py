@@ -218,9 +218,7 @@ class DataConfig(_Section):
         if self.kind == "text" and self.src_len is not None:
             raise ConfigError(f"data.src_len: applies to data.kind=pairs only, got {self.src_len}")
         if self.kind == "pairs" and self.source_field == self.target_field:
-            raise ConfigError(
-                f"data.target_field: {self.target_field!r} is also data.source_field"
-            )
+            raise ConfigError(f"data.target_field: {self.target_field!r} is also data.source_field")
         if self.source == "text" and not self.path:
             raise ConfigError("data.path: required when data.source=text (a file or directory)")
         if self.source == "hf" and not (self.name or self.from_disk):

@@ -287,9 +287,10 @@ def read_jsonl_pairs(cfg: DataConfig) -> list[tuple[str, str, str]]:
                         )
                     value = record[field]
                     if not isinstance(value, str) or not value.strip():
+                        what = "empty" if isinstance(value, str) else type(value).__name__
                         raise ConfigError(
-                            f"data.path: {where}: {field!r} is {'empty' if isinstance(value, str) else type(value).__name__} "
-                            f"(data.{name}; every pair needs a non-empty source and target)"
+                            f"data.path: {where}: {field!r} is {what} (data.{name}; every pair "
+                            "needs a non-empty source and target string)"
                         )
                     sides.append(value)
                 pairs.append((f"{rel}:{lineno}", *sides))
@@ -302,7 +303,7 @@ def load_pairs(cfg: DataConfig) -> PairCorpus:
     if cfg.source == "stdlib":
         from training.example_pairs import stdlib_pairs
 
-        pairs = stdlib_pairs()
+        pairs = list(stdlib_pairs())
         name = f"stdlib-pairs-py{platform.python_version()}"
         description = f"Python {platform.python_version()} stdlib docstring -> def pairs"
     else:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import json
 import sys
 import warnings
@@ -48,8 +49,9 @@ def file_pairs(code: str) -> Iterator[tuple[str, str]]:
         yield first, f"{prefix} {node.name}({ast.unparse(node.args)})"
 
 
-def stdlib_pairs() -> list[tuple[str, str, str]]:
-    """(key, source, target) of the stdlib's pairs; key = file path and line of the `def`."""
+@functools.cache  # ~5 s of parsing; a sweep resolves and loads it in one process
+def stdlib_pairs() -> tuple[tuple[str, str, str], ...]:
+    """(key, source, target) of the stdlib's pairs, key = file path and pair number."""
     from training.data import stdlib_files
 
     seen: set[tuple[str, str]] = set()
@@ -59,7 +61,7 @@ def stdlib_pairs() -> list[tuple[str, str, str]]:
             if (source, target) not in seen:
                 seen.add((source, target))
                 out.append((f"{rel}#{len(out)}", source, target))
-    return out
+    return tuple(out)
 
 
 def main(argv: list[str] | None = None) -> None:
