@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import test_bad_input
+import test_sweep_plan
 import test_train
 import torch
 import torch.nn.functional as F
@@ -28,6 +29,7 @@ compose, history, runs_df, uri_of = (
     test_train.compose, test_train.history, test_train.runs_df, test_train.uri_of,
 )  # fmt: skip
 place, one_error_line = test_bad_input.place, test_bad_input.one_error_line
+comp, tmp_store = test_sweep_plan.comp, test_sweep_plan.tmp_store  # a sweep job's config
 ROOT = Path(__file__).resolve().parents[1]
 N_EXAMPLE_PAIRS = 1500
 TINY_PAIRS = [
@@ -244,6 +246,23 @@ def test_a_resumed_pairs_run_is_bit_identical(lab, tmp_path, monkeypatch):
     assert resumed.run_id == runs_df(lab).iloc[0]["run_id"] and not resumed.reused
     assert resumed.final_train_loss == uninterrupted.final_train_loss
     assert resumed.final_val_loss == uninterrupted.final_val_loss
+
+
+def test_a_sweep_plans_pairs_with_the_runs_accounting(comp):
+    """`sweeps.run`'s plan (driver.facts) counts a pairs point as the run records it: per
+    position of a pair, both stacks over the source and target lengths."""
+    from sweeps import driver
+    from sweeps.job import training_config
+
+    overrides = ["model=vanilla_seq2seq", "data=stdlib_pairs", "model.size=3e4",
+                 "train.seq_len=64", "data.src_len=40"]  # fmt: skip
+    cfg = comp(overrides)
+    facts = driver.facts(cfg)
+    spec = resolve_config(training_config(cfg))  # what the sweep's job trains
+    pc, fl = count_params(spec.model), flops_per_sequence(spec.model, 24, src_len=40)
+    assert facts.run_key == spec.run_key
+    assert facts.flops_per_token == fl.exact / 64
+    assert facts.flops_6nd_per_token == 6 * (pc.encoder * 40 + pc.decoder * 24) / 64
 
 
 # ---------------------------------------------------------------- run keys
