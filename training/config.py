@@ -191,8 +191,34 @@ class DataConfig(_Section):
     tokenizer_train_chars: int = 50_000_000  # BPE is trained on at most this many characters
     eval_tokens: int = 65536  # validation tokens, fixed windows from the start of val
     max_bytes: int | None = None  # sitepackages: at most this many bytes of files; None: all
+    # Paired corpora (encoder_decoder): `kind: pairs` reads (source, target) records instead of
+    # documents: data.source=text, .jsonl records {source_field: ..., target_field: ...}, or
+    # data.source=stdlib, pairs derived from the stdlib (training/example_pairs.py).
+    kind: Literal["text", "pairs"] = "text"
+    source_field: str = "source"  # pairs, jsonl: the field holding a record's source text
+    target_field: str = "target"  # pairs, jsonl: the field holding its target text
+    src_len: int | None = None  # pairs: source positions per pair; the target gets the rest of
+    # train.seq_len (each side truncated to fit, ending in end-of-text). None: seq_len // 2
+
+    def to_dict(self) -> dict:
+        """Every field; a text corpus leaves out ``PAIR_FIELDS`` (holding their defaults), so
+        its params and run keys are those of before paired corpora."""
+        d = dataclasses.asdict(self)
+        if self.kind == "text":
+            for name in PAIR_FIELDS:
+                del d[name]
+        return d
 
     def validate(self) -> None:
+        if self.kind == "pairs" and self.source not in ("text", "stdlib"):
+            raise ConfigError(
+                f"data.kind: pairs are read from data.source=text (.jsonl records) or derived "
+                f"from data.source=stdlib, got data.source={self.source}"
+            )
+        if self.kind == "text" and self.src_len is not None:
+            raise ConfigError(f"data.src_len: applies to data.kind=pairs only, got {self.src_len}")
+        if self.kind == "pairs" and self.source_field == self.target_field:
+            raise ConfigError(f"data.target_field: {self.target_field!r} is also data.source_field")
         if self.source == "text" and not self.path:
             raise ConfigError("data.path: required when data.source=text (a file or directory)")
         if self.source == "hf" and not (self.name or self.from_disk):
@@ -201,7 +227,10 @@ class DataConfig(_Section):
             raise ConfigError(f"data.val_fraction: must be in (0, 1), got {self.val_fraction}")
         if self.tokenizer == "bpe" and not 257 <= self.vocab_size <= 2**32 - 1:
             raise ConfigError(f"data.vocab_size: must be >= 257 for bpe, got {self.vocab_size}")
-        _positive("data", self, "eval_tokens", "tokenizer_train_chars", "max_bytes")
+        _positive("data", self, "eval_tokens", "tokenizer_train_chars", "max_bytes", "src_len")
+
+
+PAIR_FIELDS = ("kind", "source_field", "target_field", "src_len")  # DataConfig, pairs only
 
 
 @dataclass

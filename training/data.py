@@ -4,6 +4,11 @@ Pipeline: documents (stdlib / sitepackages / text / hf) -> train/val split by a 
 document's key -> tokenizer (byte-level BPE trained on the train split, or raw bytes) -> two
 flat token streams (documents joined by an end-of-text id) saved as uint16/uint32 files.
 
+A paired corpus (`data.kind=pairs`, for encoder_decoder): (source, target) records, split by a
+hash of each pair's text, each side tokenized with one tokenizer (BPE trained on both sides of
+the train split) and stored untruncated as one token stream with pair offsets; the objective
+(training/objective.py, PairedSeq2Seq) truncates and pads them per batch.
+
 The cache folder is keyed by the corpus fingerprint and every setting that changes the token
 streams, and is built in a temporary folder that is renamed into place: two processes racing
 to build it both succeed, one rename wins, nobody reads a half-written cache.
@@ -234,6 +239,97 @@ def load_corpus(cfg: DataConfig) -> Corpus:
     return corpus
 
 
+# ---------------------------------------------------------------- paired corpora
+@dataclass
+class PairCorpus:
+    """(key, source, target) records in a fixed order, and a fingerprint of their content."""
+
+    fingerprint: str
+    description: str
+    pairs: list[tuple[str, str, str]]
+
+
+def _pair_files(cfg: DataConfig) -> list[tuple[str, Path]]:
+    files = text_files(cfg)[1]
+    for _, p in files:
+        if p.suffix != ".jsonl":
+            raise ConfigError(
+                f"data.path: {p} is not .jsonl; data.kind=pairs reads one JSON object per line, "
+                f'{{"{cfg.source_field}": ..., "{cfg.target_field}": ...}}'
+            )
+    return files
+
+
+def read_jsonl_pairs(cfg: DataConfig) -> list[tuple[str, str, str]]:
+    """(file:line, source, target) of every record under data.path, in file order. Raises
+    ConfigError naming the field and file:line for a line that is not a JSON object, a missing
+    field, a value that is not a string, or an empty (or whitespace) source or target."""
+    pairs = []
+    for rel, path in _pair_files(cfg):
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                where = f"{path}:{lineno}"
+                try:
+                    record = json.loads(line)
+                except ValueError as e:
+                    raise ConfigError(f"data.path: {where} is not JSON ({e})") from None
+                if not isinstance(record, dict):
+                    raise ConfigError(f"data.path: {where} is not a JSON object")
+                sides = []
+                for name in ("source_field", "target_field"):
+                    field = getattr(cfg, name)
+                    if field not in record:
+                        raise ConfigError(
+                            f"data.{name}: {field!r} not in {where}; fields: "
+                            f"{', '.join(sorted(record))}"
+                        )
+                    value = record[field]
+                    if not isinstance(value, str) or not value.strip():
+                        what = "empty" if isinstance(value, str) else type(value).__name__
+                        raise ConfigError(
+                            f"data.path: {where}: {field!r} is {what} (data.{name}; every pair "
+                            "needs a non-empty source and target string)"
+                        )
+                    sides.append(value)
+                pairs.append((f"{rel}:{lineno}", *sides))
+    if not pairs:
+        raise ConfigError(f"data.path: {cfg.path}: no pairs (its .jsonl files hold no records)")
+    return pairs
+
+
+def load_pairs(cfg: DataConfig) -> PairCorpus:
+    if cfg.source == "stdlib":
+        from training.example_pairs import stdlib_pairs
+
+        pairs = list(stdlib_pairs())
+        name = f"stdlib-pairs-py{platform.python_version()}"
+        description = f"Python {platform.python_version()} stdlib docstring -> def pairs"
+    else:
+        pairs = read_jsonl_pairs(cfg)
+        name, description = "pairs", f"{cfg.path} pairs"
+    digest = _sha(s for _, source, target in pairs for s in (source, target))[:12]
+    return PairCorpus(f"{name}-{digest}", f"{description} ({len(pairs)} pairs)", pairs)
+
+
+def split_pairs(
+    pairs: list[tuple[str, str, str]], val_fraction: float
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """Deterministic train/val split by a hash of each pair's text (not its line): the split
+    survives reordering and insertions, and a pair repeated in the files is never on both
+    sides."""
+    train, val = [], []
+    for _, source, target in pairs:
+        (val if _is_val(source + "\0" + target, val_fraction) else train).append((source, target))
+    if not train or not val:
+        raise ConfigError(
+            f"data.val_fraction={val_fraction}: the split of {len(pairs)} pairs left "
+            f"{'no training' if not train else 'no validation'} pairs; use more pairs"
+        )
+    return train, val
+
+
 # ---------------------------------------------------------------- source fingerprints (run keys)
 RACY_S = 2.0  # a file modified this recently is hashed again every time (its mtime may repeat)
 _hashed: dict[tuple, str] = {}  # file signatures -> digest, for this process
@@ -307,6 +403,8 @@ def source_fingerprint(cfg: DataConfig) -> str:
     identified by name, config and data_files only (an upstream change keeps its fingerprint).
     Distinct from `Corpus.fingerprint`, which hashes the decoded documents and keys token caches.
     """
+    if cfg.kind == "pairs":
+        return _pairs_fingerprint(cfg)
     if cfg.source == "stdlib":
         return "stdlib-" + _hash_files(stdlib_files())
     if cfg.source == "sitepackages":  # by what is installed: hashing ~250 MB per plan is slow
@@ -328,6 +426,25 @@ def source_fingerprint(cfg: DataConfig) -> str:
     if local:
         return "hf-files-" + _hash_files(local)
     return "hf-hub-" + _sha([str(cfg.name), str(cfg.config), str(cfg.data_files)])[:16]
+
+
+_checked_pairs: set[tuple[str, str, str]] = set()  # (file digest, fields) read and valid
+
+
+def _pairs_fingerprint(cfg: DataConfig) -> str:
+    """A paired corpus as the run key sees it. text: the .jsonl files' bytes and names and the
+    two field names, after every record was checked (`read_jsonl_pairs`: bad records fail here,
+    at config time; once per process and file state). stdlib: the stdlib's files and the rule
+    that derives its pairs (`example_pairs.EXAMPLE_FORMAT`)."""
+    if cfg.source == "stdlib":
+        from training.example_pairs import EXAMPLE_FORMAT
+
+        return "stdlib-pairs-" + _sha([_hash_files(stdlib_files()), str(EXAMPLE_FORMAT)])[:16]
+    check = (_hash_files(_pair_files(cfg)), cfg.source_field, cfg.target_field)
+    if check not in _checked_pairs:
+        read_jsonl_pairs(cfg)
+        _checked_pairs.add(check)
+    return "pairs-" + _sha(check)[:16]
 
 
 def _is_val(key: str, val_fraction: float) -> bool:
@@ -442,22 +559,56 @@ def load_tokenizer(cache: Path):
 
 # ---------------------------------------------------------------- token cache
 @dataclass
-class TokenData:
-    """The two token streams (read-only memmaps) and what produced them."""
+class PairSplit:
+    """A split of a paired corpus: pair i's source ids are tokens[o[2i]:o[2i+1]] and its target
+    ids tokens[o[2i+1]:o[2i+2]] (o = offsets), untruncated and without end-of-text."""
 
-    train: np.ndarray  # (n_train,) uint16 or uint32
-    val: np.ndarray  # (n_val,)
+    tokens: np.ndarray  # (n_tokens,) uint16 or uint32
+    offsets: np.ndarray  # (2 n_pairs + 1,) int64
+    eot_id: int  # what the objective appends to each side and pads sources with
+
+    def __len__(self) -> int:
+        return (len(self.offsets) - 1) // 2
+
+    def pair(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        a, b, c = self.offsets[2 * i : 2 * i + 3]
+        return self.tokens[a:b], self.tokens[b:c]
+
+    def head(self, n: int) -> PairSplit:
+        """The first n pairs."""
+        return PairSplit(self.tokens, self.offsets[: 2 * n + 1], self.eot_id)
+
+    def lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        """(source lengths, target lengths), tokens per pair."""
+        sizes = np.diff(np.asarray(self.offsets))
+        return sizes[0::2], sizes[1::2]
+
+
+@dataclass
+class TokenData:
+    """The two token streams (read-only memmaps), or the two PairSplits of a paired corpus, and
+    what produced them."""
+
+    train: np.ndarray | PairSplit  # (n_train,) uint16 or uint32
+    val: np.ndarray | PairSplit  # (n_val,)
     vocab_size: int
     eot_id: int
     fingerprint: str  # corpus fingerprint (the `data_fingerprint` tag)
     cache_dir: Path
     meta: dict
 
+    def split_tokens(self, split: np.ndarray | PairSplit, seq_len: int) -> int:
+        """A split's size in D's units (epochs = tokens trained / this): its tokens; for pairs,
+        pairs x seq_len, since D counts every position of a padded pair (PairedSeq2Seq)."""
+        return len(split) * seq_len if isinstance(split, PairSplit) else len(split)
+
 
 def cache_key(cfg: DataConfig, fingerprint: str) -> str:
     settings = [fingerprint, str(CACHE_FORMAT), cfg.tokenizer, str(cfg.val_fraction)]
     if cfg.tokenizer == "bpe":
         settings += [str(cfg.vocab_size), str(cfg.tokenizer_train_chars)]
+    if cfg.kind == "pairs":  # text caches keep their keys
+        settings.append("pairs")
     return _sha(settings)[:16]
 
 
@@ -505,6 +656,12 @@ def cache_problem(cache: Path) -> str | None:
             size = (cache / name).stat().st_size
             if size != int(n) * itemsize:
                 return f"{name} has {size} bytes, meta.json promises {n} tokens ({n * itemsize} bytes)"
+        if meta.get("kind") == "pairs":
+            for split in ("train", "val"):
+                size = (cache / f"{split}.offsets.bin").stat().st_size
+                n = meta[f"n_{split}_pairs"]
+                if size != (2 * int(n) + 1) * 8:
+                    return f"{split}.offsets.bin has {size} bytes, meta.json promises {n} pairs"
         if meta["tokenizer"] == "bpe":
             names.append("tokenizer.json")
             if not (cache / "tokenizer.json").is_file():
@@ -574,9 +731,83 @@ def _build_cache(cfg: DataConfig, corpus: Corpus, final: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _write_pairs(tmp: Path, split: str, pairs: list[tuple[str, str]], tokenizer, dtype) -> dict:
+    """`{split}.bin` (each pair's source ids, then its target ids) and `{split}.offsets.bin`;
+    returns their counts and sha256s."""
+    offsets, h = [0], hashlib.sha256()
+    with open(tmp / f"{split}.bin", "wb") as f:
+        for i in range(0, len(pairs), 2048):
+            texts = [side for pair in pairs[i : i + 2048] for side in pair]
+            for ids in tokenizer.encode_batch(texts):
+                arr = np.asarray(ids, dtype=dtype)
+                h.update(arr.tobytes())
+                arr.tofile(f)
+                offsets.append(offsets[-1] + arr.size)
+        f.flush()
+        os.fsync(f.fileno())
+    index = np.asarray(offsets, dtype=np.int64)
+    index.tofile(tmp / f"{split}.offsets.bin")
+    sources, targets = np.diff(index)[0::2], np.diff(index)[1::2]
+    return {
+        f"n_{split}_tokens": int(index[-1]),
+        f"n_{split}_pairs": len(pairs),
+        f"n_{split}_source_tokens": int(sources.sum()),
+        f"n_{split}_target_tokens": int(targets.sum()),
+        "sha256": {f"{split}.bin": h.hexdigest(),
+                   f"{split}.offsets.bin": _file_sha256(tmp / f"{split}.offsets.bin")},
+    }  # fmt: skip
+
+
+def _build_pair_cache(cfg: DataConfig, corpus: PairCorpus, final: Path) -> None:
+    t0 = time.perf_counter()
+    train_pairs, val_pairs = split_pairs(corpus.pairs, cfg.val_fraction)
+    if cfg.tokenizer == "byte":
+        tokenizer = ByteTokenizer()
+    else:  # one vocabulary for both sides (a shared embedding table, as the 2017 model's)
+        texts = [side for pair in train_pairs for side in pair]
+        tokenizer = BPETokenizer.train(texts, cfg.vocab_size, cfg.tokenizer_train_chars)
+    t_tok = time.perf_counter() - t0
+    dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.uint32
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=final.name + ".tmp-"))
+    try:
+        sha256 = {}
+        if isinstance(tokenizer, BPETokenizer):
+            tokenizer.save(tmp / "tokenizer.json")
+            sha256["tokenizer.json"] = _file_sha256(tmp / "tokenizer.json")
+        counts = {}
+        for split, pairs in (("train", train_pairs), ("val", val_pairs)):
+            written = _write_pairs(tmp, split, pairs, tokenizer, dtype)
+            sha256.update(written.pop("sha256"))
+            counts.update(written)
+        meta = {
+            "kind": "pairs",
+            "fingerprint": corpus.fingerprint,
+            "description": corpus.description,
+            "tokenizer": cfg.tokenizer,
+            "vocab_size": tokenizer.vocab_size,
+            "eot_id": tokenizer.eot_id,
+            "dtype": np.dtype(dtype).name,
+            **counts,
+            "train_chars": sum(len(s) + len(t) for s, t in train_pairs),
+            "tokenizer_seconds": round(t_tok, 2),
+            "build_seconds": round(time.perf_counter() - t0, 2),
+            "sha256": sha256,  # verified on load (cache_problem)
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        try:
+            os.rename(tmp, final)  # atomic; fails if another process got there first
+        except OSError:
+            if not (final / "meta.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def prepare_data(cfg: DataConfig, cache_root: Path) -> TokenData:
-    """Load (or build once and cache) the token streams for `cfg`."""
-    corpus = load_corpus(cfg)
+    """Load (or build once and cache) the token streams (or pairs) for `cfg`."""
+    pairs = cfg.kind == "pairs"
+    corpus = load_pairs(cfg) if pairs else load_corpus(cfg)
+    build = _build_pair_cache if pairs else _build_cache
     final = Path(cache_root) / cache_key(cfg, corpus.fingerprint)
 
     def problem() -> str | None:
@@ -593,18 +824,36 @@ def prepare_data(cfg: DataConfig, cache_root: Path) -> TokenData:
                     log.warning("token cache %s is corrupt (%s); rebuilding it", final, why)
                     _discard(final)
                 log.info("building token cache %s for %s", final, corpus.description)
-                _build_cache(cfg, corpus, final)
+                build(cfg, corpus, final)
             if why := cache_problem(final):
                 raise RuntimeError(f"token cache {final}: {why} right after building it")
     meta = json.loads((final / "meta.json").read_text())
     train = np.memmap(final / "train.bin", dtype=meta["dtype"], mode="r")
     val = np.memmap(final / "val.bin", dtype=meta["dtype"], mode="r")
+    if pairs:
+        train, val = (
+            PairSplit(stream, np.fromfile(final / f"{split}.offsets.bin", np.int64), meta["eot_id"])
+            for split, stream in (("train", train), ("val", val))
+        )
     return TokenData(
         train, val, meta["vocab_size"], meta["eot_id"], corpus.fingerprint, final, meta
     )
 
 
 # ---------------------------------------------------------------- batches
+def val_pairs(val: PairSplit, seq_len: int, eval_tokens: int) -> PairSplit:
+    """Fixed validation pairs: the first eval_tokens // seq_len pairs of the val split (a pair
+    is seq_len positions of D, as a window is); identical for every run on the same cache."""
+    n = eval_tokens // seq_len
+    if n > len(val):
+        raise ConfigError(
+            f"data.eval_tokens={eval_tokens}: {n} pairs of train.seq_len={seq_len}, but the "
+            f"validation split has only {len(val)} pairs; lower data.eval_tokens or raise "
+            "data.val_fraction"
+        )
+    return val.head(n)
+
+
 def val_windows(val: np.ndarray, seq_len: int, eval_tokens: int) -> np.ndarray:
     """Fixed validation windows: the first `eval_tokens` of the val stream cut into
     non-overlapping (seq_len + 1) windows; identical for every run on the same cache."""

@@ -16,6 +16,16 @@ accounting (what D counts, FLOPs per token):
   (``seq_len`` per sequence, what the corpus supplies); compute counts both stacks
   (``flops_per_sequence`` over ``src_len`` and ``tgt_len``), so C is not 6 x N x D here.
 
+- ``encoder_decoder`` on a paired corpus (``data.kind=pairs``) -> ``PairedSeq2Seq``:
+  teacher-forced cross-entropy on the target tokens only. Each pair fills ``seq_len``
+  positions: a source of ``src_len`` (``data.src_len``, default ``seq_len // 2``) and a target
+  of ``tgt_len = seq_len - src_len``; each side is truncated to its length less one and ends in
+  end-of-text, sources are padded (and masked in the encoder), targets padded with -100 (no
+  loss). One extra id: the decoder start. D counts the positions of the padded pairs (source +
+  target, ``seq_len`` per pair, padding included: what the model computes on); compute as for
+  span corruption, both stacks over ``src_len`` and ``tgt_len``. Pairs are drawn uniformly
+  with replacement by the sampler's seeded generator (its state resumes them).
+
 Masking and corruption draw from a generator seeded by one draw of the sampler's own generator
 per micro-batch (plus the rank), so the checkpointed sampler state fixes them and a resumed run
 is bit-identical. Validation batches are corrupted once with ``VAL_SEED``, independent of
@@ -200,6 +210,88 @@ def span_lengths(seq_len: int) -> tuple[int, int, int]:
     return n_spans, len(src), len(tgt)
 
 
+class PairedSeq2Seq(_Objective):
+    """Encoder-decoder on (source, target) pairs; the decoder's start id is the id after the
+    tokenizer's."""
+
+    family = "encoder_decoder"
+    extra_ids = 1
+
+    def __init__(self, model_cfg, tokenizer_vocab: int, seq_len: int, src_len: int):
+        self.cfg, self.seq_len = model_cfg, seq_len
+        self.src_len, self.tgt_len = src_len, seq_len - src_len
+        self.start_id = tokenizer_vocab
+
+    @staticmethod
+    def pair_key_fields(seq_len: int, src_len: int) -> dict[str, Any]:
+        return {
+            "name": "seq2seq_pairs", "tokens_counted": "source+target",
+            "src_len": src_len, "tgt_len": seq_len - src_len,
+        }  # fmt: skip
+
+    def params(self) -> dict[str, Any]:
+        fields = self.pair_key_fields(self.seq_len, self.src_len)
+        return {f"objective.{k}": v for k, v in fields.items()}
+
+    def collate(self, split, indices) -> tuple[torch.Tensor, ...]:
+        """(src, src_mask, decoder_inputs, targets) of the pairs `indices` of a PairSplit:
+        src, src_mask (B, src_len); decoder_inputs, targets (B, tgt_len)."""
+        S, T, eot = self.src_len, self.tgt_len, split.eot_id
+        src = np.full((len(indices), S), eot, dtype=np.int64)  # padding: masked, never read
+        mask = np.zeros((len(indices), S), dtype=bool)
+        tgt = np.full((len(indices), T), IGNORE_INDEX, dtype=np.int64)
+        for row, i in enumerate(indices):
+            source, target = split.pair(i)
+            source, target = source[: S - 1], target[: T - 1]  # room for end-of-text
+            src[row, : len(source)], src[row, len(source)] = source, eot
+            mask[row, : len(source) + 1] = True
+            tgt[row, : len(target)], tgt[row, len(target)] = target, eot
+        targets = torch.from_numpy(tgt)
+        return (torch.from_numpy(src), torch.from_numpy(mask),
+                shift_right(targets, self.start_id), targets)  # fmt: skip
+
+    def sampler(self, split, micro_batch: int, seed: int, rank: int = 0, world_size: int = 1):
+        return PairSampler(self, split, micro_batch, seed, rank, world_size)
+
+    def val_batches(self, split) -> list[torch.Tensor]:
+        return list(self.collate(split, range(len(split))))  # every pair, in order
+
+    def loss(self, model, src, src_mask, decoder_inputs, targets):
+        """Mean cross-entropy over the target tokens (padding is -100)."""
+        return model(src, decoder_inputs, targets, src_mask=src_mask, return_logits=False)[1]
+
+    def accounting(self, tokens: int) -> Accounting:
+        from models import flops_per_sequence
+
+        fl = flops_per_sequence(self.cfg, self.tgt_len, src_len=self.src_len)
+        pairs = tokens / self.seq_len
+        return Accounting(fl.six_n * pairs, fl.exact * pairs, fl.exact / self.seq_len)
+
+
+class PairSampler:
+    """Random training pairs from a seeded `torch.Generator`, as `BatchSampler` draws windows:
+    every micro-step draws the indices of the GLOBAL micro-batch and each rank takes its slice.
+    The generator state is the data position saved in checkpoints."""
+
+    def __init__(self, objective: PairedSeq2Seq, split, micro_batch: int, seed: int,
+                 rank: int = 0, world_size: int = 1):  # fmt: skip
+        self.objective, self.split, self.micro_batch = objective, split, micro_batch
+        self.rank, self.world_size = rank, world_size
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def next(self) -> tuple[torch.Tensor, ...]:
+        drawn = torch.randint(len(self.split), (self.world_size * self.micro_batch,),
+                              generator=self.generator)  # fmt: skip
+        mine = drawn[self.rank * self.micro_batch : (self.rank + 1) * self.micro_batch]
+        return self.objective.collate(self.split, mine.tolist())
+
+    def state_dict(self) -> dict:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])
+
+
 class _Batches:
     """A `BatchSampler` whose windows come out corrupted by `objective`; its state (all a
     checkpoint needs) is the sampler's."""
@@ -227,30 +319,46 @@ OBJECTIVES: dict[str, type] = {
 }
 
 
-def extra_ids(family: str, seq_len: int) -> int:
-    """Ids the family's objective adds after the tokenizer's ([MASK]; sentinels and start)."""
+def pair_lengths(data, seq_len: int) -> tuple[int, int] | None:
+    """(source, target) positions per pair of a paired corpus (`data.kind=pairs`), else None."""
+    if data is None or data.kind != "pairs":
+        return None
+    src_len = seq_len // 2 if data.src_len is None else data.src_len
+    return src_len, seq_len - src_len
+
+
+def extra_ids(family: str, seq_len: int, data=None) -> int:
+    """Ids the family's objective adds after the tokenizer's ([MASK]; sentinels and start; the
+    start alone on pairs). `data`: the DataConfig (its kind picks the objective)."""
+    if pair_lengths(data, seq_len) is not None:
+        return PairedSeq2Seq.extra_ids
     if family == "encoder_decoder":
         return SpanCorruption.extra_ids_for(seq_len)
     return OBJECTIVES[family].extra_ids if family in OBJECTIVES else 0
 
 
-def key_fields(family: str, seq_len: int) -> dict[str, Any]:
+def key_fields(family: str, seq_len: int, data=None) -> dict[str, Any]:
+    if (lengths := pair_lengths(data, seq_len)) is not None:
+        return PairedSeq2Seq.pair_key_fields(seq_len, lengths[0])
     return OBJECTIVES[family].key_fields(seq_len)
 
 
-def build(model_cfg, tokenizer_vocab: int, seq_len: int):
-    """The objective of `model_cfg.family` for a tokenizer of `tokenizer_vocab` ids."""
+def build(model_cfg, tokenizer_vocab: int, seq_len: int, data=None):
+    """The objective of `model_cfg.family` (and of `data.kind`) for a tokenizer of
+    `tokenizer_vocab` ids."""
+    if (lengths := pair_lengths(data, seq_len)) is not None:
+        return PairedSeq2Seq(model_cfg, tokenizer_vocab, seq_len, lengths[0])
     return OBJECTIVES[model_cfg.family](model_cfg, tokenizer_vocab, seq_len)
 
 
-def for_model(model_cfg, seq_len: int):
+def for_model(model_cfg, seq_len: int, data=None):
     """The objective of a resolved model config (its vocabulary holds the extra ids), for its
     accounting: what run records and sweep plans count."""
-    tokenizer_vocab = model_cfg.vocab_size - extra_ids(model_cfg.family, seq_len)
-    return build(model_cfg, tokenizer_vocab, seq_len)
+    tokenizer_vocab = model_cfg.vocab_size - extra_ids(model_cfg.family, seq_len, data)
+    return build(model_cfg, tokenizer_vocab, seq_len, data)
 
 
-def check(model_cfg, train) -> None:
+def check(model_cfg, train, data=None) -> None:
     """Config errors of a family's objective, raised before any work (one line, the field)."""
     from training.config import ConfigError
 
@@ -259,5 +367,18 @@ def check(model_cfg, train) -> None:
             f"train.label_smoothing: {train.label_smoothing} applies to the decoder family "
             f"only (model.family={model_cfg.family}); use 0"
         )
+    if (lengths := pair_lengths(data, train.seq_len)) is not None:
+        if model_cfg.family != "encoder_decoder":
+            raise ConfigError(
+                f"data.kind: pairs train model.family=encoder_decoder only, got "
+                f"model.family={model_cfg.family} (use model=vanilla_seq2seq, or data.kind=text)"
+            )
+        src_len, tgt_len = lengths
+        if min(src_len, tgt_len) < 2:
+            raise ConfigError(
+                f"data.src_len: {src_len} source and {tgt_len} target positions of "
+                f"train.seq_len={train.seq_len}; each side needs >= 2 (a token and end-of-text)"
+            )
+        return
     if model_cfg.family == "encoder_decoder" and train.seq_len < 4:
         raise ConfigError(f"train.seq_len: span corruption needs >= 4 tokens, got {train.seq_len}")

@@ -80,7 +80,7 @@ def derived_params(spec: RunSpec, model_cfg, geo: Geometry) -> dict[str, Any]:
     from training import objective as objectives
 
     pc = count_params(model_cfg)
-    objective = objectives.for_model(model_cfg, spec.train.seq_len)
+    objective = objectives.for_model(model_cfg, spec.train.seq_len, spec.data)
     trained = geo.total_steps * spec.train.batch_tokens  # whole batches: >= train.tokens
     # D as the family's objective counts it; C of both stacks for encoder_decoder
     fl = objective.accounting(trained)
@@ -139,12 +139,32 @@ def open_run(
     params = tracking.flatten(resolved)
     params.update(derived_params(spec, model_cfg, geo))
     params["data.cache"] = str(data.cache_dir)
-    # tokens in the training split: epochs = tokens_trained / data_train_tokens
-    params["data_train_tokens"] = len(data.train)
-    params["data_val_tokens"] = len(data.val)
+    # tokens in the training split: epochs = tokens_trained / data_train_tokens (pairs: in D's
+    # units, pairs x seq_len; their real token counts and how many sides get truncated follow)
+    params["data_train_tokens"] = data.split_tokens(data.train, spec.train.seq_len)
+    params["data_val_tokens"] = data.split_tokens(data.val, spec.train.seq_len)
+    if spec.data.kind == "pairs":
+        params.update(pair_params(data, spec))
     tracking.log_params(client, run_id, params)
     client.log_artifact(run_id, str(rdir / "config.yaml"))
     return run_id
+
+
+def pair_params(data, spec: RunSpec) -> dict[str, Any]:
+    """A paired corpus' size and fit: pairs per split, their real source and target tokens
+    (before truncation), and the share of training pairs whose side is cut to fit."""
+    from training import objective as objectives
+
+    src_len, tgt_len = objectives.pair_lengths(spec.data, spec.train.seq_len)
+    sources, targets = data.train.lengths()
+    return {
+        "data_train_pairs": len(data.train),
+        "data_val_pairs": len(data.val),
+        "data_train_source_tokens": int(sources.sum()),
+        "data_train_target_tokens": int(targets.sum()),
+        "data_truncated_sources": float((sources > src_len - 1).mean()),
+        "data_truncated_targets": float((targets > tgt_len - 1).mean()),
+    }
 
 
 def end_run(client, run_id: str, status: str, failure_reason: str | None = None) -> None:

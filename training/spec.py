@@ -20,9 +20,12 @@ def planned_vocab_size(data: DataConfig) -> int:
     return 256 if data.tokenizer == "byte" else data.vocab_size
 
 
-def build_model_config(model_section: dict, vocab_size: int, seq_len: int):
+def build_model_config(
+    model_section: dict, vocab_size: int, seq_len: int, data: DataConfig | None = None
+):
     """ModelConfig from the `model` group, with vocab_size from the tokenizer and
-    max_seq_len = train.seq_len. Raises ConfigError naming the model field."""
+    max_seq_len = train.seq_len. `data`: its kind picks the objective (pairs or text), whose
+    special ids enter the vocabulary. Raises ConfigError naming the model field."""
     from models.ladder import model_config
     from training import objective
 
@@ -30,7 +33,7 @@ def build_model_config(model_section: dict, vocab_size: int, seq_len: int):
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"model.{key}: expected a finite number, got {value!r}")
     # the family's objective adds its special ids ([MASK]; sentinels, start) after the tokenizer's
-    vocab_size += objective.extra_ids(model_section.get("family", "decoder"), seq_len)
+    vocab_size += objective.extra_ids(model_section.get("family", "decoder"), seq_len, data)
     d = {**model_section, "vocab_size": vocab_size, "max_seq_len": seq_len}
     try:
         model = model_config(d)
@@ -67,8 +70,8 @@ def resolve_config(cfg: Any) -> RunSpec:
             f"train.seq_len={train.seq_len} tokens"
         )
     model_section = dict(cfg.get("model") or {})
-    model = build_model_config(model_section, planned_vocab_size(data), train.seq_len)
-    objective.check(model, train)  # the family's objective: its fields, before any work
+    model = build_model_config(model_section, planned_vocab_size(data), train.seq_len, data)
+    objective.check(model, train, data)  # the family's objective: its fields, before any work
     size = model_section.get("size")
     fingerprint = source_fingerprint(data)
     init_from = None
@@ -85,7 +88,7 @@ def resolve_config(cfg: Any) -> RunSpec:
         "train": {**train.to_dict(), "init_from": init_from},
     }
     if model.family != "decoder":  # a decoder's key is what it was before the families
-        payload["objective"] = objective.key_fields(model.family, train.seq_len)
+        payload["objective"] = objective.key_fields(model.family, train.seq_len, data)
     return RunSpec(
         model=model,
         model_size=None if size is None else float(size),

@@ -138,16 +138,21 @@ def _train(cfg: Any, stack: contextlib.ExitStack, signals: Signals) -> TrainResu
     from training.monitor import Progress, measured_peak_flops
     from training.schedules import Schedule, wsd_decay_start
 
-    objective = objectives.build(model_cfg, data.vocab_size, tr.seq_len)  # by model.family
+    objective = objectives.build(model_cfg, data.vocab_size, tr.seq_len, spec.data)  # by family
     windows = objective.val_batches(windows)  # the family's fixed validation inputs
     step_objective = None if model_cfg.family == "decoder" else objective
     torch.manual_seed(tr.seed)
     raw_model = build_model(model_cfg).to(accelerator.device)
     optimizer = make_optimizer(raw_model, tr)
-    sampler = BatchSampler(
-        data.train, tr.seq_len, geo.micro_batch, tr.seed, accelerator.process_index, world
-    )
-    sampler = objective.wrap(sampler)  # the decoder's: the sampler itself
+    if spec.data.kind == "pairs":
+        sampler = objective.sampler(
+            data.train, geo.micro_batch, tr.seed, accelerator.process_index, world
+        )
+    else:
+        sampler = BatchSampler(
+            data.train, tr.seq_len, geo.micro_batch, tr.seed, accelerator.process_index, world
+        )
+        sampler = objective.wrap(sampler)  # the decoder's: the sampler itself
     start = _starting_point(spec, geo, decision, rdir, client, raw_model, optimizer, sampler)
     decay_start = None
     if tr.schedule == "wsd":
@@ -163,10 +168,11 @@ def _train(cfg: Any, stack: contextlib.ExitStack, signals: Signals) -> TrainResu
     params = list(model.parameters())
 
     fl_token = objective.accounting(tr.batch_tokens).flops_per_token_exact
-    epochs_planned = geo.total_steps * tr.batch_tokens / len(data.train)
+    train_tokens = data.split_tokens(data.train, tr.seq_len)  # pairs: pairs x seq_len
+    epochs_planned = geo.total_steps * tr.batch_tokens / train_tokens
     if epochs_planned > 1 and main:
         warnings.warn(
-            f"train.tokens={tr.tokens} is {epochs_planned:.2f} epochs of the {len(data.train)}-token "
+            f"train.tokens={tr.tokens} is {epochs_planned:.2f} epochs of the {train_tokens}-token "
             "training split: repeated data bends scaling curves",
             stacklevel=2,
         )
@@ -281,7 +287,7 @@ def _train(cfg: Any, stack: contextlib.ExitStack, signals: Signals) -> TrainResu
             run_dir=str(rdir),
         )
         if main:
-            _record_finished(spec, client, metrics, result, len(data.train), rdir)
+            _record_finished(spec, client, metrics, result, train_tokens, rdir)
         progress.close()
         progress.message(
             f"done: final_val_loss {val_loss:.4f} | {result.tokens_consumed} tokens | "
@@ -304,16 +310,19 @@ def _train(cfg: Any, stack: contextlib.ExitStack, signals: Signals) -> TrainResu
 # ---------------------------------------------------------------- the parts of _train
 def _prepare_data(spec: RunSpec, cache_dir: Path, accelerator):
     """(tokenized data, the model config for its vocabulary, the validation windows)."""
-    from training.data import prepare_data, val_windows
+    from training.data import prepare_data, val_pairs, val_windows
 
     with accelerator.main_process_first():
         data = prepare_data(spec.data, cache_dir)
     model_cfg = spec.model
     if data.vocab_size != model_cfg.vocab_size:  # BPE may stop short of data.vocab_size
         model_cfg = build_model_config(
-            {**model_cfg.to_dict(), "size": None}, data.vocab_size, spec.train.seq_len
+            {**model_cfg.to_dict(), "size": None}, data.vocab_size, spec.train.seq_len, spec.data
         )
-    windows = val_windows(data.val, spec.train.seq_len, spec.data.eval_tokens)  # (n, T + 1)
+    if spec.data.kind == "pairs":  # the first pairs of the val split
+        windows = val_pairs(data.val, spec.train.seq_len, spec.data.eval_tokens)
+    else:
+        windows = val_windows(data.val, spec.train.seq_len, spec.data.eval_tokens)  # (n, T + 1)
     return data, model_cfg, windows
 
 
