@@ -4,7 +4,10 @@
     python -m analysis.report --csv results/NAME/runs.csv [--curves results/NAME/curves.csv] --out DIR
 
 --experiment, --sweep, --csv and --curves are repeatable: the runs of every source go into one
-report (IsoFLOP budgets are grouped within each sweep; approach 3 uses every run).
+report (IsoFLOP budgets are grouped within each sweep; approach 3 uses every run). A selection
+of several model families is refused; `--group family` reports them side by side instead, a
+section per family and a comparison of their compute-optimal allocations only
+(`analysis.families_report`).
 runs.csv (and curves.csv) are exported so the report regenerates without the MLflow database.
 Re-running on the same runs rewrites byte-identical files. Bad input: exit 2, nothing written.
 """
