@@ -586,7 +586,8 @@ def analyse(frame: pd.DataFrame, args, budgets: list[float] | None = None,
     rule = None
     if tuned:  # the baseline's lr rule (its arms), also in an ablation without a law fit
         rule = fits.lr_rule if fits else tuning.lr_rule(
-            tuning.for_runs(tuned, base["run_id"]), args.bootstrap, args.seed)  # fmt: skip
+            tuning.for_runs(tuned, base["run_id"]), args.bootstrap, args.seed,
+            compute_factor.of_runs(base))  # fmt: skip
     ablation = None
     if len(chosen.variants) > 1:
         ablation = compare_variants(runs, baseline=args.baseline, n_boot=args.bootstrap,
