@@ -63,7 +63,9 @@ def comparison(analyses: dict[str, Analysis]) -> dict:
     return out
 
 
-def comparison_blocks(analyses: dict[str, Analysis], budgets: list[float]) -> list[tuple]:
+def comparison_blocks(analyses: dict[str, Analysis], budgets: list[float], given: bool) -> list[tuple]:
+    """The summary: allocation exponents and the allocation at `budgets` (`given` by --budget,
+    else the largest measured C of any family and 100x it) per family, and what C, D count."""
     conv = {f: an.fits.k if an.fits else compute_factor.of_runs(an.base) for f, an in analyses.items()}
     b: list[tuple] = [("h2", "Summary")]
     b.append(("p", "One law per family, each fitted to its own runs only (approach 3, 95% "
@@ -86,7 +88,9 @@ def comparison_blocks(analyses: dict[str, Analysis], budgets: list[float]) -> li
     b.append(("p", NOT_COMPARED))
     b.append(("p", "What C and D count: C = k 6 N D, N the non-embedding parameters (of both "
                    "stacks for an encoder-decoder), so a budget C is the same compute for every "
-                   "family. Budgets: " + ", ".join(f"{c:.3g}" for c in budgets) + " FLOPs."))  # fmt: skip
+                   "family. Budgets: " + ", ".join(f"{c:.3g}" for c in budgets) + " FLOPs"
+                   + (" (--budget)." if given else " (the largest measured C of any family, and "
+                      "100x it: beyond a family's own runs the allocation is an extrapolation).")))  # fmt: skip
     b.append(("table", ["family", "k = C / (6 N D)", "D counts"],
               [[f, f"{conv[f]:.4g}", D_COUNTS.get(f, "tokens trained")] for f in analyses]))  # fmt: skip
     return b
@@ -141,7 +145,7 @@ def main(args, loaded: Runs) -> int:
                         f"({', '.join(f'{f} {len(an.exported)}' for f, an in analyses.items())}); "
                         f"{len(loaded.excluded)} excluded. Every estimate carries a 95% bootstrap "
                         f"percentile interval over runs ({args.bootstrap} replicates)."))  # fmt: skip
-    blocks += comparison_blocks(analyses, budgets)
+    blocks += comparison_blocks(analyses, budgets, bool(args.budget))
     if len(loaded.excluded):
         blocks.append(("h2", "Excluded runs"))
         blocks.append(("table", ["excluded run", "status", "reason"], loaded.excluded.values.tolist()))
