@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import identification, tuning
+from analysis import compute_factor, identification, tuning
 from analysis import laws as law_forms  # --law: the parametric form (analysis/laws/)
 from analysis.bootstrap import intervals, resample_counts
 from analysis.envelope import envelope, envelope_report, padded, resampled_envelopes
@@ -59,7 +59,11 @@ COMPUTE_NAMES = {"6nd": "6ND", "exact": "exact FLOPs"}  # what C counts, as repo
 
 
 def convention(section: dict) -> str:
-    """The compute convention of a fit.json section ('6ND' or 'exact FLOPs'; 6ND if unset)."""
+    """The compute convention of a fit.json section ('6ND' or 'exact FLOPs'; 6ND if unset;
+    'k 6ND, k = ...' for a family whose C is k times 6ND, `analysis.compute_factor`)."""
+    k = section.get("k", section.get("compute_convention", {}).get("k", 1.0))
+    if section.get("compute", "6nd") == "6nd" and k != 1.0:
+        return compute_factor.label(k)
     return COMPUTE_NAMES[section.get("compute", "6nd")]
 
 
@@ -213,14 +217,20 @@ class Fits:
     extrapolation: dict  # approach 3 fitted below a compute threshold, checked above it
     tuning: dict | None = None  # --tune: every arm's grid, losses and choice; None untuned
     lr_rule: dict | None = None  # --tune with an lr key: lr_opt = scale * N^exponent
+    k: float = 1.0  # C / (6 N D) of the runs (`analysis.compute_factor`): 1 but encoder_decoder
+    family: str = "decoder"
 
     def as_dict(self) -> dict:
         """fit.json's content for these runs (`tuning` and `lr_rule` only for tuned runs, so an
-        untuned fit.json is what it was before tuning existed)."""
+        untuned fit.json is what it was before tuning existed; `compute_convention` only where
+        C is not 6 N D)."""
         tuned = {} if self.tuning is None else {"tuning": self.tuning, "lr_rule": self.lr_rule}
+        counts = {} if self.k == 1.0 else {
+            "compute_convention": compute_factor.section(self.k, self.family)}  # fmt: skip
         return {
             "n_runs": self.n_runs,
             "compute": self.compute,
+            **counts,
             "budgets": self.budgets,
             "parametric": self.parametric,
             "isoflop": self.isoflop,
@@ -262,19 +272,20 @@ def fit_all(
     fit then carries the arms of these runs and the lr rule fitted to them.
     """
     check_fittable(runs)
+    k = compute_factor.of_runs(runs)  # C = k 6ND: every conversion between C and D uses it
     section = None if tuned is None else tuning.for_runs(tuned, runs["run_id"])
     flops = None
     if compute == "exact":
         check_exact_compute(runs)
         runs = runs.assign(C=runs["C_exact"].astype(float))
-        flops = FlopsPerToken.fit(runs["N"], runs["C"], runs["D"])
+        flops = FlopsPerToken.fit(runs["N"], runs["C"], runs["D"], k)
     budgets = budgets or default_budgets(runs)
     if compute == "exact" and not _planned_exact(runs):
         isoflop = False  # a 6ND profile is not iso in exact FLOPs (its small sizes cost more)
-    iso = isoflop_report(runs, n_boot, seed) if isoflop else {"skipped": NOT_ISO}
+    iso = isoflop_report(runs, n_boot, seed, k=k) if isoflop else {"skipped": NOT_ISO}
     if compute == "exact" and not isoflop:
         iso = {"skipped": NOT_ISO_EXACT}
-    law, parametric = parametric_report(runs, budgets, n_boot, seed, fixed=fixed, flops=flops)
+    law, parametric = parametric_report(runs, budgets, n_boot, seed, fixed=fixed, flops=flops, k=k)
     points = runs[["run_id", "N", "D", "C", "loss"]]
     fronts = final_point_envelopes(runs, n_boot, seed)  # approach 1 and L(C) alike
     with_curves = intermediate and curves is not None and not curves.empty
@@ -300,7 +311,9 @@ def fit_all(
         kaplan=kaplan_section(runs, n_boot, seed, fronts),
         extrapolation=extrapolation_section(runs, holdout_threshold, fixed),
         tuning=section,
-        lr_rule=None if section is None else tuning.lr_rule(section, n_boot, seed),
+        lr_rule=None if section is None else tuning.lr_rule(section, n_boot, seed, k),
+        k=k,
+        family=str(with_family(runs)["family"].iloc[0]),
     )
 
 
@@ -310,15 +323,18 @@ def _planned_exact(runs: pd.DataFrame) -> bool:
 
 
 def check_exact_compute(runs: pd.DataFrame) -> None:
-    """--compute exact needs a positive C_exact above 6 N D for every run."""
+    """--compute exact needs a positive C_exact above k 6 N D (the runs' own 6ND count,
+    `analysis.compute_factor`) for every run."""
     if "C_exact" not in runs.columns:
         raise InputError("--compute exact: no column 'C_exact' (exact training FLOPs) in the runs")
     c_exact = pd.to_numeric(runs["C_exact"], errors="coerce").to_numpy(dtype=float)
-    bad = ~(c_exact > 6 * runs["N"].to_numpy(float) * runs["D"].to_numpy(float))
+    k = compute_factor.of_runs(runs)
+    six_nd = "6 N D" if k == 1.0 else f"k 6 N D (k = {k:.4g})"
+    bad = ~(c_exact > 6 * k * runs["N"].to_numpy(float) * runs["D"].to_numpy(float))
     if bad.any():
         raise InputError(
             f"--compute exact: column 'C_exact' has {int(bad.sum())} missing value(s) or value(s) "
-            "not above 6 N D (exact training FLOPs include the head and attention)"
+            f"not above {six_nd} (exact training FLOPs include the head and attention)"
         )
     if runs["N"].nunique() < 2:
         raise InputError("--compute exact: needs runs at two or more sizes N")
@@ -483,6 +499,7 @@ def fit_groups(runs: pd.DataFrame, group: str | None, args: argparse.Namespace) 
     runs = with_family(runs)  # losses of different families' objectives never share a law
     if group is None:
         check_one_family(runs, "the selection", "fit one law per family with --group family")
+        compute_factor.of_runs(runs, "the selection")  # one k: before any work
         if args.compute == "exact":
             check_exact_compute(runs)  # before any work
         return fit_all(runs, **kwargs).as_dict()
@@ -491,6 +508,7 @@ def fit_groups(runs: pd.DataFrame, group: str | None, args: argparse.Namespace) 
     groups = {str(k): g for k, g in runs.groupby(group, sort=True)}
     for name, g in groups.items():  # validate every group before fitting any
         check_one_family(g, f"group {group}={name}", "use --group family")
+        compute_factor.of_runs(g, f"group {group}={name}")
         check_fittable(g, f"group {group}={name}")
         if args.compute == "exact":
             check_exact_compute(g)

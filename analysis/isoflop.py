@@ -2,7 +2,8 @@
 
 Runs are grouped into budgets (C within 10% of each other, within one sweep); a group with at
 least MIN_PROFILE_SIZES distinct N is a profile. Each profile's parabola gives N_opt(C) and
-D_opt = C / (6 N_opt), and power laws through those give the allocation exponents a and b
+D_opt = C / (6 k N_opt) (k = C / 6ND of the runs: 1 but for an encoder-decoder,
+`analysis.compute_factor`), and power laws through those give the allocation exponents a and b
 (`powerlaw.frontier_exponents`), with intervals from a bootstrap within each budget. The budget
 grouping is also what the ablations and the extrapolation check use to name a budget.
 """
@@ -119,8 +120,8 @@ def isoflop_profiles(runs: pd.DataFrame, rtol: float = 0.1) -> IsoflopProfiles |
     )
 
 
-def isoflop_optima(N, C, loss, labels, weights=None) -> pd.DataFrame:
-    """Per budget: parabola of loss in ln N, its minimum N_opt, D_opt = C / (6 N_opt).
+def isoflop_optima(N, C, loss, labels, weights=None, k: float = 1.0) -> pd.DataFrame:
+    """Per budget: parabola of loss in ln N, its minimum N_opt, D_opt = C / (6 k N_opt).
 
     Budgets with fewer than 3 distinct N (or non-convex parabolas) are listed with N_opt = nan.
     """
@@ -143,7 +144,7 @@ def isoflop_optima(N, C, loss, labels, weights=None) -> pd.DataFrame:
                 x_opt = -c1 / (2 * c2)
                 row.update(
                     N_opt=float(np.exp(x_opt)),
-                    D_opt=float(budget / (6 * np.exp(x_opt))),
+                    D_opt=float(budget / (6 * k * np.exp(x_opt))),
                     loss_opt=float(c0 + c1 * x_opt + c2 * x_opt**2),
                     interior=bool(x.min() <= x_opt <= x.max()),
                     curvature=float(c2),
@@ -153,7 +154,9 @@ def isoflop_optima(N, C, loss, labels, weights=None) -> pd.DataFrame:
 
 
 
-def isoflop_report(runs: pd.DataFrame, n_boot: int, seed: int, rtol: float = 0.1) -> dict | None:
+def isoflop_report(
+    runs: pd.DataFrame, n_boot: int, seed: int, rtol: float = 0.1, k: float = 1.0
+) -> dict | None:
     """Approach 2 with bootstrap over runs, resampled within each budget; None without data.
 
     Only IsoFLOP profiles are used (`isoflop_profiles`: budgets grouped within each sweep, at
@@ -163,7 +166,7 @@ def isoflop_report(runs: pd.DataFrame, n_boot: int, seed: int, rtol: float = 0.1
     if profiles is None:
         return None
     runs, labels = profiles.runs, profiles.labels
-    optima = isoflop_optima(runs["N"], runs["C"], runs["loss"], labels)
+    optima = isoflop_optima(runs["N"], runs["C"], runs["loss"], labels, k=k)
     if profiles.sweeps is not None:  # several sweeps: say which one each profile comes from
         optima.insert(0, "sweep", [profiles.sweep(k) for k in profiles.ids])
     point = frontier_exponents(optima)
@@ -172,7 +175,7 @@ def isoflop_report(runs: pd.DataFrame, n_boot: int, seed: int, rtol: float = 0.1
         section = {"per_budget": optima.to_dict(orient="records"), "n_boot": 0}
         return identification.with_reasons(section, {"a": why, "b": why})
     counts = resample_counts(len(runs), n_boot, seed, strata=labels)
-    reps = [frontier_exponents(isoflop_optima(runs["N"], runs["C"], runs["loss"], labels, w))
+    reps = [frontier_exponents(isoflop_optima(runs["N"], runs["C"], runs["loss"], labels, w, k))
             for w in counts]  # fmt: skip
     section = {
         **point,

@@ -1,8 +1,9 @@
 """Runs into a DataFrame: from MLflow (schema in docs/contracts.md) or from a CSV.
 
 One row per FINISHED run with columns run_id, run_key, arch, variant, sweep, seed, N
-(non-embedding parameters), N_total, D (tokens trained), C (= 6 N D), C_exact, loss (final
-validation loss), plus the `model.*` axes and `train.*` hyperparameters, and where a run
+(non-embedding parameters), N_total, D (tokens trained), C (= k 6 N D), C_exact, loss (final
+validation loss), where a run's C is not 6 N D its factor k (encoder_decoder: `analysis.
+compute_factor`; no column, or an empty value: k = 1), plus the `model.*` axes and `train.*` hyperparameters, and where a run
 has them the tags `arm`, `tune_role` and its `epochs`; from MLflow, one run per run key (`run_of_key`).
 Several sources (CSVs, or experiments and sweeps) are concatenated by `combine`. Everything a user can get wrong raises `InputError` with one line naming it.
 """
@@ -24,6 +25,7 @@ AXES = ("N", "D", "C")
 CONFIG_COLUMNS = ("model.", "train.")
 TUNING_TAGS = ("arm", "tune_role")
 PARAMETRIC_PARAMS = 5  # E, A, B, alpha, beta
+K_COLUMN = "k"  # C / (6 N D) of a run whose C is not 6 N D (analysis.compute_factor)
 # MLflow's tracking store schemes (its store registry), for a one-line error on any other
 URI_SCHEMES = {"file", "sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks",
                "databricks-uc", "uc"}  # fmt: skip
@@ -44,7 +46,8 @@ class Runs:
 
 
 def complete_axes(df: pd.DataFrame) -> pd.DataFrame:
-    """Require `loss` and two of N, D, C; derive the third from C = 6 N D."""
+    """Require `loss` and two of N, D, C; derive the third from C = k 6 N D (k: column `k`,
+    1 where it is empty or missing)."""
     missing_loss = "loss" not in df.columns
     present = [c for c in AXES if c in df.columns]
     if missing_loss or len(present) < 2:
@@ -65,12 +68,24 @@ def complete_axes(df: pd.DataFrame) -> pd.DataFrame:
                 f"infinite value(s) (rows {rows}); every N, D, C and loss must be a finite "
                 "positive number"
             )
+    six = 6
+    if K_COLUMN in df.columns:  # empty for runs of another family: 1, the decoder convention
+        k = pd.to_numeric(df[K_COLUMN], errors="coerce").astype(float)
+        bad = ~((k > 0) & np.isfinite(k)) & ~df[K_COLUMN].isna()
+        if bad.any():
+            rows = ", ".join(str(i) for i in df.index[bad][:5])
+            raise InputError(
+                f"column '{K_COLUMN}' (C / 6 N D) has {int(bad.sum())} non-numeric, non-positive "
+                f"or infinite value(s) (rows {rows}); leave it empty where C = 6 N D"
+            )
+        df[K_COLUMN] = k.fillna(1.0)
+        six = 6 * df[K_COLUMN]
     if "N" not in df.columns:
-        df["N"] = df["C"] / (6 * df["D"])
+        df["N"] = df["C"] / (six * df["D"])
     if "D" not in df.columns:
-        df["D"] = df["C"] / (6 * df["N"])
+        df["D"] = df["C"] / (six * df["N"])
     if "C" not in df.columns:
-        df["C"] = 6 * df["N"] * df["D"]
+        df["C"] = six * df["N"] * df["D"]
     return df
 
 
@@ -94,10 +109,12 @@ def with_total_params(df: pd.DataFrame) -> pd.DataFrame:
 
     Why: Kaplan et al. (2020) fit non-embedding N, Hoffmann et al. (2022) total N; at small
     scale the two give different exponents (Pearce & Song 2024), so a comparison needs both.
+    A run with a factor k (encoder_decoder) keeps it: C = k 6 N_total D.
     """
     if "N_total" not in df.columns or df["N_total"].isna().any():
         raise InputError("--params total: column 'N_total' is missing or empty for some runs")
-    return df.assign(N=df["N_total"], C=6.0 * df["N_total"] * df["D"])
+    six = 6.0 * df[K_COLUMN] if K_COLUMN in df.columns else 6.0
+    return df.assign(N=df["N_total"], C=six * df["N_total"] * df["D"])
 
 
 def read_csv(path: str | Path, id_prefix: str = "") -> Runs:
@@ -183,6 +200,17 @@ def trained_tokens(params: dict[str, str]) -> float | None:
         return float(params["tokens"]) if "tokens" in params else None
 
 
+def compute_factor(params: dict[str, str], N: float) -> float:
+    """k = flops_6nd / (6 N D) of a run, D the tokens its flops_6nd counts (`tokens_trained`;
+    in older stores the `tokens` budget); 1 where it logs none or its C is 6 N D."""
+    if "flops_6nd" not in params:
+        return 1.0
+    D = float(params.get("tokens_trained", params.get("tokens", "nan")))
+    k = float(params["flops_6nd"]) / (6.0 * N * D)
+    # a decoder's flops_6nd is 6 N D as an integer: its quotient is 1 up to rounding
+    return 1.0 if not np.isfinite(k) or abs(k - 1.0) < 1e-9 else k
+
+
 def exact_flops(params: dict[str, str], D: float) -> float:
     """C_exact over the trained tokens: `flops_exact` where `tokens_trained` is logged (both
     count what was trained); older stores computed it from the budget, so recompute it from
@@ -236,6 +264,7 @@ def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | N
             )
             continue
         N, D = float(p["n_params_nonembed"]), trained_tokens(p)
+        k = compute_factor(p, N)  # C as the run logs it: both stacks of an encoder_decoder
         row = {
             "run_id": run.info.run_id,
             "run_key": t.get("run_key", ""),
@@ -246,10 +275,12 @@ def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | N
             "N": N,
             "N_total": float(p.get("n_params", np.nan)),
             "D": D,
-            "C": 6.0 * N * D,
+            "C": 6.0 * N * D if k == 1.0 else k * 6.0 * N * D,
             "C_exact": exact_flops(p, D),
             "loss": float(m["final_val_loss"]),
         }
+        if k != 1.0:  # only where C is not 6 N D: decoder runs.csv files keep their columns
+            row[K_COLUMN] = k
         if plan_keys and plan_keys.get(row["run_key"]):
             row["budget_flops"] = plan_keys[row["run_key"]]  # what its planned budget C counts
         # a tuned sweep: its arm and role tags (analysis.tuning groups and selects by them)
@@ -267,6 +298,8 @@ def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | N
             f"experiments in this store: {names}"
         )
     frame = pd.DataFrame(rows).sort_values(["variant", "N", "D", "seed", "run_id"])
+    if K_COLUMN in frame.columns:  # runs of several families: C = 6 N D for the others
+        frame[K_COLUMN] = frame[K_COLUMN].fillna(1.0)
     excluded_frame = pd.DataFrame(excluded, columns=["run_id", "status", "reason"])
     return Runs(frame=frame.reset_index(drop=True), excluded=excluded_frame, source=where)
 

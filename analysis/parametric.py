@@ -82,22 +82,23 @@ class Parametric:
         """D_opt exponent: D_opt proportional to C^b."""
         return self.alpha / (self.alpha + self.beta)
 
-    def optimal(self, C):
-        """(N_opt, D_opt) minimising L under 6ND = C."""
-        q = allocation(self.theta[None, :], np.atleast_1d(np.asarray(C, dtype=float)))
+    def optimal(self, C, k: float = 1.0):
+        """(N_opt, D_opt) minimising L under k 6ND = C."""
+        q = allocation(self.theta[None, :], np.atleast_1d(np.asarray(C, dtype=float)), k)
         return q["N_opt"][0], q["D_opt"][0]
 
 
-def allocation(theta: np.ndarray, budgets: np.ndarray) -> dict[str, np.ndarray]:
+def allocation(theta: np.ndarray, budgets: np.ndarray, k: float = 1.0) -> dict[str, np.ndarray]:
     """Compute-optimal allocation for R parameter vectors (R, 5) at K budgets: arrays (R, K).
 
-    Minimising A N^-alpha + B D^-beta subject to 6ND = C gives
-    N_opt = G (C/6)^a, D_opt = G^-1 (C/6)^b, G = (alpha A / (beta B))^(1 / (alpha + beta)).
+    Minimising A N^-alpha + B D^-beta subject to k 6ND = C gives
+    N_opt = G (C/6k)^a, D_opt = G^-1 (C/6k)^b, G = (alpha A / (beta B))^(1 / (alpha + beta));
+    k = 1 but for a family whose C is not 6ND (`analysis.compute_factor`).
     """
     log_A, log_B, _, alpha, beta = (theta[:, i : i + 1] for i in range(5))  # (R, 1) each
     total = alpha + beta
     log_G = (np.log(alpha) + log_A - np.log(beta) - log_B) / total
-    log_half = np.log(np.asarray(budgets, dtype=float) / 6.0)[None, :]  # (1, K)
+    log_half = np.log(np.asarray(budgets, dtype=float) / (6.0 * k))[None, :]  # (1, K)
     log_N = log_G + (beta / total) * log_half
     log_D = -log_G + (alpha / total) * log_half
     return {
@@ -109,28 +110,30 @@ def allocation(theta: np.ndarray, budgets: np.ndarray) -> dict[str, np.ndarray]:
 
 @dataclass(frozen=True)
 class FlopsPerToken:
-    """Exact training FLOPs per token as a function of N: f(N) = 6 N + c N^q.
+    """Exact training FLOPs per token as a function of N: f(N) = 6 k N + c N^q.
 
-    Fitted to the runs' exact counts (C_exact / D): 6N is the non-embedding matmuls, c N^q the
-    head, embedding-side and attention terms, which grow slower than N along a size ladder. The
-    form tends to 6N at large N, so extrapolated allocations approach the 6ND ones.
+    Fitted to the runs' exact counts (C_exact / D): 6 k N is the non-embedding matmuls (k = 1
+    but for an encoder-decoder, whose tokens each pass one stack: `analysis.compute_factor`),
+    c N^q the head, embedding-side and attention terms, which grow slower than N along a size
+    ladder. The form tends to 6 k N at large N, so extrapolated allocations approach the 6ND ones.
     """
 
     c: float
     q: float
+    k: float = 1.0
 
     @classmethod
-    def fit(cls, N, C_exact, D) -> FlopsPerToken:
+    def fit(cls, N, C_exact, D, k: float = 1.0) -> FlopsPerToken:
         N, per_token = np.asarray(N, dtype=float), np.asarray(C_exact, float) / np.asarray(D, float)
-        extra = per_token - 6 * N
+        extra = per_token - 6 * k * N
         if not (extra > 0).all() or np.unique(N).size < 2:
-            raise ValueError("exact FLOPs per token must exceed 6N at two or more sizes")
+            raise ValueError("exact FLOPs per token must exceed 6kN at two or more sizes")
         q, log_c = np.polyfit(np.log(N), np.log(extra), 1)
-        return cls(float(np.exp(log_c)), float(q))
+        return cls(float(np.exp(log_c)), float(q), k)
 
     def __call__(self, N):
         N = np.asarray(N, dtype=float)
-        return 6 * N + self.c * N**self.q
+        return 6 * self.k * N + self.c * N**self.q
 
 
 def allocation_exact(theta: np.ndarray, budgets, flops: FlopsPerToken) -> dict[str, np.ndarray]:
@@ -140,7 +143,7 @@ def allocation_exact(theta: np.ndarray, budgets, flops: FlopsPerToken) -> dict[s
     1,201 points) and refined by a parabola through the best grid point and its neighbours.
     """
     budgets = np.asarray(budgets, dtype=float)
-    centre = np.log(allocation(theta, budgets)["N_opt"])  # (R, K)
+    centre = np.log(allocation(theta, budgets, flops.k)["N_opt"])  # (R, K)
     centre = np.where(np.isfinite(centre), centre, np.nan)
     steps = np.linspace(-6 * np.log(10), 6 * np.log(10), 1201)
     h = steps[1] - steps[0]
@@ -163,10 +166,10 @@ def allocation_exact(theta: np.ndarray, budgets, flops: FlopsPerToken) -> dict[s
 
 
 def parametric_quantities(
-    theta: np.ndarray, budgets, flops: FlopsPerToken | None = None
+    theta: np.ndarray, budgets, flops: FlopsPerToken | None = None, k: float = 1.0
 ) -> dict[str, np.ndarray]:
     """Every reported quantity for R parameter vectors (R, 5): {name: (R,)}. With `flops`, the
-    allocation is under exact FLOPs (C = f(N) D), else under C = 6ND."""
+    allocation is under exact FLOPs (C = f(N) D), else under C = k 6ND."""
     with np.errstate(all="ignore"):
         out = {
             "E": np.exp(theta[:, 2]),
@@ -178,7 +181,7 @@ def parametric_quantities(
             "b": theta[:, 3] / (theta[:, 3] + theta[:, 4]),
         }
         budgets = np.asarray(budgets, dtype=float)
-        alloc = allocation(theta, budgets) if flops is None else allocation_exact(theta, budgets, flops)
+        alloc = allocation(theta, budgets, k) if flops is None else allocation_exact(theta, budgets, flops)
     for k, C in enumerate(budgets):
         for name, values in alloc.items():
             out[f"{name}@{C:.3g}"] = values[:, k]
@@ -347,22 +350,23 @@ def bootstrap_parametric(
 
 def parametric_report(
     runs: pd.DataFrame, budgets, n_boot: int, seed: int, starts: np.ndarray | None = None,
-    fixed: dict[str, float] | None = None, flops: FlopsPerToken | None = None,
+    fixed: dict[str, float] | None = None, flops: FlopsPerToken | None = None, k: float = 1.0,
 ) -> tuple[Parametric, dict]:
     """Approach 3 point estimate plus 95% intervals and identification for every quantity.
 
     `fixed` holds named parameters at given values; `flops` puts the allocation under exact
-    training FLOPs (C = f(N) D) instead of C = 6ND (a and b stay the 6ND exponents, which the
-    exact allocation approaches at large N).
+    training FLOPs (C = f(N) D) instead of C = k 6ND (a and b stay the 6ND exponents, which the
+    exact allocation approaches at large N); k = C / (6ND) of the runs (`analysis.
+    compute_factor`), written into the section where it is not 1.
     """
     fit = fit_parametric(runs["N"], runs["D"], runs["loss"], starts=starts, fixed=fixed)
-    quantities = parametric_quantities(fit.theta[None, :], budgets, flops)
+    quantities = parametric_quantities(fit.theta[None, :], budgets, flops, k)
     point = {k: float(v[0]) for k, v in quantities.items()}
     counts = resample_counts(len(runs), n_boot, seed)
     thetas, converged = bootstrap_parametric(
         runs["N"], runs["D"], runs["loss"], fit, counts, fixed=fixed
     )
-    replicates = parametric_quantities(thetas, budgets, flops)
+    replicates = parametric_quantities(thetas, budgets, flops, k)
     ci = intervals(replicates)
     for name in fixed or {}:
         ci[name] = None
@@ -371,6 +375,7 @@ def parametric_report(
         **{k: point[k] for k in ("E", "A", "B", "alpha", "beta", "a", "b")},
         "fixed": dict(fixed or {}),
         "compute": "6nd" if flops is None else "exact",
+        **({} if k == 1.0 else {"k": k}),  # C = k 6ND: the allocation's C <-> D
         "flops_per_token": None if flops is None else {"c": flops.c, "q": flops.q},
         "n_points": int(len(runs)),
         "objective": fit.objective,

@@ -47,8 +47,16 @@ def _loglog(ax, xlabel: str, ylabel: str = "validation loss"):
 COMPUTE_LABELS = {"6nd": "compute C = 6ND (FLOPs)", "exact": "compute C = exact training FLOPs"}
 
 
-def loss_vs_compute(runs: pd.DataFrame, frontier_law: dict | None, compute: str = "6nd"):
-    """Every run's final loss against C (6ND or exact), coloured by N, with the fitted L(C)."""
+def compute_label(compute: str = "6nd", k: float = 1.0) -> str:
+    """The C axis: 6ND, exact FLOPs, or k 6ND for a family whose C is not 6ND."""
+    if compute == "6nd" and k != 1.0:
+        return f"compute C = k 6ND, k = {k:.4g} (FLOPs)"
+    return COMPUTE_LABELS[compute]
+
+
+def loss_vs_compute(runs: pd.DataFrame, frontier_law: dict | None, compute: str = "6nd",
+                    k: float = 1.0):  # fmt: skip
+    """Every run's final loss against C (k 6ND or exact), coloured by N, with the fitted L(C)."""
     fig, ax = plt.subplots(figsize=(6, 4))
     sns.scatterplot(data=runs, x="C", y="loss", hue="N", hue_norm=matplotlib.colors.LogNorm(),
                     palette="viridis", ax=ax, legend=False)  # fmt: skip
@@ -57,7 +65,7 @@ def loss_vs_compute(runs: pd.DataFrame, frontier_law: dict | None, compute: str 
         y = frontier_law.get("E", 0.0) + frontier_law["A"] * c ** -frontier_law["alpha"]
         ax.plot(c, y, color="black", lw=1.5, label=f"frontier, C^-{frontier_law['alpha']:.3f}")
         ax.legend()
-    _loglog(ax, COMPUTE_LABELS[compute])
+    _loglog(ax, compute_label(compute, k))
     fig.colorbar(plt.cm.ScalarMappable(matplotlib.colors.LogNorm(runs["N"].min(), runs["N"].max()),
                                        "viridis"), ax=ax, label="N (non-embedding)")  # fmt: skip
     return fig
@@ -111,16 +119,17 @@ def loss_vs_params(runs: pd.DataFrame, law: Parametric):
     return fig
 
 
-def contours(runs: pd.DataFrame, law: Parametric):
-    """Fitted L(N, D) contours in the (N, D) plane with the compute-optimal line."""
+def contours(runs: pd.DataFrame, law: Parametric, k: float = 1.0):
+    """Fitted L(N, D) contours in the (N, D) plane with the compute-optimal line (under
+    C = k 6ND; the line is the same for every k, drawn over the budgets of the plotted area)."""
     n = np.geomspace(runs["N"].min() / 3, runs["N"].max() * 3, 200)
     d = np.geomspace(runs["D"].min() / 3, runs["D"].max() * 3, 200)
     grid_n, grid_d = np.meshgrid(n, d)
     fig, ax = plt.subplots(figsize=(6, 4.5))
     cs = ax.contourf(grid_n, grid_d, law.predict(grid_n, grid_d), levels=20, cmap="mako_r")
     fig.colorbar(cs, ax=ax, label="fitted loss")
-    c = np.geomspace(6 * n[0] * d[0], 6 * n[-1] * d[-1], 200)
-    opt = allocation(law.theta[None, :], c)
+    c = np.geomspace(6 * k * n[0] * d[0], 6 * k * n[-1] * d[-1], 200)
+    opt = allocation(law.theta[None, :], c, k)
     ax.plot(opt["N_opt"][0], opt["D_opt"][0], color="orange", lw=2, label="compute-optimal")
     ax.scatter(runs["N"], runs["D"], s=12, color="white", edgecolor="black", label="runs")
     ax.set_xlim(n[0], n[-1])

@@ -2,8 +2,9 @@
 
     python -m analysis.predict --fit fit.json --csv points.csv --out predictions.csv
 
-points.csv has columns N and D (and U, unique tokens, for `datablations`); C (= 6 N D) may
-replace one of N, D. A file with C but neither N nor D asks for the compute-optimal (N, D) at
+points.csv has columns N and D (and U, unique tokens, for `datablations`); C (= 6 N D, or
+k 6 N D for a fit whose `parametric` section has a `k`: an encoder-decoder's runs,
+`analysis.compute_factor`) may replace one of N, D. A file with C but neither N nor D asks for the compute-optimal (N, D) at
 each C (at each C and U for `datablations`) and the loss there. The 95% interval is the
 percentile interval over the fit's bootstrap replicates (`fit.replicates.csv` next to
 fit.json, written by `analysis.fit`): the uncertainty of the law, not the seed-to-seed spread
@@ -79,8 +80,9 @@ def load_replicates(path: str | None, law: Law, group: str | None) -> np.ndarray
                                 for i, log in enumerate(law.log_scale)])  # fmt: skip
 
 
-def read_points(path: str, law: Law) -> tuple[pd.DataFrame, bool]:
-    """The points with N, D (and U) filled in, and whether they ask for compute-optimal ones."""
+def read_points(path: str, law: Law, k: float = 1.0) -> tuple[pd.DataFrame, bool]:
+    """The points with N, D (and U) filled in (C = k 6 N D), and whether they ask for
+    compute-optimal ones."""
     p = Path(path)
     if not p.is_file():
         raise InputError(f"--csv: no such file: {p}")
@@ -102,13 +104,13 @@ def read_points(path: str, law: Law) -> tuple[pd.DataFrame, bool]:
     optimal = "C" in df.columns and "N" not in df.columns and "D" not in df.columns
     if not optimal:
         if "N" not in df.columns and {"C", "D"} <= set(df.columns):
-            df["N"] = df["C"] / (6 * df["D"])
+            df["N"] = df["C"] / (6 * k * df["D"])
         if "D" not in df.columns and {"C", "N"} <= set(df.columns):
-            df["D"] = df["C"] / (6 * df["N"])
+            df["D"] = df["C"] / (6 * k * df["N"])
         if not {"N", "D"} <= set(df.columns):
             raise InputError("--csv: need columns N and D (C may replace one of them), or C "
                              f"alone for compute-optimal points; got {sorted(map(str, df.columns))}")  # fmt: skip
-        df["C"] = 6 * df["N"] * df["D"]
+        df["C"] = 6 * k * df["N"] * df["D"]
         if need_u and (df["U"] > df["D"] * (1 + 1e-9)).any():
             i = int(np.flatnonzero(df["U"] > df["D"] * (1 + 1e-9))[0])
             raise InputError(f"--csv: column 'U' is larger than D in row {i} (U = {df['U'][i]:.4g}"
@@ -131,7 +133,8 @@ def predict(section: dict, points: pd.DataFrame, optimal: bool,
     """One row per point: N, D, (U), C, loss and its interval; for compute-optimal points also
     the intervals of N and D."""
     law = law_of(section)
-    theta = law.to_theta({k: section[k] for k in law.params})
+    theta = law.to_theta({q: section[q] for q in law.params})
+    k = section.get("k", 1.0)  # C = k 6ND: the 6ND optimum at C / k
     U = points["U"].to_numpy(float) if "U" in law.columns else None
     out = points.copy()
 
@@ -140,12 +143,12 @@ def predict(section: dict, points: pd.DataFrame, optimal: bool,
         if optimal:
             C = points["C"].to_numpy(float)
             with np.errstate(all="ignore"):
-                N, D = law.optimal(law.to_values(th), C, U)
+                N, D = law.optimal(law.to_values(th), C / k, U)
             cols = {"N": N, "D": D} | ({"U": np.minimum(U[None, :], D)} if U is not None else {})
-            loss = np.stack([law.predict(t, {k: v[r] for k, v in cols.items()})[0]
+            loss = np.stack([law.predict(t, {c: v[r] for c, v in cols.items()})[0]
                              for r, t in enumerate(np.atleast_2d(th))])  # fmt: skip
             return N, D, loss
-        cols = {k: points[k].to_numpy(float) for k in law.columns}
+        cols = {c: points[c].to_numpy(float) for c in law.columns}
         return None, None, law.predict(th, cols)
 
     N, D, loss = at(theta)
@@ -178,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         section = load_fit(args.fit, args.group)
         law = law_of(section)
-        points, optimal = read_points(args.csv, law)
+        points, optimal = read_points(args.csv, law, section.get("k", 1.0))
         if args.replicates and not Path(args.replicates).is_file():
             raise InputError(f"--replicates: no such file: {args.replicates}")
         thetas = load_replicates(args.replicates or replicates_path(args.fit), law, args.group)

@@ -4,7 +4,10 @@
     python -m analysis.report --csv results/NAME/runs.csv [--curves results/NAME/curves.csv] --out DIR
 
 --experiment, --sweep, --csv and --curves are repeatable: the runs of every source go into one
-report (IsoFLOP budgets are grouped within each sweep; approach 3 uses every run).
+report (IsoFLOP budgets are grouped within each sweep; approach 3 uses every run). A selection
+of several model families is refused; `--group family` reports them side by side instead, a
+section per family and a comparison of their compute-optimal allocations only
+(`analysis.families_report`).
 runs.csv (and curves.csv) are exported so the report regenerates without the MLflow database.
 Re-running on the same runs rewrites byte-identical files. Bad input: exit 2, nothing written.
 """
@@ -19,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import compare_laws, epochs, tuning, tuning_report
+from analysis import compare_laws, compute_factor, epochs, tuning, tuning_report
 from analysis import summary as headline
 from analysis.ablation import compare_variants
 from analysis.families import check_one_family
@@ -203,10 +206,11 @@ def _fit_blocks(result) -> list[tuple]:
         rows.append([f"{r['C']:.3g}"] + [cell(p, q, ".3g", q + t, r[q])
                                           for q in ("N_opt", "D_opt", "tokens_per_param")])  # fmt: skip
     b.append(("table", [f"C (FLOPs, {conv})", "N_opt", "D_opt", "tokens per parameter"], rows))
-    if conv != "6ND":
+    if p.get("flops_per_token"):  # --compute exact
         f = p["flops_per_token"]
+        six_n = "6N" if p.get("k", 1.0) == 1.0 else f"6 k N (k = {p['k']:.4g})"
         b.append(("p", "Allocation under exact training FLOPs: L(N, C / f(N)) minimised over N, "
-                       f"with f(N) = 6N + {f['c']:.3g} N^{f['q']:.3f} fitted to the runs' exact "
+                       f"with f(N) = {six_n} + {f['c']:.3g} N^{f['q']:.3f} fitted to the runs' exact "
                        "FLOPs per token; a and b are the 6ND exponents it approaches at large N."))  # fmt: skip
     for key, name in (("isoflop", "Approach 2: IsoFLOP profiles"),
                       ("envelope", "Approach 1: lower envelope of loss vs compute")):  # fmt: skip
@@ -411,10 +415,10 @@ def make_figures(
         figures.append((stem, caption))
 
     if fits is None:
-        add("loss_vs_compute", plots.loss_vs_compute(runs, None, compute),
+        add("loss_vs_compute", plots.loss_vs_compute(runs, None, compute, compute_factor.of_runs(runs)),
             "Final validation loss of the baseline against compute, coloured by N.")  # fmt: skip
     else:
-        add("loss_vs_compute", plots.loss_vs_compute(runs, fits.kaplan["L_C"], compute),
+        add("loss_vs_compute", plots.loss_vs_compute(runs, fits.kaplan["L_C"], compute, fits.k),
             "Final validation loss against compute, coloured by N, with the fitted frontier "
             "L(C): its slope is -gamma, how fast the best reachable loss falls with compute.")  # fmt: skip
         if (fits.isoflop or {}).get("per_budget"):
@@ -424,7 +428,7 @@ def make_figures(
         add("loss_vs_params", plots.loss_vs_params(runs, fits.law),
             "L(N) per token budget with the fitted L(N, D) (approach 3): where the lines miss "
             "the points, the law does not describe these runs.")  # fmt: skip
-        add("contours", plots.contours(runs, fits.law),
+        add("contours", plots.contours(runs, fits.law, fits.k),
             "Fitted L(N, D) contours with the compute-optimal allocation line (drawn from the "
             "point estimate, also where parts of the fit are not identified).")  # fmt: skip
     if curves is not None and not curves.empty and all_runs is not None and all_runs["variant"].nunique() > 1:
@@ -517,10 +521,95 @@ def _parser() -> argparse.ArgumentParser:
                              "(ablation sweeps) or arch (a grid over presets)")  # fmt: skip
     parser.add_argument("--baseline", default="base",
                         help="baseline value of --compare (default: base)")  # fmt: skip
+    parser.add_argument("--group", choices=("family",),
+                        help="one report over several model families: a section per family "
+                             "(its own law and figures) and a table comparing only their "
+                             "compute-optimal allocations (losses of different objectives "
+                             "are not comparable)")  # fmt: skip
     parser.add_argument("--title", help="report title (default: experiment name(s) or CSV "
                                              "folder name(s))")  # fmt: skip
     parser.add_argument("--out", required=True, help="output folder")
     return parser
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything one report (or one family's section of a families report) shows."""
+
+    runs: pd.DataFrame  # every run labelled by its variant (C exact if asked)
+    grid_runs: pd.DataFrame | None  # --tune: every run of the grid (what runs.csv holds)
+    base: pd.DataFrame  # the baseline variant's runs (the law is fitted to these)
+    curves: pd.DataFrame | None
+    fits: Fits | None  # None: an ablation at one token budget
+    law_comparison: list[tuple]
+    ablation: dict | None
+    tuned: dict | None  # --tune: the tuning section of every arm
+    rule: dict | None  # --tune: the baseline's lr rule
+
+    @property
+    def exported(self) -> pd.DataFrame:
+        """The runs runs.csv holds: the grid's every run when tuned."""
+        return self.runs if self.grid_runs is None else self.grid_runs
+
+    @property
+    def result(self) -> dict | None:
+        return None if self.fits is None else self.fits.as_dict()
+
+    def fit_json(self) -> dict:
+        tuned_json = {"tuning": self.tuned, "lr_rule": self.rule} if self.tuned else {}  # all arms
+        return {**(self.result or {"parametric": None}), **tuned_json, "ablation": self.ablation}
+
+
+def analyse(frame: pd.DataFrame, args, budgets: list[float] | None = None,
+            curves_of=None) -> Analysis:  # fmt: skip
+    """Every fit of one family's runs (InputError before any file is written). `budgets`
+    replaces --budget (a families report states every family's allocation at the same C);
+    `curves_of(runs)` the curves of those runs (default: --curves or the store)."""
+    tuned, grid_runs = None, None
+    if args.tune:  # the arms' results are the report's runs; every run goes into runs.csv
+        grid_runs = label_variants(frame, args.compare, args.baseline)
+        frame, tuned = tuning.select(grid_runs, args.tune)
+    chosen = choose_variants(frame, args.compare, args.baseline, args.compute)
+    runs, base = chosen.runs, chosen.base
+    curves = (curves_of or (lambda r: _curves(args, r)))(runs if grid_runs is None else grid_runs)
+    fits = None
+    if chosen.law_fit:
+        fits = fit_all(base, n_boot=args.bootstrap, seed=args.seed, budgets=budgets or args.budget,
+                       curves=curves, intermediate=args.intermediate,
+                       holdout_threshold=args.holdout_above, compute=args.compute,
+                       fixed=args.fixed, tuned=tuned)  # fmt: skip
+    # every law form the columns allow, judged on the runs above the hold-out threshold
+    # (nothing when the runs are too few); 200 refits at most: it refits four laws
+    law_comparison = compare_laws.report_blocks(
+        base, min(args.bootstrap, 200), args.seed, args.holdout_above,
+    ) if chosen.law_fit else []  # fmt: skip
+    rule = None
+    if tuned:  # the baseline's lr rule (its arms), also in an ablation without a law fit
+        rule = fits.lr_rule if fits else tuning.lr_rule(
+            tuning.for_runs(tuned, base["run_id"]), args.bootstrap, args.seed,
+            compute_factor.of_runs(base))  # fmt: skip
+    ablation = None
+    if len(chosen.variants) > 1:
+        ablation = compare_variants(runs, baseline=args.baseline, n_boot=args.bootstrap,
+                                    seed=args.seed)  # fmt: skip
+        ablation["compute"] = args.compute
+    return Analysis(runs=runs, grid_runs=grid_runs, base=base, curves=curves, fits=fits,
+                    law_comparison=law_comparison, ablation=ablation, tuned=tuned, rule=rule)  # fmt: skip
+
+
+def report_blocks(an: Analysis, excluded, fig_dir: Path, title: str, source: str, args) -> list[tuple]:
+    """The figures (written to `fig_dir`) and the blocks of one analysis."""
+    figures = make_figures(an.base, an.curves, an.fits, an.ablation, fig_dir, args.compute,
+                           all_runs=an.runs, tuned=an.tuned, tuned_runs=an.grid_runs)  # fmt: skip
+    return build_blocks(an.runs, excluded, an.result, an.ablation, figures, title, source,
+                        tuned=an.tuned, rule=an.rule, law_comparison=an.law_comparison)  # fmt: skip
+
+
+def write_report(out: Path, blocks: list[tuple], title: str, fit_json: dict) -> None:
+    """report.md, report.html (figures inlined from out/figures) and fit.json."""
+    (out / "report.md").write_text(render_md(blocks))
+    (out / "report.html").write_text(render_html(blocks, out / "figures", title))
+    (out / "fit.json").write_text(dumps(fit_json))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -529,61 +618,35 @@ def main(argv: list[str] | None = None) -> int:
         check_fit_args(args)
         check_out_dir(Path(args.out))
         loaded = load_selected(args)
-        check_one_family(loaded.frame, "the selection", "report one family at a time, or fit one "
-                         "law per family: python -m analysis.fit --group family")  # fmt: skip
-        frame, tuned, grid_runs = loaded.frame, None, None
-        if args.tune:  # the arms' results are the report's runs; every run goes into runs.csv
-            grid_runs = label_variants(frame, args.compare, args.baseline)
-            frame, tuned = tuning.select(grid_runs, args.tune)
-        chosen = choose_variants(frame, args.compare, args.baseline, args.compute)
-        runs, base = chosen.runs, chosen.base
-        curves = _curves(args, runs if grid_runs is None else grid_runs)
-        fits = None
-        if chosen.law_fit:
-            fits = fit_all(base, n_boot=args.bootstrap, seed=args.seed, budgets=args.budget,
-                           curves=curves, intermediate=args.intermediate,
-                           holdout_threshold=args.holdout_above, compute=args.compute,
-                           fixed=args.fixed, tuned=tuned)  # fmt: skip
-        # every law form the columns allow, judged on the runs above the hold-out threshold
-        # (nothing when the runs are too few); 200 refits at most: it refits four laws
-        law_comparison = compare_laws.report_blocks(
-            base, min(args.bootstrap, 200), args.seed, args.holdout_above,
-        ) if chosen.law_fit else []  # fmt: skip
-        rule = None
-        if tuned:  # the baseline's lr rule (its arms), also in an ablation without a law fit
-            rule = fits.lr_rule if fits else tuning.lr_rule(
-                tuning.for_runs(tuned, base["run_id"]), args.bootstrap, args.seed)  # fmt: skip
-        ablation = None
-        if len(chosen.variants) > 1:
-            ablation = compare_variants(runs, baseline=args.baseline, n_boot=args.bootstrap,
-                                        seed=args.seed)  # fmt: skip
-            ablation["compute"] = args.compute
+        if args.group == "family":
+            from analysis import families_report
+
+            return families_report.main(args, loaded)
+        check_one_family(loaded.frame, "the selection", "report one family at a time, or one "
+                         "section per family: --group family")  # fmt: skip
+        an = analyse(loaded.frame, args)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    names = args.experiment or [Path(c).parent.name or Path(c).stem for c in args.csv]
-    title = args.title or " + ".join(names)
+    title = args.title or default_title(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (runs if grid_runs is None else grid_runs).to_csv(out / "runs.csv", index=False)
-    if curves is not None and not curves.empty:
-        curves.to_csv(out / "curves.csv", index=False)
-    result = None if fits is None else fits.as_dict()
-    figures = make_figures(base, curves, fits, ablation, out / "figures", args.compute,
-                           all_runs=runs, tuned=tuned, tuned_runs=grid_runs)  # fmt: skip
-    blocks = build_blocks(runs, loaded.excluded, result, ablation, figures, title, loaded.source,
-                          tuned=tuned, rule=rule, law_comparison=law_comparison)  # fmt: skip
-    (out / "report.md").write_text(render_md(blocks))
-    (out / "report.html").write_text(render_html(blocks, out / "figures", title))
-    tuned_json = {"tuning": tuned, "lr_rule": rule} if tuned else {}  # every arm, all variants
-    (out / "fit.json").write_text(dumps({**(result or {"parametric": None}), **tuned_json,
-                                         "ablation": ablation}))  # fmt: skip
-    if result is not None:
-        print(summary(result, title))
+    an.exported.to_csv(out / "runs.csv", index=False)
+    if an.curves is not None and not an.curves.empty:
+        an.curves.to_csv(out / "curves.csv", index=False)
+    blocks = report_blocks(an, loaded.excluded, out / "figures", title, loaded.source, args)
+    write_report(out, blocks, title, an.fit_json())
+    if an.result is not None:
+        print(summary(an.result, title))
     else:
-        print(f"== {title}: {len(runs)} runs, one token budget per baseline size: ablation only")
+        print(f"== {title}: {len(an.runs)} runs, one token budget per baseline size: ablation only")
     print(f"wrote {out}/report.md, report.html, fit.json, runs.csv, figures/")
     return 0
+
+
+def default_title(args) -> str:
+    names = args.experiment or [Path(c).parent.name or Path(c).stem for c in args.csv]
+    return " + ".join(names)
 
 
 def _curves(args, runs: pd.DataFrame) -> pd.DataFrame | None:

@@ -128,6 +128,10 @@ def law_summary(result: dict) -> list[tuple]:
             f"({conv}) the optimum is N = {cell(p, 'N_opt', '.3g', 'N_opt@' + format(top['C'], '.3g'), top['N_opt'])} "
             f"trained on {fmt(top['tokens_per_param'], '.2g')} tokens per parameter."
         ))  # fmt: skip
+    counts = result.get("compute_convention")
+    if counts:  # a family whose C is not 6ND: say what each axis counts
+        sentences.append(f"Here N counts {counts['N']}; D counts {counts['D']}; C counts "
+                         f"{counts['C']}, k = {counts['k']:.4g}.")  # fmt: skip
     missing = [k for k in p.get("not_identified", []) if "@" not in k]
     if missing:
         sentences.append(f"Not identified by these runs: {', '.join(missing)} (reasons under "

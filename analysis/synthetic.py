@@ -19,21 +19,24 @@ def isoflop_runs(
     noise: float = 0.01,
     seed: int = 0,
     variant: str = "base",
+    k: float = 1.0,
 ) -> pd.DataFrame:
     """IsoFLOP design: per budget, N spread geometrically over [N_opt/span, N_opt*span].
 
     Loss = law(N, D) * exp(noise * standard normal): multiplicative noise, as in log space fits.
+    `k`: the runs' C = k 6 N D (an encoder-decoder's, `analysis.compute_factor`), in a column
+    `k` where it is not 1.
     """
     rng = np.random.default_rng(seed)
     rows = []
     for C in budgets:
-        n_opt, _ = law.optimal(C)
+        n_opt, _ = law.optimal(C, k)
         for factor in np.geomspace(1 / span, span, sizes_per_budget):
             N = float(n_opt[0] * factor)
-            D = C / (6 * N)
+            D = C / (6 * k * N)
             loss = float(law.predict(N, D) * np.exp(noise * rng.standard_normal()))
             rows.append({"run_id": f"{variant}-{len(rows):03d}", "variant": variant, "N": N,
-                         "D": D, "C": 6 * N * D, "loss": loss})  # fmt: skip
+                         "D": D, "C": 6 * k * N * D, "loss": loss} | ({} if k == 1.0 else {"k": k}))  # fmt: skip
     return pd.DataFrame(rows)
 
 

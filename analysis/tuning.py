@@ -210,9 +210,10 @@ def _rule(points: list[dict], variable: str, n_boot: int, seed: int) -> dict:
     return identification.with_reasons(section, reasons)
 
 
-def lr_rule(section: dict, n_boot: int, seed: int) -> dict | None:
-    """fit.json's `lr_rule`: lr_opt = scale * N^exponent (and `in_C`: the same in C = 6ND)
-    from the arms whose lr was tuned (3+ grid values) and is not at its grid's edge."""
+def lr_rule(section: dict, n_boot: int, seed: int, k: float = 1.0) -> dict | None:
+    """fit.json's `lr_rule`: lr_opt = scale * N^exponent (and `in_C`: the same in C = k 6ND,
+    k = 1 but for an encoder-decoder, `analysis.compute_factor`) from the arms whose lr was
+    tuned (3+ grid values) and is not at its grid's edge."""
     key = lr_key(section["keys"])
     if key is None:
         return None
@@ -224,7 +225,7 @@ def lr_rule(section: dict, n_boot: int, seed: int) -> dict | None:
         elif key in a["edge"]:
             left_out[a["arm"]] = f"best {key} at the {a['edge'][key]} grid value: only a bound"
         elif key in a["optimum"]:
-            points.append({"arm": a["arm"], "N": a["N"], "C": 6 * a["N"] * a["D"],
+            points.append({"arm": a["arm"], "N": a["N"], "C": 6 * k * a["N"] * a["D"],
                            "lr": a["optimum"][key]})  # fmt: skip
     in_n = _rule([{"arm": p["arm"], "x": p["N"], "y": p["lr"]} for p in points], "N", n_boot, seed)
     in_c = _rule([{"arm": p["arm"], "x": p["C"], "y": p["lr"]} for p in points], "C", n_boot, seed)

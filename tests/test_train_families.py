@@ -195,3 +195,33 @@ def test_a_masked_batch_always_selects_a_token():
     for _ in range(50):
         _, labels = mlm.corrupt(torch.tensor([[7]]), g)
         assert labels.tolist() == [[7]]
+
+
+@pytest.mark.slow
+def test_analysis_reads_the_k_an_encoder_decoder_run_logged(lab):
+    """The analysis's C of a real run is what the run logged: flops_6nd, k = flops_6nd / 6ND
+    (both stacks for encoder_decoder, recomputed here from the parameter split); a decoder-only
+    store's runs keep C = 6 N D and get no column k."""
+    from analysis import compute_factor
+    from analysis.load import load_mlflow
+    from training.train import train
+
+    experiment = test_train.value_of(lab, "tracking.experiment")
+    assert train(compose(*lab)).status == "FINISHED"  # a decoder
+    decoder_only = load_mlflow(experiment, tracking_uri=uri_of(lab)).frame
+    assert "k" not in decoder_only.columns and compute_factor.of_runs(decoder_only) == 1.0
+    row = decoder_only.iloc[0]
+    assert row["C"] == 6.0 * row["N"] * row["D"]
+
+    result = train(compose(*lab, *FAMILIES["encoder_decoder"]))
+    frame = load_mlflow(experiment, tracking_uri=uri_of(lab)).frame.set_index("run_id")
+    ed = frame.loc[result.run_id]
+    cfg = resolve_config(compose(*lab, *FAMILIES["encoder_decoder"])).model
+    pc, (_, src, tgt) = count_params(cfg), t5_lengths(32)
+    k = (pc.encoder * src + pc.decoder * tgt) / (pc.non_embedding * 32)  # per text token
+    assert ed["N"] == pc.non_embedding and ed["D"] == 8192
+    assert ed["k"] == pytest.approx(k, rel=1e-12) and 0.4 < k < 0.7
+    logged = float(runs_df(lab).set_index("run_id").loc[result.run_id, "params.flops_6nd"])
+    assert ed["C"] == pytest.approx(logged, rel=1e-12)
+    assert compute_factor.of_runs(frame.loc[[result.run_id]]) == ed["k"]
+    assert (frame.drop(index=result.run_id)["k"] == 1.0).all()  # the decoder next to it

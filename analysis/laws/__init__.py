@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.bootstrap import intervals, resample_counts
+from analysis.compute_factor import label
 from analysis.laws import chinchilla, datablations, kaplan, overtrain
 from analysis.laws.base import HUBER_DELTA, Law, fit_and_bootstrap, reasons
 from analysis.load import InputError
@@ -63,25 +64,32 @@ def fit_law(law: Law, runs: pd.DataFrame, n_boot: int, seed: int, fixed: dict | 
     return (law.fitter or fit_and_bootstrap)(law, runs, counts, fixed)
 
 
-def quantities(law: Law, values: dict[str, np.ndarray], budgets, U=None) -> dict[str, np.ndarray]:
-    """The parameters and the allocation at every budget ({name@C: (R,)})."""
+def quantities(
+    law: Law, values: dict[str, np.ndarray], budgets, U=None, k: float = 1.0
+) -> dict[str, np.ndarray]:
+    """The parameters and the allocation at every budget ({name@C: (R,)}). Under C = k 6ND
+    (`analysis.compute_factor`) the optimum at C is the 6ND optimum at C / k: the law is in
+    N and D only."""
     out = dict(values)
     budgets = np.asarray(budgets, dtype=float)
     with np.errstate(all="ignore"):
-        n_opt, d_opt = law.optimal(values, budgets, None if U is None else np.full(budgets.size, U))
-    for k, C in enumerate(budgets):
-        out[f"N_opt@{C:.3g}"], out[f"D_opt@{C:.3g}"] = n_opt[:, k], d_opt[:, k]
-        out[f"tokens_per_param@{C:.3g}"] = d_opt[:, k] / n_opt[:, k]
+        n_opt, d_opt = law.optimal(values, budgets / k,
+                                   None if U is None else np.full(budgets.size, U))  # fmt: skip
+    for j, C in enumerate(budgets):
+        out[f"N_opt@{C:.3g}"], out[f"D_opt@{C:.3g}"] = n_opt[:, j], d_opt[:, j]
+        out[f"tokens_per_param@{C:.3g}"] = d_opt[:, j] / n_opt[:, j]
     return out
 
 
 def section(law: Law, runs: pd.DataFrame, budgets, n_boot: int, seed: int,
-            fixed: dict | None = None) -> tuple[dict, np.ndarray]:
-    """fit.json's `parametric` section for a form, and its replicates (R, P) for predictions."""
+            fixed: dict | None = None, k: float = 1.0) -> tuple[dict, np.ndarray]:
+    """fit.json's `parametric` section for a form, and its replicates (R, P) for predictions;
+    `k`: C / (6ND) of the runs (written where it is not 1)."""
     theta, objective, thetas, converged = fit_law(law, runs, n_boot, seed, fixed)
     U = float(runs["U"].max()) if "U" in law.columns else None
-    point = {k: float(v[0]) for k, v in quantities(law, law.to_values(theta), budgets, U).items()}
-    ci = intervals(quantities(law, law.to_values(thetas), budgets, U))
+    point = {q: float(v[0])
+             for q, v in quantities(law, law.to_values(theta), budgets, U, k).items()}  # fmt: skip
+    ci = intervals(quantities(law, law.to_values(thetas), budgets, U, k))
     for name in fixed or {}:
         ci[name] = None
     why = reasons(law, point, ci, converged, float(runs["loss"].min()), fixed)
@@ -95,6 +103,7 @@ def section(law: Law, runs: pd.DataFrame, budgets, n_boot: int, seed: int,
         "fixed": dict(fixed or {}),
         "fitted": law.fitted,
         "compute": "6nd",
+        **({} if k == 1.0 else {"k": k}),
         "n_points": int(len(runs)),
         "objective": objective,
         "huber_delta": HUBER_DELTA,
@@ -141,7 +150,7 @@ def summary(section: dict) -> str:
         lines.append(f"  {k} = {text}{tail}")
     for row in section["allocation"]:
         u = f", U = {row['U']:.3g}" if "U" in row else ""
-        lines.append(f"  C = {row['C']:.3g} (6ND){u}: N_opt = {row['N_opt']:.3g}, "
+        lines.append(f"  C = {row['C']:.3g} ({label(section.get('k', 1.0))}){u}: N_opt = {row['N_opt']:.3g}, "
                      f"D_opt = {row['D_opt']:.3g}, D/N = {row['tokens_per_param']:.3g}")  # fmt: skip
     for k, why in section["why_not_identified"].items():
         if "@" not in k:

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.compute_factor import of_runs
 from analysis.laws import (
     DEFAULT,
     LAWS,
@@ -71,7 +72,7 @@ def apply(frame: pd.DataFrame, args: argparse.Namespace, result: dict) -> dict[s
             out[name] = fit_law(law, g, args.bootstrap, args.seed, args.fixed)[2]
             continue
         res["parametric"], out[name] = section(law, g, res["budgets"], args.bootstrap, args.seed,
-                                               fixed=args.fixed)  # fmt: skip
+                                               fixed=args.fixed, k=of_runs(g))  # fmt: skip
     return out
 
 
