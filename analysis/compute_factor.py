@@ -37,6 +37,12 @@ COUNTS = {
         "C": "6 (N_enc S + N_dec T) per sequence of S source and T target tokens, as the runs "
              "log flops_6nd: each token passes one stack, so C = k 6 N D",
     },
+    "encoder_decoder/seq2seq_pairs": {
+        "N": "non-embedding parameters of both stacks (encoder + decoder)",
+        "D": "source + target positions of the padded pairs (seq_len per pair)",
+        "C": "6 (N_enc S + N_dec T) per pair of S = data.src_len source and T target "
+             "positions, as the runs log flops_6nd: each position passes one stack",
+    },
 }  # fmt: skip
 GENERIC = {"N": "non-embedding parameters", "D": "tokens trained",
            "C": "the runs' logged flops_6nd: C = k 6 N D"}  # fmt: skip

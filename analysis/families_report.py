@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import compute_factor
-from analysis.families import FAMILIES, with_family
+from analysis.families import ordered, with_family
 from analysis.fit import default_budgets, summary
 from analysis.load import Runs
 from analysis.report import Analysis, _curves, analyse, default_title, report_blocks, write_report
@@ -96,9 +96,14 @@ def comparison_blocks(analyses: dict[str, Analysis], budgets: list[float], given
     return b
 
 
+def folder(family: str) -> str:
+    """A family label as one folder name (``encoder_decoder/seq2seq_pairs`` has a slash)."""
+    return family.replace("/", "+")
+
+
 def family_blocks(family: str, blocks: list[tuple]) -> list[tuple]:
     """A single-family report's blocks as a section of the families report: no title, every
-    heading named by the family, figures in figures/<family>/."""
+    heading named by the family, figures in figures/<family>/ (see `folder`)."""
     out: list[tuple] = []
     intro = [x for x in blocks[:2] if x[0] == "p"]
     for block in blocks:
@@ -110,7 +115,7 @@ def family_blocks(family: str, blocks: list[tuple]) -> list[tuple]:
             if block[1] == "Summary":
                 out.extend(intro)
         elif block[0] == "fig":
-            out.append(("fig", f"{family}/{block[1]}", block[2]))
+            out.append(("fig", f"{folder(family)}/{block[1]}", block[2]))
         else:
             out.append(block)
     return out
@@ -120,7 +125,7 @@ def main(args, loaded: Runs) -> int:
     """The families report (called by `analysis.report.main` with --group family); InputError
     before anything is written."""
     frame = with_family(loaded.frame)
-    present = [f for f in FAMILIES if (frame["family"] == f).any()]
+    present = ordered(frame["family"])
     frames = {f: frame[frame["family"] == f] for f in present}
     for f, g in frames.items():  # one k per family, before any fitting
         compute_factor.of_runs(g, f"family {f}")
@@ -150,7 +155,7 @@ def main(args, loaded: Runs) -> int:
         blocks.append(("h2", "Excluded runs"))
         blocks.append(("table", ["excluded run", "status", "reason"], loaded.excluded.values.tolist()))
     for f, an in analyses.items():
-        section = report_blocks(an, loaded.excluded.iloc[0:0], out / "figures" / f, f"{title}, {f}",
+        section = report_blocks(an, loaded.excluded.iloc[0:0], out / "figures" / folder(f), f"{title}, {f}",
                                 loaded.source, args)  # fmt: skip
         blocks += family_blocks(f, section)
     fit_json = {"group_by": "family", "budgets": budgets, "comparison": comparison(analyses),

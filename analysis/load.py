@@ -22,7 +22,7 @@ import pandas as pd
 AXES = ("N", "D", "C")
 # config params that become columns: the model's shape, and the training hyperparameters a
 # tuned sweep varies (train.lr, train.warmup, ...); --tune names one of these columns
-CONFIG_COLUMNS = ("model.", "train.")
+CONFIG_COLUMNS = ("model.", "train.", "objective.")  # objective.*: non-decoder families only
 TUNING_TAGS = ("arm", "tune_role")
 PARAMETRIC_PARAMS = 5  # E, A, B, alpha, beta
 K_COLUMN = "k"  # C / (6 N D) of a run whose C is not 6 N D (analysis.compute_factor)

@@ -173,3 +173,26 @@ def test_families_report_has_a_section_per_family_and_compares_no_loss(tmp_path,
     assert report.main([*rerun, "--group", "family", "--out", str(again)]) == 0
     for name in ("report.md", "report.html", "fit.json", "runs.csv"):
         assert (again / name).read_bytes() == (out / name).read_bytes(), name
+
+
+def test_an_encoder_decoder_on_paired_data_is_never_pooled_with_span_corruption(tmp_path, capsys):
+    # the same family, two objectives (objective.name, as the runs log it): two losses, two laws
+    span = isoflop_runs(LAW, seed=7, k=K, **SMALL).assign(arch=f"encoder_decoder-{ARCH}")
+    pairs = isoflop_runs(LAW, seed=8, k=0.5, **SMALL).assign(arch=f"encoder_decoder-{ARCH}")
+    runs = pd.concat([span.assign(**{"objective.name": "span_corruption"}),
+                      pairs.assign(run_id="p-" + pairs["run_id"], **{"objective.name": "seq2seq_pairs"})])  # fmt: skip
+    src, out = tmp_path / "runs.csv", tmp_path / "fit.json"
+    runs.to_csv(src, index=False)
+    assert fit.main(["--csv", str(src), *FAST, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and not out.exists()
+    assert "['encoder_decoder', 'encoder_decoder/seq2seq_pairs']" in err
+    assert fit.main(["--csv", str(src), *FAST, "--group", "family", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert list(res["groups"]) == ["encoder_decoder", "encoder_decoder/seq2seq_pairs"]
+    conv = res["groups"]["encoder_decoder/seq2seq_pairs"]["compute_convention"]
+    assert conv["k"] == 0.5 and conv["D"].startswith("source + target positions")
+    report_out = tmp_path / "report"
+    assert report.main(["--csv", str(src), *FAST, "--group", "family", "--out", str(report_out)]) == 0
+    assert (report_out / "figures" / "encoder_decoder+seq2seq_pairs" / "loss_vs_compute.svg").is_file()
+    assert "Family encoder_decoder/seq2seq_pairs: summary" in (report_out / "report.md").read_text()
