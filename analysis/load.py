@@ -248,6 +248,9 @@ def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | N
     if sweep is None:  # sweep parent runs and anything else that is not a training run
         found = [run for run in found if "n_params_nonembed" in run.data.params]
     found = _latest_attempts(found, plan_keys)
+    # what each run's planned budget counts, from the plan of the sweep that ran it (also
+    # without --sweep: every parent's plan.csv); used for budget_flops only, never to select
+    budget_keys = plan_keys if sweep else _parents_plan_keys(found, tracking_uri)
     rows, excluded = [], []
     for run in found:
         p, t, m = run.data.params, run.data.tags, run.data.metrics
@@ -281,8 +284,8 @@ def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | N
         }
         if k != 1.0:  # only where C is not 6 N D: decoder runs.csv files keep their columns
             row[K_COLUMN] = k
-        if plan_keys and plan_keys.get(row["run_key"]):
-            row["budget_flops"] = plan_keys[row["run_key"]]  # what its planned budget C counts
+        if budget_keys and budget_keys.get(row["run_key"]):
+            row["budget_flops"] = budget_keys[row["run_key"]]  # what its planned budget C counts
         # a tuned sweep: its arm and role tags (analysis.tuning groups and selects by them)
         row.update({k: t[k] for k in TUNING_TAGS if k in t})
         if "epochs" in m:  # tokens consumed / training-split tokens, logged at the end
@@ -323,6 +326,18 @@ def _plan_run_keys(sweep: str, tracking_uri: str | None) -> dict[str, str] | Non
         plan = pd.read_csv(path, dtype=str)
     conventions = plan["budget_flops"] if "budget_flops" in plan.columns else [""] * len(plan)
     return dict(zip(plan["run_key"], pd.Series(conventions).fillna("")))
+
+
+def _parents_plan_keys(runs: list, tracking_uri: str | None) -> dict[str, str]:
+    """`_plan_run_keys` of every sweep parent of `runs` (the `mlflow.parentRunId` tag), merged:
+    run key -> the convention its budget was planned in, where a plan says one."""
+    merged: dict[str, str] = {}
+    parents = sorted({r.data.tags.get("mlflow.parentRunId", "") for r in runs} - {""})
+    for parent in parents:
+        for key, convention in (_plan_run_keys(parent, tracking_uri) or {}).items():
+            if convention:
+                merged.setdefault(key, convention)
+    return merged
 
 
 def _rank(run) -> tuple:

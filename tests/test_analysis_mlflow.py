@@ -240,3 +240,28 @@ def test_without_sweep_a_rerun_counts_once_and_d_is_what_was_trained(tmp_path):
     assert df.loc[budget_only, "D"] == 500_000  # nothing else logged: the budget
     np.testing.assert_allclose(df["C"], 6 * N * df["D"])
     assert df.loc[rerun, "C_exact"] == df.loc[older_store, "C_exact"] == fpt * 500_736
+
+
+def test_budget_convention_comes_from_the_parents_plan_also_without_sweep(tmp_path):
+    """An IsoFLOP sweep planned in exact FLOPs says so in its plan.csv (budget_flops): the runs
+    carry it with --sweep and with only --experiment (every parent's plan is read), so
+    approach 2 under --compute exact does not depend on naming the sweep."""
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    exp_id = client.create_experiment("planned-exact")
+    runs = isoflop_runs(LAW, budgets=(1e17, 1e18), sizes_per_budget=3, noise=0.005)
+    parents, ids = [], []
+    for half, convention in ((runs.iloc[:3], "exact"), (runs.iloc[3:], "6nd")):  # two sweeps
+        parent = client.create_run(exp_id, tags={"mlflow.runName": "sweep-parent"}).info.run_id
+        ids += [_log_run(client, exp_id, parent, r, seed=0) for r in half.itertuples()]
+        plan = pd.DataFrame({"run_key": [f"key-{r}" for r in half.run_id], "budget_flops": convention})
+        plan.to_csv(tmp_path / "plan.csv", index=False)
+        client.log_artifact(parent, str(tmp_path / "plan.csv"))
+        parents.append(parent)
+    whole = load_mlflow("planned-exact", tracking_uri=uri).frame
+    assert sorted(whole["run_id"]) == sorted(ids)
+    by_key = dict(zip(whole["run_key"], whole["budget_flops"]))
+    assert by_key == {**{f"key-{r}": "exact" for r in runs.run_id[:3]},
+                      **{f"key-{r}": "6nd" for r in runs.run_id[3:]}}  # fmt: skip
+    one = load_mlflow("planned-exact", sweep=parents[0], tracking_uri=uri).frame
+    assert len(one) == 3 and (one["budget_flops"] == "exact").all()
