@@ -29,4 +29,10 @@ run ref_ablation_v2 report ref_ablation_v2 \
   --title "Reference ablation v2: one factor at a time against the llama block, 3 sizes x 2 token budgets x 2 seeds, CPU"
 run ref_attention_shape report ref_attention_shape --compare model.n_kv_heads --baseline 2.0 \
   --title "Attention kind at a fixed shape: 3 layers, 4 query heads, KV heads 4 / 2 / 1, 1.5M tokens, CPU"
+run ref_ablation_tuned report ref_ablation_tuned --tune train.lr --tune train.warmup \
+  --title "Reference ablation, tuned: one factor at a time against the llama block, each variant x size at its own best lr and warmup, 3 sizes x 2 token budgets, CPU"
+run ref_ladder_tuned report ref_ladder_tuned --tune train.lr --compute exact \
+  --title "Reference ladder, tuned: IsoFLOP ladder in exact FLOPs, lr tuned per size, site-packages corpus (under one epoch), llama block, CPU"
+run ref_families report ref_families --tune train.lr --group family \
+  --title "Reference families: decoder, encoder, encoder-decoder, llama block, 3 sizes x 3 token budgets, lr tuned per size, CPU"
 run mup_transfer python -m benchmarks.mup_transfer --analyse-only --out results/mup_transfer
