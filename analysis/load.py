@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,6 +172,13 @@ def combine(parts: list[Runs]) -> Runs:
 # ---------------------------------------------------------------- MLflow
 
 
+def written_values(label: str) -> dict[str, Any]:
+    """`tune_values` ('train.lr=0.008,train.warmup=0.02') -> {key: value}; {} for ''."""
+    starts = [m.start() for m in re.finditer(r"(?:^|,)[A-Za-z_][\w.]*=", label)]
+    parts = [label[a:b].lstrip(",") for a, b in zip(starts, [*starts[1:], len(label)])]
+    return {k: _number(v) for k, v in (part.split("=", 1) for part in parts)}
+
+
 def _number(value):
     if value == "None":  # MLflow stores a null param as the string "None"
         return None
@@ -293,6 +301,9 @@ def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | N
         if "data_train_tokens" in p:
             row["data_train_tokens"] = float(p["data_train_tokens"])
         row.update({k: _number(v) for k, v in sorted(p.items()) if k.startswith(CONFIG_COLUMNS)})
+        # a tuned run's tuned keys as the sweep's grid wrote them: halving hands a fractional
+        # warmup to its segments as steps (train.warmup=10 for 0.02), and a grid is one scale
+        row.update(written_values(t.get("tune_values", "")))
         rows.append(row)
     where = f"experiment '{experiment}'" + (f", sweep parent run {sweep}" if sweep else "")
     if not rows:

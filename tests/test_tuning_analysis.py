@@ -264,3 +264,32 @@ def test_each_groups_tuning_section_counts_only_its_own_runs(tmp_path):
         t = res["groups"][name]["tuning"]
         assert (t["n_arms"], t["n_runs"], t["n_selected"]) == (arms, len(runs), arms)
         assert {r for arm in t["arms"] for r in arm["selected"]} <= set(runs["run_id"])
+
+
+def test_a_tuned_key_is_read_as_the_grid_wrote_it_not_as_the_segment_ran_it(tmp_path):
+    """Halving hands a fractional warmup to its segments as steps (0.02 of 489 steps -> 10), a
+    transfer keeps the fraction: the analysis reads both from `tune_values`, one scale."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric, Param, RunTag
+
+    from analysis.load import load_mlflow
+
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    exp_id = client.create_experiment("steps")
+    logged = [("candidate", 10, "train.lr=0.008,train.warmup=0.02", 2.9),
+              ("candidate", 73, "train.lr=0.008,train.warmup=0.15", 2.8),
+              ("transfer", 0.15, "train.lr=0.008,train.warmup=0.15", 2.5)]  # fmt: skip
+    for i, (role, warmup, values, loss) in enumerate(logged):
+        run_id = client.create_run(exp_id).info.run_id
+        params = {"n_params_nonembed": 30000, "tokens_trained": 500000 * (1 + 2 * (role == "transfer")),
+                  "train.warmup": warmup, "train.lr": 0.008}  # fmt: skip
+        tags = {"run_key": f"k{i}", "arm": "a" if role == "candidate" else "b", "tune_role": role,
+                "tune_values": values}  # fmt: skip
+        client.log_batch(run_id, params=[Param(k, str(v)) for k, v in params.items()],
+                         tags=[RunTag(k, v) for k, v in tags.items()],
+                         metrics=[Metric("final_val_loss", loss, 0, 0)])  # fmt: skip
+        client.set_terminated(run_id, "FINISHED")
+    frame = load_mlflow("steps", tracking_uri=uri).frame.sort_values("run_key")
+    assert list(frame["train.warmup"]) == [0.02, 0.15, 0.15]
+    assert list(frame["train.lr"]) == [0.008] * 3
