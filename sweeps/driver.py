@@ -185,6 +185,8 @@ def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: L
         if tuned:
             tuning.print_tuning(tuned, jobs)
         return []
+    if tuned and (warning := tuning.early_rungs(tuned)):
+        print(warning, flush=True)  # also without a dry run: before anything trains
     if any(not r.skip for r in runs):
         _prepare_data(cfg, base, list(datasets.values()))
     return _execute(cfg, spec, runs, fixed_args, cli_keys, uri, str(tc.experiment), launch, more)
