@@ -158,7 +158,24 @@ class MaskedLMObjective(_Objective):
         return Accounting(6 * count_params(self.cfg).non_embedding * tokens, fl * tokens, fl)
 
 
-class SpanCorruption(_Objective):
+class _EncoderDecoderObjective(_Objective):
+    """Shared by the encoder-decoder objectives: `tokens` fill tokens / seq_len sequences of
+    `src_len` source and `tgt_len` target positions, each position through one stack."""
+
+    cfg: Any
+    seq_len: int
+    src_len: int
+    tgt_len: int
+
+    def accounting(self, tokens: int) -> Accounting:
+        from models import flops_per_sequence
+
+        fl = flops_per_sequence(self.cfg, self.tgt_len, src_len=self.src_len)
+        sequences = tokens / self.seq_len
+        return Accounting(fl.six_n * sequences, fl.exact * sequences, fl.exact / self.seq_len)
+
+
+class SpanCorruption(_EncoderDecoderObjective):
     """Encoder-decoder: T5's span corruption; ids after the tokenizer's: the sentinels, then
     the decoder's start id."""
 
@@ -191,13 +208,6 @@ class SpanCorruption(_Objective):
     def loss(self, model, src, decoder_inputs, targets):
         return model(src, decoder_inputs, targets, return_logits=False)[1]
 
-    def accounting(self, tokens: int) -> Accounting:
-        from models import flops_per_sequence
-
-        fl = flops_per_sequence(self.cfg, self.tgt_len, src_len=self.src_len)
-        sequences = tokens / self.seq_len
-        return Accounting(fl.six_n * sequences, fl.exact * sequences, fl.exact / self.seq_len)
-
 
 def span_lengths(seq_len: int) -> tuple[int, int, int]:
     """(spans, source length, target length) of span-corrupting a window of ``seq_len``
@@ -210,7 +220,7 @@ def span_lengths(seq_len: int) -> tuple[int, int, int]:
     return n_spans, len(src), len(tgt)
 
 
-class PairedSeq2Seq(_Objective):
+class PairedSeq2Seq(_EncoderDecoderObjective):
     """Encoder-decoder on (source, target) pairs; the decoder's start id is the id after the
     tokenizer's."""
 
@@ -259,13 +269,6 @@ class PairedSeq2Seq(_Objective):
     def loss(self, model, src, src_mask, decoder_inputs, targets):
         """Mean cross-entropy over the target tokens (padding is -100)."""
         return model(src, decoder_inputs, targets, src_mask=src_mask, return_logits=False)[1]
-
-    def accounting(self, tokens: int) -> Accounting:
-        from models import flops_per_sequence
-
-        fl = flops_per_sequence(self.cfg, self.tgt_len, src_len=self.src_len)
-        pairs = tokens / self.seq_len
-        return Accounting(fl.six_n * pairs, fl.exact * pairs, fl.exact / self.seq_len)
 
 
 class PairSampler:
