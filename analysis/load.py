@@ -286,7 +286,7 @@ def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | N
             "N": N,
             "N_total": float(p.get("n_params", np.nan)),
             "D": D,
-            "C": 6.0 * N * D if k == 1.0 else k * 6.0 * N * D,
+            "C": k * 6.0 * N * D,  # k = 1.0 exactly for a decoder: the same float as 6 N D
             "C_exact": exact_flops(p, D),
             "loss": float(m["final_val_loss"]),
         }
