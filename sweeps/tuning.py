@@ -69,6 +69,7 @@ class Arm:
     candidates: list[Candidate] = field(default_factory=list)
     rungs: tuple[int, ...] = ()  # halving: tokens where candidates are compared
     stable: int = 0  # halving: tokens of the stable phase (the decay starts here)
+    warmup_steps: int = 0  # halving: the longest warmup among its candidates (steps)
     # execution state, rebuilt from MLflow on every invocation
     alive: list[int] = field(default_factory=list)
     last_key: dict[int, str] = field(default_factory=dict)
@@ -358,6 +359,7 @@ def plan_tuning(
                         "raise the first rung or shorten the warmup"
                     )
                 over.append(f"{WARMUP_KEY}={w_steps}")
+                arm.warmup_steps = max(arm.warmup_steps, w_steps)
             elif WARMUP_KEY in values:
                 over.append(f"{WARMUP_KEY}={format_value(warmup)}")
             arm.candidates.append(Candidate(i, values, tuple(over)))
@@ -498,13 +500,6 @@ def print_tuning(tp: TuningPlan, jobs: int) -> None:
 EARLY_RUNG_STEPS = 100
 
 
-def warmup_steps_of(arm: Arm) -> int:
-    """The longest warmup (steps) among a halving arm's candidates (their overrides carry it
-    as a step count)."""
-    prefix = f"{WARMUP_KEY}="
-    return max(int(o[len(prefix):]) for c in arm.candidates for o in c.overrides if o.startswith(prefix))
-
-
 def early_rungs(tp: TuningPlan) -> str | None:
     """One warning line when tuned arms rank their candidates within EARLY_RUNG_STEPS steps
     after the longest warmup (halving only); None when every first rung is later."""
@@ -512,7 +507,7 @@ def early_rungs(tp: TuningPlan) -> str | None:
     for arm in tp.arms:
         if not (tp.spec.halving and arm.tuned and arm.rungs):
             continue
-        after = arm.rungs[0] // arm.run.facts.batch_tokens - warmup_steps_of(arm)
+        after = arm.rungs[0] // arm.run.facts.batch_tokens - arm.warmup_steps
         if after < EARLY_RUNG_STEPS:
             early.append((after, arm))
     if not early:

@@ -102,12 +102,12 @@ def test_rungs_too_soon_after_warmup_are_warned_about_before_anything_trains(com
     _, _, tp = tuned_plan(comp, TINY)
     warning = tuning.early_rungs(tp)
     assert warning.startswith("warning: 12 of 12 tuned arms rank their candidates fewer than 100")
-    after = [a.rungs[0] // 8192 - tuning.warmup_steps_of(a) for a in tp.arms]
+    after = [a.rungs[0] // 8192 - a.warmup_steps for a in tp.arms]
     assert max(after) < tuning.EARLY_RUNG_STEPS
     assert f"{min(after)} steps" in warning
     # one rung at half the stable phase: only the shorter budgets are still too early
     _, _, later = tuned_plan(comp, [*TINY, "+sweep.tune_halving={rungs:[0.5]}"])
-    late_after = [a.rungs[0] // 8192 - tuning.warmup_steps_of(a) for a in later.arms]
+    late_after = [a.rungs[0] // 8192 - a.warmup_steps for a in later.arms]
     n_early = sum(x < tuning.EARLY_RUNG_STEPS for x in late_after)
     assert 0 < n_early < 12
     assert tuning.early_rungs(later).startswith(f"warning: {n_early} of 12 tuned arms")
