@@ -30,7 +30,7 @@ from analysis.summary import cell
 D_COUNTS = {
     "decoder": "tokens trained (every token is a next-token target)",
     "encoder": "input tokens (every token of the window; the loss reads the ~15% masked)",
-    "encoder_decoder": compute_factor.COUNTS["encoder_decoder"]["D"],
+    **{family: counts["D"] for family, counts in compute_factor.COUNTS.items()},
 }
 NOT_COMPARED = (
     "Losses are not compared across families: the decoder's next-token loss, the encoder's "

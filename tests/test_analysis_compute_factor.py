@@ -195,4 +195,6 @@ def test_an_encoder_decoder_on_paired_data_is_never_pooled_with_span_corruption(
     report_out = tmp_path / "report"
     assert report.main(["--csv", str(src), *FAST, "--group", "family", "--out", str(report_out)]) == 0
     assert (report_out / "figures" / "encoder_decoder+seq2seq_pairs" / "loss_vs_compute.svg").is_file()
-    assert "Family encoder_decoder/seq2seq_pairs: summary" in (report_out / "report.md").read_text()
+    md = (report_out / "report.md").read_text()
+    assert "Family encoder_decoder/seq2seq_pairs: summary" in md
+    assert "| encoder_decoder/seq2seq_pairs | 0.5 | source + target positions of the padded pairs" in md
