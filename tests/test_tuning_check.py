@@ -1,0 +1,88 @@
+"""analysis.tuning_check: halving's choice per arm against the full grid's, from two CSVs whose
+losses are written by hand, so every rank, regret, margin and replay is known."""
+
+import pandas as pd
+import pytest
+
+from analysis import tuning_check
+
+LRS = (1e-3, 2e-3, 4e-3)
+# the full grid's final losses per arm (variant, N) at D = 1000
+GRID = {
+    ("a", 100.0): {1e-3: 3.30, 2e-3: 3.10, 4e-3: 3.20},  # best 2e-3
+    ("b", 300.0): {1e-3: 3.00, 2e-3: 2.90, 4e-3: 2.95},  # best 2e-3, second 4e-3 (margin 0.05)
+}
+# what halving chose, and its decayed winner's final loss
+CHOSEN = {("a", 100.0): (2e-3, 3.1001), ("b", 300.0): (4e-3, 2.9502)}
+
+
+def _grid_csv(path):
+    rows = [{"run_id": f"g{i}", "variant": v, "N": n, "D": 1000.0, "loss": loss, "train.lr": lr,
+             "tune_role": "candidate"}
+            for i, ((v, n), losses) in enumerate((k, x) for k, x in GRID.items())
+            for lr, loss in losses.items()]  # fmt: skip
+    for i, r in enumerate(rows):
+        r["run_id"] = f"g{i}"
+    pd.DataFrame(rows).to_csv(path, index=False)
+
+
+def _tuned_csv(path, with_role=True):
+    rows = []
+    for (v, n), (lr, loss) in CHOSEN.items():
+        for other in LRS:  # halving's segments: stopped before D, never an arm's result
+            rows.append({"variant": v, "N": n, "D": 250.0, "loss": 4.0, "train.lr": other,
+                         "tune_role": "candidate"})  # fmt: skip
+        rows.append({"variant": v, "N": n, "D": 1000.0, "loss": loss, "train.lr": lr,
+                     "tune_role": "chosen"})  # fmt: skip
+        # a larger budget trained with the transferred value: not checked (no grid there)
+        rows.append({"variant": v, "N": n, "D": 4000.0, "loss": 2.0, "train.lr": lr,
+                     "tune_role": "transfer"})  # fmt: skip
+    df = pd.DataFrame(rows)
+    df.insert(0, "run_id", [f"t{i}" for i in range(len(df))])
+    if not with_role:
+        df = df.drop(columns="tune_role")
+    df.to_csv(path, index=False)
+
+
+def test_rank_regret_margin_and_replay_per_arm(tmp_path, capsys):
+    _grid_csv(tmp_path / "grid.csv")
+    _tuned_csv(tmp_path / "tuned.csv")
+    out = tmp_path / "check.md"
+    argv = ["--tuned", str(tmp_path / "tuned.csv"), "--grid", str(tmp_path / "grid.csv"),
+            "--tune", "train.lr", "--out", str(out)]  # fmt: skip
+    assert tuning_check.main(argv) == 0
+    text = out.read_text()
+    assert text == capsys.readouterr().out.rstrip("\n") + "\n"
+    rows = [
+        line for line in text.splitlines() if line.startswith("| a ") or line.startswith("| b ")
+    ]
+    assert len(rows) == 2  # the transfer arms (D 4000) are not checked
+    a, b = ([c.strip() for c in r.strip("|").split("|")] for r in rows)
+    # arm a agrees: rank 1, no regret; the margin is 3.20 - 3.10
+    assert a[3:8] == ["0.002", "0.002", "1/3", "0.000", "0.100"]
+    # arm b chose the grid's second: regret 2.95 - 2.90, margin 2.95 - 2.90
+    assert b[3:8] == ["0.004", "0.002", "2/3", "0.050", "0.050"]
+    assert float(a[8]) == pytest.approx(1e-4) and float(b[8]) == pytest.approx(2e-4)
+    assert "at 1 of 2 arms" in text and "ranks 2" in text
+    assert "1 of these regrets are no larger than the gap" in text
+
+
+def test_bad_input_names_the_column_or_the_arms(tmp_path, capsys):
+    _grid_csv(tmp_path / "grid.csv")
+    _tuned_csv(tmp_path / "plain.csv", with_role=False)
+    argv = ["--grid", str(tmp_path / "grid.csv"), "--tune", "train.lr"]
+    assert tuning_check.main(["--tuned", str(tmp_path / "plain.csv"), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "tune_role" in err
+    # a grid of other arms: nothing to compare
+    other = pd.read_csv(tmp_path / "grid.csv").assign(N=5.0)
+    other.to_csv(tmp_path / "other.csv", index=False)
+    _tuned_csv(tmp_path / "tuned.csv")
+    code = tuning_check.main(["--tuned", str(tmp_path / "tuned.csv"), "--grid",
+                              str(tmp_path / "other.csv"), "--tune", "train.lr"])  # fmt: skip
+    assert code == 2 and "none of the 2 tuned arms" in capsys.readouterr().err
+    # a --tune key the runs lack
+    code = tuning_check.main(["--tuned", str(tmp_path / "tuned.csv"), "--grid",
+                              str(tmp_path / "grid.csv"), "--tune", "train.wd"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "train.wd" in err and err.count("\n") == 1
