@@ -95,4 +95,5 @@ def envelope_report(
         "n_boot": int(n_boot),
         "ci95": exponent_intervals(reps),
     }
+    section = identification.clip_allocation(section)
     return identification.with_reasons(section, identification.allocation_exponents(section))

@@ -59,6 +59,7 @@ def comparison(analyses: dict[str, Analysis]) -> dict:
             "allocation": p["allocation"],
             "ci95": {n: p["ci95"].get(n) for n in names},
             "not_identified": [n for n in p["not_identified"] if n in names],
+            **({"ci95_unclipped": p["ci95_unclipped"]} if "ci95_unclipped" in p else {}),
         }
     return out
 

@@ -372,7 +372,8 @@ def _ci(section: dict, key: str, fmt: str = ".4g", name: str | None = None) -> s
         return f"{text} (not identified)"
     lo_hi = section.get("ci95", {}).get(name)
     interval = f" [{lo_hi[0]:{fmt}}, {lo_hi[1]:{fmt}}]" if lo_hi else " [no interval]"
-    return text + interval
+    note = identification.clip_note(section, name) if name in ("a", "b") else ""
+    return text + interval + note
 
 
 def summary(result: dict, title: str = "") -> str:

@@ -125,9 +125,72 @@ def allocation_exponents(section: dict) -> dict[str, str]:
         if np.isfinite(section[name]) and not 0.0 <= section[name] <= 1.0:
             why = (f"{name} = {section[name]:.3g} is outside [0, 1] (N_opt or D_opt would shrink "
                    "as compute grows)")  # fmt: skip
+        why = why or range_problems(section).get(name)
         if why:
             reasons[name] = why
     return reasons
+
+
+ALLOCATION_RANGE = (0.0, 1.0)  # a and b of N_opt ~ C^a, D_opt ~ C^b: a + b = 1, both >= 0
+CLIP_ATOL = 1e-9  # a reach this small outside the range is float rounding: cut without a note
+
+
+def clip_allocation(section: dict) -> dict:
+    """The section with the 95% intervals of a and b cut to ALLOCATION_RANGE.
+
+    a > 1 would make D_opt shrink as compute grows (b < 0), and a < 0 N_opt; bootstrap
+    replicates of a frontier through few budgets reach there. The interval's intersection with
+    the range is still a 95% interval (a true value lies inside the range), so it is shown cut,
+    and how far the replicates reached is kept under `ci95_unclipped` for `clip_note`: an
+    interval cut at 1 says the runs bound a from below only."""
+    ci = dict(section.get("ci95", {}))
+    raw = {}
+    lo_ok, hi_ok = ALLOCATION_RANGE
+    for name in ("a", "b"):
+        if not ci.get(name):
+            continue
+        lo, hi = ci[name]
+        cut = [max(lo, lo_ok), min(hi, hi_ok)]
+        if cut[0] > cut[1]:  # wholly outside: nothing to cut to (`range_problems` says so)
+            continue
+        if cut != [lo, hi]:
+            ci[name] = cut
+            if lo < lo_ok - CLIP_ATOL or hi > hi_ok + CLIP_ATOL:
+                raw[name] = [lo, hi]
+    out = {**section, "ci95": ci}
+    if raw:
+        out["ci95_unclipped"] = raw
+    return out
+
+
+def range_problems(section: dict) -> dict[str, str]:
+    """a and b whose bootstrap interval lies wholly outside ALLOCATION_RANGE, or reached past
+    both of its ends (cut, it would be the whole range: the runs do not determine it)."""
+    lo_ok, hi_ok = ALLOCATION_RANGE
+    out = {}
+    for name in ("a", "b"):
+        shown = section.get("ci95", {}).get(name)
+        raw = section.get("ci95_unclipped", {}).get(name) or shown
+        if not raw:
+            continue
+        lo, hi = raw
+        if hi < lo_ok or lo > hi_ok:
+            out[name] = f"its 95% interval [{lo:.3g}, {hi:.3g}] lies outside [{lo_ok:g}, {hi_ok:g}]"
+        elif lo < lo_ok - CLIP_ATOL and hi > hi_ok + CLIP_ATOL:
+            out[name] = (f"its bootstrap replicates reach from {lo:.3g} to {hi:.3g}, past both ends "
+                         f"of [{lo_ok:g}, {hi_ok:g}]: these runs do not determine it")  # fmt: skip
+    return out
+
+
+def clip_note(section: dict, name: str, spec: str = ".3g") -> str:
+    """' (bootstrap reached 2.1, cut at 1)' where `clip_allocation` cut the interval; else ''."""
+    raw = section.get("ci95_unclipped", {}).get(name)
+    if not raw:
+        return ""
+    lo_ok, hi_ok = ALLOCATION_RANGE
+    reach = [f"{v:{spec}}" for v, out in ((raw[0], raw[0] < lo_ok), (raw[1], raw[1] > hi_ok)) if out]
+    bounds = [f"{b:g}" for b, out in ((lo_ok, raw[0] < lo_ok), (hi_ok, raw[1] > hi_ok)) if out]
+    return f" (bootstrap reached {' and '.join(reach)}, cut at {' and '.join(bounds)})"
 
 
 def with_reasons(section: dict, reasons: dict[str, str]) -> dict:

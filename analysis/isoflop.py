@@ -183,6 +183,7 @@ def isoflop_report(
         "n_boot": int(n_boot),
         "ci95": exponent_intervals(reps),
     }
+    section = identification.clip_allocation(section)
     reasons = identification.allocation_exponents(section)
     n_interior = int(optima["interior"].sum())
     if n_interior < 2:

@@ -394,6 +394,8 @@ def parametric_report(
     reasons = identification.parametric(
         point, ci, converged, loss_min=float(runs["loss"].min()), fixed=fixed or {}
     )
+    section = identification.clip_allocation(section)
+    reasons = {**identification.range_problems(section), **reasons}
     section["not_identified"] = list(reasons)
     section["why_not_identified"] = reasons
     return fit, section

@@ -9,6 +9,7 @@ not determine is stated as a result.
 
 from __future__ import annotations
 
+from analysis import identification
 from analysis.fit import convention
 
 
@@ -36,7 +37,8 @@ def cell(section: dict, key: str, spec=".4g", name: str | None = None, value=Non
         return f"{fmt(value, spec)} (fixed)"
     if name in section.get("not_identified", []):
         return "not identified"
-    return est(value, section.get("ci95", {}).get(name), spec)
+    note = identification.clip_note(section, name) if name in ("a", "b") else ""
+    return est(value, section.get("ci95", {}).get(name), spec) + note
 
 
 def headline_cell(variant: dict) -> dict | None:
@@ -124,7 +126,7 @@ def law_summary(result: dict) -> list[tuple]:
         top = p["allocation"][0]
         sentences.insert(0, (
             f"Compute-optimal allocation (approach 3): N_opt grows as C^{p['a']:.2f} "
-            f"(95% CI {interval(p['ci95'].get('a'), '.2f')}); at C = {top['C']:.3g} FLOPs "
+            f"(95% CI {interval(p['ci95'].get('a'), '.2f')}{identification.clip_note(p, 'a', '.2f')}); at C = {top['C']:.3g} FLOPs "
             f"({conv}) the optimum is N = {cell(p, 'N_opt', '.3g', 'N_opt@' + format(top['C'], '.3g'), top['N_opt'])} "
             f"trained on {fmt(top['tokens_per_param'], '.2g')} tokens per parameter."
         ))  # fmt: skip

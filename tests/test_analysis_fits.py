@@ -4,11 +4,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import envelope, isoflop, parametric
+from analysis import envelope, identification, isoflop, parametric
 from analysis.ablation import compare_variants
 from analysis.bootstrap import resample_counts
 from analysis.lbfgs import minimize_batched
 from analysis.powerlaw import fit_power_law
+from analysis.summary import cell
 from analysis.synthetic import HOFFMANN, isoflop_runs
 
 TRUTH = parametric.Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
@@ -266,3 +267,27 @@ def test_exact_compute_allocation_spends_the_budget_and_tends_to_6nd():
     assert exact["N_opt"][0, 0] == pytest.approx(best, rel=1e-3)
     assert exact["N_opt"][0, 0] < six["N_opt"][0, 0]  # the head makes small models dearer...
     assert exact["N_opt"][0, 1] == pytest.approx(six["N_opt"][0, 1], rel=0.02)  # ...not large
+
+
+def test_allocation_intervals_are_cut_to_0_1_and_reaching_past_both_ends_is_not_identified():
+    """a + b = 1 with both >= 0: replicates outside [0, 1] are cut off the shown interval (the
+    cut interval still covers a true value), and one that needs all of [0, 1] says nothing."""
+    # three budgets within 1.4x of each other: the frontier's slope is hardly constrained
+    runs = isoflop_runs(TRUTH, budgets=(1e18, 1.2e18, 1.4e18), sizes_per_budget=5, noise=0.02, seed=0)
+    iso = isoflop.isoflop_report(runs, n_boot=200, seed=0)
+    lo, hi = iso["ci95_unclipped"]["a"]
+    assert lo < 0 and hi > 1 and iso["ci95"]["a"] == [0.0, 1.0]
+    assert set(iso["not_identified"]) == {"a", "b"}
+    assert "past both ends of [0, 1]" in iso["why_not_identified"]["a"]
+    assert cell(iso, "a", ".3f") == "not identified"
+    # one side out: a is bounded from below only, and the report says how far it reached
+    one_sided = identification.clip_allocation(
+        {"a": 0.73, "b": 0.27, "ci95": {"a": [0.31, 2.10], "b": [-1.10, 0.69]}}
+    )
+    assert one_sided["ci95"] == {"a": [0.31, 1.0], "b": [0.0, 0.69]}
+    assert identification.allocation_exponents(one_sided) == {}
+    assert cell(one_sided, "a", ".2f") == "0.73 [0.31, 1.00] (bootstrap reached 2.1, cut at 1)"
+    assert cell(one_sided, "b", ".2f") == "0.27 [0.00, 0.69] (bootstrap reached -1.1, cut at 0)"
+    # float rounding past a bound is cut without a note
+    rounding = identification.clip_allocation({"a": 0.5, "ci95": {"a": [0.4, 1.0 + 5e-15]}})
+    assert rounding["ci95"]["a"] == [0.4, 1.0] and "ci95_unclipped" not in rounding
