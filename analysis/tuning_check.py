@@ -10,12 +10,14 @@ against the one the full grid chooses, and what the difference costs in loss.
 to the budget (`tune_halving: false`, e.g. conf/sweep/demo_grid_check.yaml). Arms match on
 variant x N x D (arm ids are run keys, which differ between sweeps). Per arm:
 
+- the grid is restricted to the values halving compared (a wider grid's others are left out);
 - `rank`: halving's choice among the grid's candidates by final loss (1: the grid's choice);
 - `regret`: the grid's loss at halving's choice minus the grid's best (0 where they agree):
   what the choice costs at this arm, in nats;
 - `margin`: the grid's second-best loss minus its best. With one seed per candidate this is how
   decisive the grid's own choice is: a regret below the seed-to-seed spread is not a mistake
   the data can show;
+- `train.warmup` is compared in steps (`warmup_in_steps`), as the runs trained it;
 - `replay`: halving's result minus the grid's run at the same value. The winner's decayed run
   follows the same trajectory as its full WSD run, so this is 0 up to float and thread order.
 
@@ -34,28 +36,48 @@ import pandas as pd
 from analysis import tuning
 from analysis.load import InputError, check_out_dir, read_csv
 
-# The sweep tags each tuned arm's result `chosen` (halving's decayed winner); its candidates
-# (`candidate`, stopped at rungs) and the arms that train a transferred value are not checked.
-CHOSEN = "chosen"
+# The sweep tags each tuned arm's result `chosen` (halving's decayed winner) and its other
+# segments `candidate` (stopped at rungs): together they are the values halving compared. Arms
+# that trained a transferred value (`transfer`) are not checked.
+TUNED_ROLES = ("candidate", "chosen")
+WARMUP_KEY = "train.warmup"
 MATCH_RTOL = 0.01  # N and D of the same arm in two sweeps agree to this
 
 
+def warmup_in_steps(runs: pd.DataFrame) -> pd.DataFrame:
+    """`train.warmup` as steps: a fraction (< 1) of the run's steps ceil(D / batch_tokens),
+    rounded as training rounds it, a count (>= 1) as it is. Halving's segments get a fractional
+    warmup as the step count of a run to D, so their rows hold steps and a full grid's the
+    fraction: compared as steps, the same warmup is the same value."""
+    if WARMUP_KEY not in runs.columns or "train.batch_tokens" not in runs.columns:
+        return runs
+    steps = [math.ceil(d / bt) for d, bt in zip(runs["D"], runs["train.batch_tokens"])]
+    warm = [float(round(w * n)) if w < 1 else float(w) for w, n in zip(runs[WARMUP_KEY], steps)]
+    return runs.assign(**{WARMUP_KEY: warm})
+
+
 def _arms(path: str, keys: list[str], tuned_only: bool) -> list[dict]:
-    runs = read_csv(path).frame
+    runs = warmup_in_steps(read_csv(path).frame)
+    flag = "--tuned" if tuned_only else "--grid"
     if tuned_only:
-        if "tune_role" not in runs.columns:
-            raise InputError(f"--tuned {path}: no column 'tune_role' (not a tuned sweep's runs)")
-        runs = runs[runs["tune_role"] == CHOSEN]
+        for col in ("tune_role", "arm"):  # halving's segments of an arm share its `arm` tag
+            if col not in runs.columns:
+                raise InputError(f"--tuned {path}: no column '{col}' (not a tuned sweep's runs)")
+        runs = runs[runs["tune_role"].isin(TUNED_ROLES)]
         if runs.empty:
-            raise InputError(f"--tuned {path}: no run has tune_role '{CHOSEN}'")
+            raise InputError(f"--tuned {path}: no run has tune_role {' or '.join(TUNED_ROLES)}")
     for col in ("N", "D", "loss"):
         if col not in runs.columns:
-            raise InputError(f"{path}: no column '{col}'")
-    flag = "--tuned" if tuned_only else "--grid"
+            raise InputError(f"{flag} {path}: no column '{col}'")
     try:
         return tuning.select(runs, keys)[1]["arms"]
     except InputError as err:
         raise InputError(f"{flag} {path}: {err}") from None
+
+
+def tried(arm: dict) -> set[str]:
+    """The values an arm compared: its full-length runs' and those stopped early."""
+    return set(arm["losses"]) | {s["value"] for s in arm["stopped_early"]}
 
 
 def _same(a: float, b: float) -> bool:
@@ -78,14 +100,19 @@ def compare(tuned: list[dict], grid: list[dict], keys: list[str]) -> tuple[pd.Da
             missing.append(label)
             continue
         choice = tuning.combo_text(keys, tuple(arm["best"][k] for k in keys))
-        best = tuning.combo_text(keys, tuple(g["best"][k] for k in keys))
-        ordered = sorted(g["losses"].items(), key=lambda kv: kv[1])
-        grid_at_choice = g["losses"].get(choice, math.nan)
+        # the grid restricted to what halving compared (a wider grid's extra values left out)
+        common = {v: loss for v, loss in g["losses"].items() if v in tried(arm)}
+        if not common:
+            missing.append(f"{label} (the grid has none of its values)")
+            continue
+        ordered = sorted(common.items(), key=lambda kv: kv[1])
+        best = ordered[0][0]
+        grid_at_choice = common.get(choice, math.nan)
         rank = next((i + 1 for i, (v, _) in enumerate(ordered) if v == choice), None)
         rows.append({
             "variant": arm["variant"], "N": arm["N"], "D": arm["D"],
             "halving_choice": choice, "grid_choice": best,
-            "rank": rank, "n_grid": len(ordered),
+            "rank": rank, "n_grid": len(ordered), "n_left_out": len(g["losses"]) - len(common),
             "grid_best_loss": ordered[0][1],
             "grid_loss_at_choice": grid_at_choice,
             "regret": grid_at_choice - ordered[0][1],
@@ -96,11 +123,13 @@ def compare(tuned: list[dict], grid: list[dict], keys: list[str]) -> tuple[pd.Da
     return pd.DataFrame(rows), missing
 
 
-def summary(table: pd.DataFrame, missing: list[str]) -> list[str]:
+def summary(table: pd.DataFrame, missing: list[str], keys: list[str]) -> list[str]:
     """The comparison in words: agreement, regret, and how decisive the grid itself is."""
     n = len(table)
     agree = int((table["rank"] == 1).sum())
     out = [f"Halving chose the full grid's value at {agree} of {n} arms."]
+    if WARMUP_KEY in keys:
+        out[0] += f" ({WARMUP_KEY} in steps, as the runs trained it.)"
     off = table[table["rank"] != 1]
     if len(off):
         worst = off.loc[off["regret"].idxmax()]
@@ -118,6 +147,10 @@ def summary(table: pd.DataFrame, missing: list[str]) -> list[str]:
         f"Largest |halving result - grid run at the same value|: {replay:.2g} nats (the same "
         "trajectory; non-zero only from float and thread order)."
     )
+    wider = int(table["n_left_out"].max())
+    if wider:
+        out.append(f"The grid's values that halving did not try (up to {wider} per arm) are left "
+                   "out: every rank and regret is among the values both compared.")  # fmt: skip
     if missing:
         out.append(f"Not in the grid, so not checked: {'; '.join(missing)}.")
     return out
@@ -164,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    text = markdown(table, summary(table, missing))
+    text = markdown(table, summary(table, missing, args.tune))
     print(text)
     if args.out:
         Path(args.out).write_text(text)
