@@ -139,8 +139,8 @@ def summary(table: pd.DataFrame, missing: list[str], keys: list[str]) -> list[st
             f"in the grid and costs {off['regret'].mean():.3f} nats on average (worst "
             f"{worst['regret']:.3f}: {worst['variant']} at N={worst['N']:.3g}, "
             f"{worst['halving_choice']} instead of {worst['grid_choice']}); {within} of these "
-            "regrets are no larger than the gap between the grid's own best and second best, "
-            "which one seed per candidate cannot resolve."
+            f"{len(off)} regrets {'is' if within == 1 else 'are'} no larger than the gap between "
+            "the grid's own best and second best, which one seed per candidate cannot resolve."
         )
     replay = table["replay"].abs().max()
     out.append(

@@ -65,7 +65,7 @@ def test_rank_regret_margin_and_replay_per_arm(tmp_path, capsys):
     assert b[3:8] == ["0.004", "0.002", "2/3", "0.050", "0.050"]
     assert float(a[8]) == pytest.approx(1e-4) and float(b[8]) == pytest.approx(2e-4)
     assert "at 1 of 2 arms" in text and "ranks 2" in text
-    assert "1 of these regrets are no larger than the gap" in text
+    assert "1 of these 1 regrets is no larger than the gap" in text
     assert "halving did not try (up to 1 per arm) are left out" in text
 
 
