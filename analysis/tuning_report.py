@@ -58,6 +58,12 @@ def summary_sentences(section: dict, rule: dict | None) -> list[str]:
                    f"(the arms are listed under '{HEADING}').")  # fmt: skip
     else:
         out.append("Every arm's best value lies inside its grid.")
+    if section["n_stopped_early"]:
+        out.append(f"The values were chosen by successive halving ({section['n_stopped_early']} "
+                   "candidate segments stopped early): candidates were compared at early rungs, "
+                   "where a higher lr tends to look better, and these runs cannot show whether "
+                   "the full grid would choose the same (check a few arms against a full grid "
+                   "with python -m analysis.tuning_check).")  # fmt: skip
     if rule is not None:
         out.append(_rule_sentence(rule, _whose(section)))
     return out

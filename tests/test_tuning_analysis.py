@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import fit, report, tuning
+from analysis import fit, report, tuning, tuning_report
 from analysis.load import InputError
 from analysis.parametric import Parametric
 
@@ -115,6 +115,11 @@ def test_runs_stopped_early_are_candidates_never_an_arms_result():
         assert len(arm["stopped_early"]) == 4 and len(arm["losses"]) == len(GRID) - 4
         assert all(s["D"] == arm["D"] / 4 for s in arm["stopped_early"])
         assert len(arm["grid"]["train.lr"]) == len(GRID)  # the grid counts the stopped values
+    # the summary says the choice is halving's, unchecked against a full grid; a grid says nothing
+    said = " ".join(tuning_report.summary_sentences(section, None))
+    assert "chosen by successive halving (40 candidate segments stopped early)" in said
+    plain = " ".join(tuning_report.summary_sentences(tuning.select(full, ["train.lr"])[1], None))
+    assert "successive halving" not in plain
 
 
 def test_lr_rule_recovers_the_power_law_with_an_interval_covering_it():
