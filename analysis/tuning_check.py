@@ -45,13 +45,15 @@ MATCH_RTOL = 0.01  # N and D of the same arm in two sweeps agree to this
 
 
 def warmup_in_steps(runs: pd.DataFrame) -> pd.DataFrame:
-    """`train.warmup` as steps: a fraction (< 1) of the run's steps ceil(D / batch_tokens),
-    rounded as training rounds it, a count (>= 1) as it is. Halving's segments get a fractional
-    warmup as the step count of a run to D, so their rows hold steps and a full grid's the
-    fraction: compared as steps, the same warmup is the same value."""
+    """`train.warmup` as steps: a fraction (< 1) of the arm's steps ceil(D / batch_tokens), D
+    the arm's budget (its largest D: a halving segment stops at its rung), rounded as training
+    rounds it; a count (>= 1) as it is. Halving's segments train a fractional warmup as the step
+    count of a run to D, and some sweeps record the steps, others the fraction as written:
+    compared as steps, the same warmup is the same value."""
     if WARMUP_KEY not in runs.columns or "train.batch_tokens" not in runs.columns:
         return runs
-    steps = [math.ceil(d / bt) for d, bt in zip(runs["D"], runs["train.batch_tokens"])]
+    budget = runs.groupby(tuning.arm_labels(runs))["D"].transform("max")
+    steps = [math.ceil(d / bt) for d, bt in zip(budget, runs["train.batch_tokens"])]
     warm = [float(round(w * n)) if w < 1 else float(w) for w, n in zip(runs[WARMUP_KEY], steps)]
     return runs.assign(**{WARMUP_KEY: warm})
 

@@ -88,3 +88,11 @@ def test_bad_input_names_the_column_or_the_arms(tmp_path, capsys):
                               str(tmp_path / "grid.csv"), "--tune", "train.wd"])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2 and "train.wd" in err and err.count("\n") == 1
+
+
+def test_warmup_fractions_are_steps_of_the_arms_budget_even_on_a_segment():
+    # a halving segment stops at its rung (D 250) but trains the warmup of a run to the arm's
+    # budget (1000 tokens = 10 steps of 100): 0.2 is 2 steps there, as is a warmup written as 2
+    runs = pd.DataFrame({"arm": ["x", "x", "x"], "variant": "a", "N": 1.0, "D": [250.0, 1000.0, 1000.0],
+                         "train.batch_tokens": 100, "train.warmup": [0.2, 0.2, 2.0], "loss": 1.0})  # fmt: skip
+    assert tuning_check.warmup_in_steps(runs)["train.warmup"].tolist() == [2.0, 2.0, 2.0]
