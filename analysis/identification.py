@@ -182,15 +182,17 @@ def range_problems(section: dict) -> dict[str, str]:
     return out
 
 
-def clip_note(section: dict, name: str, spec: str = ".3g") -> str:
-    """' (bootstrap reached 2.1, cut at 1)' where `clip_allocation` cut the interval; else ''."""
+def clip_note(section: dict, name: str, spec: str = ".3g", inside: bool = False) -> str:
+    """' (bootstrap reached 2.1, cut at 1)' where `clip_allocation` cut the interval, else '';
+    `inside`: '; bootstrap reached 2.1, cut at 1', for a sentence already in parentheses."""
     raw = section.get("ci95_unclipped", {}).get(name)
     if not raw:
         return ""
     lo_ok, hi_ok = ALLOCATION_RANGE
     reach = [f"{v:{spec}}" for v, out in ((raw[0], raw[0] < lo_ok), (raw[1], raw[1] > hi_ok)) if out]
     bounds = [f"{b:g}" for b, out in ((lo_ok, raw[0] < lo_ok), (hi_ok, raw[1] > hi_ok)) if out]
-    return f" (bootstrap reached {' and '.join(reach)}, cut at {' and '.join(bounds)})"
+    text = f"bootstrap reached {' and '.join(reach)}, cut at {' and '.join(bounds)}"
+    return f"; {text}" if inside else f" ({text})"
 
 
 def with_reasons(section: dict, reasons: dict[str, str]) -> dict:

@@ -126,7 +126,7 @@ def law_summary(result: dict) -> list[tuple]:
         top = p["allocation"][0]
         sentences.insert(0, (
             f"Compute-optimal allocation (approach 3): N_opt grows as C^{p['a']:.2f} "
-            f"(95% CI {interval(p['ci95'].get('a'), '.2f')}{identification.clip_note(p, 'a', '.2f')}); at C = {top['C']:.3g} FLOPs "
+            f"(95% CI {interval(p['ci95'].get('a'), '.2f')}{identification.clip_note(p, 'a', '.2f', inside=True)}); at C = {top['C']:.3g} FLOPs "
             f"({conv}) the optimum is N = {cell(p, 'N_opt', '.3g', 'N_opt@' + format(top['C'], '.3g'), top['N_opt'])} "
             f"trained on {fmt(top['tokens_per_param'], '.2g')} tokens per parameter."
         ))  # fmt: skip
