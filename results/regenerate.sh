@@ -31,6 +31,13 @@ run ref_attention_shape report ref_attention_shape --compare model.n_kv_heads --
   --title "Attention kind at a fixed shape: 3 layers, 4 query heads, KV heads 4 / 2 / 1, 1.5M tokens, CPU"
 run ref_ablation_tuned report ref_ablation_tuned --tune train.lr --tune train.warmup \
   --title "Reference ablation, tuned: one factor at a time against the llama block, each variant x size at its own best lr and warmup, 3 sizes x 2 token budgets, CPU"
+run ref_ablation_tuned report ref_ablation_tuned/grid --tune train.lr --tune train.warmup \
+  --title reference-ablation-tuned-grid
+run ref_ablation_tuned python -m analysis.tuning_check --tuned results/ref_ablation_tuned/runs.csv \
+  --grid results/ref_ablation_tuned/grid/runs.csv --tune train.lr --tune train.warmup \
+  --out results/ref_ablation_tuned/halving_check.md
+run demo python -m analysis.tuning_check --tuned results/demo/halving_runs.csv \
+  --grid results/demo/runs.csv --tune train.lr --tune train.warmup --out results/demo/halving_check.md
 run ref_ladder_tuned report ref_ladder_tuned --tune train.lr --compute exact \
   --title "Reference ladder, tuned: IsoFLOP ladder in exact FLOPs, lr tuned per size, site-packages corpus (under one epoch), llama block, CPU"
 run ref_families report ref_families --tune train.lr --group family \

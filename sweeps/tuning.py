@@ -497,7 +497,7 @@ def print_tuning(tp: TuningPlan, jobs: int) -> None:
 # lrs on their early progress, where a higher lr looks better (the short-horizon bias; Wu et al.
 # 2018). Measured here: a 76K ladder arm ranked at 15 steps after warmup chose 1.6e-2 and
 # trained 0.5-0.9 nats worse than its neighbours (results/ref_ladder_tuned); the demo's arms
-# ranked 4-28 steps after warmup chose the full grid's value at 2 of 6 and cost the 2017 block
+# ranked 4-19 steps after warmup chose the full grid's value at 2 of 6 and cost the 2017 block
 # up to 1.22 nats (results/demo/halving_check.md, `python -m analysis.tuning_check`).
 EARLY_RUNG_STEPS = 100
 
