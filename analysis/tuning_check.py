@@ -107,10 +107,13 @@ def compare(tuned: list[dict], grid: list[dict], keys: list[str]) -> tuple[pd.Da
         if not common:
             missing.append(f"{label} (the grid has none of its values)")
             continue
+        if choice not in common:  # e.g. the grid's run at that value failed
+            missing.append(f"{label} (the grid has no run at halving's choice {choice})")
+            continue
         ordered = sorted(common.items(), key=lambda kv: kv[1])
         best = ordered[0][0]
-        grid_at_choice = common.get(choice, math.nan)
-        rank = next((i + 1 for i, (v, _) in enumerate(ordered) if v == choice), None)
+        grid_at_choice = common[choice]
+        rank = 1 + [v for v, _ in ordered].index(choice)
         rows.append({
             "variant": arm["variant"], "N": arm["N"], "D": arm["D"],
             "halving_choice": choice, "grid_choice": best,

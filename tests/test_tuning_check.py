@@ -96,3 +96,17 @@ def test_warmup_fractions_are_steps_of_the_arms_budget_even_on_a_segment():
     runs = pd.DataFrame({"arm": ["x", "x", "x"], "variant": "a", "N": 1.0, "D": [250.0, 1000.0, 1000.0],
                          "train.batch_tokens": 100, "train.warmup": [0.2, 0.2, 2.0], "loss": 1.0})  # fmt: skip
     assert tuning_check.warmup_in_steps(runs)["train.warmup"].tolist() == [2.0, 2.0, 2.0]
+
+
+def test_an_arm_whose_choice_the_grid_lacks_is_listed_not_ranked(tmp_path, capsys):
+    _grid_csv(tmp_path / "grid.csv")
+    grid = pd.read_csv(tmp_path / "grid.csv")
+    grid = grid[~((grid["variant"] == "b") & (grid["train.lr"] == 4e-3))]  # b chose 4e-3
+    grid.to_csv(tmp_path / "grid.csv", index=False)
+    _tuned_csv(tmp_path / "tuned.csv")
+    argv = ["--tuned", str(tmp_path / "tuned.csv"), "--grid", str(tmp_path / "grid.csv"),
+            "--tune", "train.lr"]  # fmt: skip
+    assert tuning_check.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "at 1 of 1 arms" in out
+    assert "b N=300 D=1000 (the grid has no run at halving's choice 0.004)" in out
