@@ -372,8 +372,7 @@ def _ci(section: dict, key: str, fmt: str = ".4g", name: str | None = None) -> s
         return f"{text} (not identified)"
     lo_hi = section.get("ci95", {}).get(name)
     interval = f" [{lo_hi[0]:{fmt}}, {lo_hi[1]:{fmt}}]" if lo_hi else " [no interval]"
-    note = identification.clip_note(section, name) if name in ("a", "b") else ""
-    return text + interval + note
+    return text + interval + identification.clip_note(section, name)
 
 
 def summary(result: dict, title: str = "") -> str:

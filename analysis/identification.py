@@ -120,12 +120,13 @@ def allocation_exponents(section: dict) -> dict[str, str]:
     """Approaches 1 and 2: N_opt ~ C^a, D_opt ~ C^b (a + b = 1 under C = 6ND)."""
     reasons: dict[str, str] = {}
     ci = section.get("ci95", {})
+    out_of_range = range_problems(section)
     for name in ("a", "b"):
         why = _interval(section[name], ci.get(name))
         if np.isfinite(section[name]) and not 0.0 <= section[name] <= 1.0:
             why = (f"{name} = {section[name]:.3g} is outside [0, 1] (N_opt or D_opt would shrink "
                    "as compute grows)")  # fmt: skip
-        why = why or range_problems(section).get(name)
+        why = why or out_of_range.get(name)
         if why:
             reasons[name] = why
     return reasons
@@ -183,7 +184,8 @@ def range_problems(section: dict) -> dict[str, str]:
 
 
 def clip_note(section: dict, name: str, spec: str = ".3g", inside: bool = False) -> str:
-    """' (bootstrap reached 2.1, cut at 1)' where `clip_allocation` cut the interval, else '';
+    """' (bootstrap reached 2.1, cut at 1)' where `clip_allocation` cut the interval of `name`
+    (only a and b ever are), else '';
     `inside`: '; bootstrap reached 2.1, cut at 1', for a sentence already in parentheses."""
     raw = section.get("ci95_unclipped", {}).get(name)
     if not raw:

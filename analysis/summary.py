@@ -37,8 +37,7 @@ def cell(section: dict, key: str, spec=".4g", name: str | None = None, value=Non
         return f"{fmt(value, spec)} (fixed)"
     if name in section.get("not_identified", []):
         return "not identified"
-    note = identification.clip_note(section, name) if name in ("a", "b") else ""
-    return est(value, section.get("ci95", {}).get(name), spec) + note
+    return est(value, section.get("ci95", {}).get(name), spec) + identification.clip_note(section, name)
 
 
 def headline_cell(variant: dict) -> dict | None:
