@@ -1,13 +1,14 @@
 """Does successive halving choose what the full grid would? Per arm, the value halving chose
 against the one the full grid chooses, and what the difference costs in loss.
 
-    python -m analysis.tuning_check --tuned results/demo/runs.csv \
-        --grid results/demo_grid_check/runs.csv --tune train.lr --tune train.warmup \
-        [--out results/demo_grid_check/halving_check.md]
+    python -m analysis.tuning_check --tuned results/ref_ablation_tuned/runs.csv \
+        --grid results/ref_ablation_tuned/grid/runs.csv --tune train.lr --tune train.warmup \
+        [--out results/ref_ablation_tuned/halving_check.md]
 
 --tuned: a tuned sweep's runs (its `tune_role` column): each tuned arm's result, the run tagged
-`chosen`, is checked; arms that trained a transferred value are not. --grid: the same arms with every candidate trained
-to the budget (`tune_halving: false`, e.g. conf/sweep/demo_grid_check.yaml). Arms match on
+`chosen`, is checked, against the values its `candidate` segments compared; arms that trained a
+transferred value are not. --grid: the same arms with every candidate trained to the budget
+(`tune_halving: false`, e.g. conf/sweep/ref_ablation_tuned_grid.yaml). Arms match on
 variant x N x D (arm ids are run keys, which differ between sweeps). Per arm:
 
 - the grid is restricted to the values halving compared (a wider grid's others are left out);
@@ -103,7 +104,8 @@ def compare(tuned: list[dict], grid: list[dict], keys: list[str]) -> tuple[pd.Da
             continue
         choice = tuning.combo_text(keys, tuple(arm["best"][k] for k in keys))
         # the grid restricted to what halving compared (a wider grid's extra values left out)
-        common = {v: loss for v, loss in g["losses"].items() if v in tried(arm)}
+        compared = tried(arm)
+        common = {v: loss for v, loss in g["losses"].items() if v in compared}
         if not common:
             missing.append(f"{label} (the grid has none of its values)")
             continue
