@@ -24,8 +24,15 @@ import argparse
 import statistics
 import time
 
-from benchmarks.harness import int_list
+import torch
+import yaml
+from accelerate import Accelerator
+
+from benchmarks.harness import ROOT, Case, Runner, Shape, int_list
 from benchmarks.interleave import median_ratio, repetitions
+from models import build_model
+from models.ladder import model_config
+from training.step import step_and_clip
 
 
 def ab(variants: dict, reps: int, inner: int, warmup: int = 2) -> dict[str, tuple[float, float]]:
@@ -50,10 +57,6 @@ def ab(variants: dict, reps: int, inner: int, warmup: int = 2) -> dict[str, tupl
 
 
 def _runner(family: str, d: int):
-    import torch
-
-    from benchmarks.harness import Case, Runner, Shape
-
     return Runner(
         Case(family, "ours", False, Shape(4096, d, 4, 256, 8)), torch.device("cpu"), "fp32"
     )
@@ -78,8 +81,6 @@ def loss(args) -> None:
 
 
 def adamw(args) -> None:
-    import torch
-
     for d in args.d_models:
         r = _runner("llama", d)
         params = [p for p in r.model.parameters()]
@@ -94,15 +95,6 @@ def adamw(args) -> None:
 
 
 def loop(args) -> None:
-    import torch
-    import yaml
-    from accelerate import Accelerator
-
-    from benchmarks.harness import ROOT
-    from models import build_model
-    from models.ladder import model_config
-    from training.step import step_and_clip
-
     preset = yaml.safe_load((ROOT / "conf" / "model" / "llama.yaml").read_text())
     cfg = model_config({**preset, "vocab_size": 256, "max_seq_len": 64, "size": args.size})
     g = torch.Generator().manual_seed(0)
@@ -147,8 +139,6 @@ def main(argv=None) -> None:
     p.add_argument("--inner", default=None, type=int, help="steps per repetition")
     p.add_argument("--threads", default=1, type=int)
     args = p.parse_args(argv)
-    import torch
-
     torch.set_num_threads(args.threads)
     args.inner = args.inner or {"loss": 1, "adamw": 10, "loop": 10}[args.experiment]
     {"loss": loss, "adamw": adamw, "loop": loop}[args.experiment](args)

@@ -19,6 +19,8 @@ import argparse
 import json
 import statistics
 
+import torch
+
 from benchmarks.harness import Case, Shape, int_list, machine, probe
 from benchmarks.interleave import median_ratio, repetitions
 
@@ -65,8 +67,6 @@ def main(argv=None) -> list[dict]:
                       f"| {r['speedup_keep']:.3f}x | {r['peak_mb_system']:.0f} "
                       f"| {r['peak_mb_keep']:.0f} |", flush=True)  # fmt: skip
     if args.out:
-        import torch
-
         info = machine(torch.device("cpu"), args.threads, "system vs keep")
         with open(args.out, "w") as f:
             json.dump({"args": vars(args),

@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 from benchmarks.harness import ROOT, Case, Runner, Shape, add_shape_args
 from benchmarks.interleave import median_ratio, repetitions
 
@@ -46,8 +48,6 @@ def _first_step_s(case: Case, device) -> tuple[float, Runner]:
 
 def child(payload: dict) -> dict:
     """In a fresh process: compile time, then (if asked) the in-process numbers."""
-    import torch
-
     torch.set_num_threads(payload["threads"])
     device = torch.device(payload["device"])
     shape = Shape(**payload["shape"])

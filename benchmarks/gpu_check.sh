@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One prepared GPU check (issue 6): the throughput benchmark in bf16 autocast with SDPA flash
+# One prepared GPU check: the throughput benchmark in bf16 autocast with SDPA flash
 # attention and torch.compile, at a GPT-2-small-like shape (12 layers, d_model 768, 12 heads,
 # seq 1024, vocab 50304 = GPT-2 padded; VOCAB=4096 for the CPU vocab), ours vs transformers (LlamaForCausalLM, GPT2LMHeadModel).
 # MFU is against the H200 dense bf16 datasheet peak (989 TFLOP/s; override with PEAK_TFLOPS).

@@ -15,6 +15,7 @@ matrices only), with bf16 autocast when the benchmark's dtype is bf16.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -24,7 +25,17 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import torch
+import torch.nn.functional as F
+import transformers
+import yaml
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from models import ModelConfig, build_model
+from models.export_hf import to_hf
 from training.hostmem import keep_freed_memory
+from training.step import adamw, param_groups
+from training.step import loss as training_loss
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILIES = ("llama", "gpt2")
@@ -72,10 +83,6 @@ class Case:
 def preset_config(family: str, shape: Shape):
     """Our preset with the benchmark shape: head_dim 32 at d_model 128, else 64; Llama keeps
     its preset's GQA ratio (2 query heads per KV head)."""
-    import yaml
-
-    from models import ModelConfig
-
     preset = yaml.safe_load((ROOT / "conf" / "model" / f"{family}.yaml").read_text())
     n_heads = max(4, shape.d_model // 64)
     return ModelConfig.from_dict(
@@ -94,13 +101,6 @@ def preset_config(family: str, shape: Shape):
 
 def build(case: Case, device):
     """(model, optimizer, loss function, config) on ``device``, float32 weights, train mode."""
-    import torch
-    import torch.nn.functional as F
-
-    from models import build_model
-    from models.export_hf import to_hf
-    from training.step import adamw, loss, param_groups
-
     cfg = preset_config(case.family, case.shape)
     torch.manual_seed(0)
     ours = build_model(cfg)
@@ -113,7 +113,7 @@ def build(case: Case, device):
 
     def loss_fn(x, y):
         if case.impl == "ours":
-            return loss(forward, x, y, label_smoothing=0.0)  # what training.train calls
+            return training_loss(forward, x, y, label_smoothing=0.0)  # what training.train calls
         logits = forward(input_ids=x, use_cache=False).logits  # (B, T, V)
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
 
@@ -124,11 +124,6 @@ class Runner:
     """One model, its optimizer and a fixed batch; ``run(n)`` does n training steps."""
 
     def __init__(self, case: Case, device, dtype: str, sdpa: str = "default"):
-        import contextlib
-
-        import torch
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
         self.case, self.device = case, device
         self.model, self.opt, self.loss_fn, self.cfg = build(case, device)
         g = torch.Generator().manual_seed(0)
@@ -141,8 +136,6 @@ class Runner:
 
     def run(self, steps: int) -> float:
         """Seconds for ``steps`` training steps (one host sync, at the end)."""
-        import torch
-
         t0 = time.perf_counter()
         for _ in range(steps):
             with self.autocast, self.sdpa():
@@ -205,16 +198,11 @@ def set_malloc(malloc: str) -> None:
 
 
 def _probe_main(payload: str) -> None:
-    import torch
-    import transformers  # noqa: F401  (both implementations pay the same imports)
-
-    import models  # noqa: F401
-
     p = json.loads(payload)
     set_malloc(p["malloc"])
     torch.set_num_threads(p["threads"])
     case = Case(**{**p["case"], "shape": Shape(**p["case"]["shape"])})
-    base_kb = _proc_status_kb("VmRSS")
+    base_kb = _proc_status_kb("VmRSS")  # torch, transformers and models already imported
     runner = Runner(case, torch.device("cpu"), p["dtype"])
     runner.run(p["warmup"])
     seconds = runner.run(p["steps"])
@@ -223,9 +211,6 @@ def _probe_main(payload: str) -> None:
 
 
 def machine(device, threads: int, malloc: str) -> dict:
-    import torch
-    import transformers
-
     cpu = platform.processor()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

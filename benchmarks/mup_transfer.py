@@ -1,4 +1,4 @@
-"""muP transfer: does the best learning rate stay put across width? (issue 14, results/mup_transfer)
+"""muP transfer: does the best learning rate stay put across width? (results/mup_transfer)
 
     python -m benchmarks.mup_transfer                      # train what is missing, then analyse
     python -m benchmarks.mup_transfer --analyse-only       # figures and summary from runs.csv
@@ -26,6 +26,13 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
+
+import matplotlib
+import pandas as pd
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WIDTHS = (16, 32, 64, 128)
@@ -59,6 +66,8 @@ def point_overrides(parametrization: str, d_model: int, lr: float) -> list[str]:
     return FIXED + over
 
 
+# Torch, Hydra and MLflow are imported by the workers only: `--analyse-only` (what
+# results/regenerate.sh runs) needs none of them.
 def _one_thread() -> None:
     import torch
 
@@ -159,12 +168,6 @@ def summarise(rows: list[dict]) -> dict:
 
 
 def plot(rows: list[dict], summary: dict, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker
-
     finite = [r["loss"] for r in rows if math.isfinite(r["loss"])]
     ylim = (min(finite) - 0.05, min(max(finite), min(finite) + 1.5) + 0.05)
     for p in PARAMETRIZATIONS:
@@ -197,8 +200,6 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--analyse-only", action="store_true", help="read runs.csv, train nothing")
     args = ap.parse_args()
-    import pandas as pd
-
     args.out.mkdir(parents=True, exist_ok=True)
     if args.analyse_only:
         rows = pd.read_csv(args.out / "runs.csv").to_dict("records")

@@ -18,6 +18,9 @@ import argparse
 import statistics
 from collections import defaultdict
 
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
 from benchmarks.harness import Case, Runner, Shape, add_shape_args
 
 PHASES = ("forward+loss", "backward", "optimizer")
@@ -25,8 +28,6 @@ PHASES = ("forward+loss", "backward", "optimizer")
 
 def profile_once(runner: Runner, steps: int) -> tuple[dict[str, float], dict[str, float]]:
     """(self CPU ms per op name, ms per phase), averaged over ``steps`` steps."""
-    from torch.profiler import ProfilerActivity, profile, record_function
-
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
             with record_function("forward+loss"):
@@ -48,7 +49,8 @@ def profile_once(runner: Runner, steps: int) -> tuple[dict[str, float], dict[str
 
 def compare(family: str, shape: Shape, args) -> str:
     runners = {
-        impl: Runner(Case(family, impl, False, shape), _cpu(), "fp32") for impl in ("ours", "hf")
+        impl: Runner(Case(family, impl, False, shape), torch.device("cpu"), "fp32")
+        for impl in ("ours", "hf")
     }
     for r in runners.values():
         r.run(args.warmup)
@@ -86,12 +88,6 @@ def compare(family: str, shape: Shape, args) -> str:
     return "\n".join(lines)
 
 
-def _cpu():
-    import torch
-
-    return torch.device("cpu")
-
-
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.profile_step")
     add_shape_args(p, d_models=[128, 256])
@@ -101,8 +97,6 @@ def main(argv=None) -> None:
     p.add_argument("--threads", default=1, type=int)
     p.add_argument("--top", default=20, type=int)
     args = p.parse_args(argv)
-    import torch
-
     torch.set_num_threads(args.threads)
     for d in args.d_models:
         for family in args.families:

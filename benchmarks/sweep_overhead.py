@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import mlflow
+
 ROOT = Path(__file__).resolve().parents[1]
 STORE_TIMER = """
 import sys, time
@@ -43,8 +45,6 @@ print(time.perf_counter() - t0)
 
 
 def run_sweep(sweep: str, jobs: int, extra: list[str], env: dict, uri: str) -> dict:
-    import mlflow
-
     cmd = [sys.executable, "-m", "sweeps.run", f"sweep={sweep}", f"sweep.jobs={jobs}", *extra]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)

@@ -43,6 +43,8 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 from benchmarks.harness import (
     FAMILIES,
     ROOT,
@@ -57,25 +59,46 @@ from benchmarks.harness import (
     set_malloc,
 )
 from benchmarks.interleave import median_ratio, repetitions
+from models import flops_per_token
 from training.monitor import matmul_peak_flops
 
 
 # ----- the benchmark ----------------------------------------------------------------------------
 def benchmark(args) -> dict:
-    import torch
-
     device = torch.device(args.device)
     set_malloc(args.malloc)
     threads = args.threads or os.cpu_count()
     torch.set_num_threads(threads)
     load = os.getloadavg()[0]
     if device.type == "cpu" and threads > 1 and load > 0.5:
-        # Measured on a shared 2-core VM: with both cores busy elsewhere, every parallel region
-        # waits for a descheduled OpenMP worker (a 64x64 matmul took 15.7 ms with 2 threads vs
-        # 22 us with 1), so multi-threaded numbers measure the scheduler, not the model.
+        # Busy cores deschedule OpenMP workers and every parallel region waits for them, so
+        # multi-threaded numbers measure the scheduler (docs/performance.md, section 7).
         log(f"warning: load average {load:.1f} with {threads} threads: consider --threads 1")
+    cases = _cases(args)
+    times, peaks, memory = _measure(cases, device, threads, args)
+    peak = args.peak_tflops * 1e12 if args.peak_tflops else statistics.median(peaks)
+    rep_peaks = None if args.peak_tflops else peaks
+    rows = [_row(case, times[case], peak, rep_peaks, memory.get(case), args) for case in cases]
+    _add_ratios(rows)
+    return {
+        "machine": machine(device, threads, args.malloc),
+        "settings": {k: v for k, v in vars(args).items() if k != "out"},
+        "peak_flops": peak,
+        "peak_source": "given"
+        if args.peak_tflops
+        else "median over repetitions of the best of 5 n=1024 matmuls",
+        "memory_method": (
+            "peak RSS above post-import RSS, fresh subprocess per model"
+            if device.type == "cpu"
+            else "torch.cuda.max_memory_allocated minus other models' resident bytes"
+        ),
+        "rows": rows,
+    }
+
+
+def _cases(args) -> list[Case]:
     modes = {"eager": [False], "compiled": [True], "both": [False, True]}[args.compile]
-    cases = [
+    return [
         Case(family, impl, compiled, Shape(args.vocab, d, args.layers, args.seq, args.batch))
         for d in args.d_models
         for family in args.families
@@ -83,6 +106,9 @@ def benchmark(args) -> dict:
         for impl in ("ours", "hf")
     ]
 
+
+def _measure(cases: list[Case], device, threads: int, args) -> tuple[dict, list, dict]:
+    """({case: seconds per repetition}, [matmul peak per repetition], {case: peak MB})."""
     runners = {}
     for case in cases:
         t0 = time.perf_counter()
@@ -108,25 +134,27 @@ def benchmark(args) -> dict:
                 case, args.dtype, threads, args.warmup, args.steps, args.malloc
             )
             log(f"memory {case.label}: {memory[case]:.0f} MB")
+    return times, peaks, memory
 
-    peak = args.peak_tflops * 1e12 if args.peak_tflops else statistics.median(peaks)
-    rows = []
-    for case in cases:
-        s = case.shape
-        sec = statistics.median(times[case]) / args.steps
-        tps = s.batch * s.seq / sec
-        flops = _flops_per_token(case)
-        # MFU per repetition against that repetition's matmul peak (same load), then median.
-        rep_peaks = [peak] * len(times[case]) if args.peak_tflops else peaks
-        mfu = statistics.median(
-            flops * s.batch * s.seq * args.steps / t / p for t, p in zip(times[case], rep_peaks)
-        )
-        rows.append({
-            "family": case.family, "d_model": s.d_model, "mode": "compiled" if case.compiled else "eager",
-            "impl": case.impl, "tokens_per_s": tps, "ms_per_step": 1e3 * sec,
-            "mfu": mfu, "peak_mem_mb": memory.get(case),
-            "step_times_s": [t / args.steps for t in times[case]],
-        })  # fmt: skip
+
+def _row(case: Case, times: list, peak: float, rep_peaks: list | None, mem, args) -> dict:
+    s = case.shape
+    sec = statistics.median(times) / args.steps
+    flops = _flops_per_token(case)
+    # MFU per repetition against that repetition's matmul peak (same load), then median.
+    rep_peaks = rep_peaks or [peak] * len(times)
+    mfu = statistics.median(
+        flops * s.batch * s.seq * args.steps / t / p for t, p in zip(times, rep_peaks)
+    )
+    return {
+        "family": case.family, "d_model": s.d_model, "mode": "compiled" if case.compiled else "eager",
+        "impl": case.impl, "tokens_per_s": s.batch * s.seq / sec, "ms_per_step": 1e3 * sec,
+        "mfu": mfu, "peak_mem_mb": mem,
+        "step_times_s": [t / args.steps for t in times],
+    }  # fmt: skip
+
+
+def _add_ratios(rows: list[dict]) -> None:
     for row in rows:
         if row["impl"] == "ours":
             hf = next(r for r in rows if r["impl"] == "hf" and _key(r) == _key(row))
@@ -135,25 +163,9 @@ def benchmark(args) -> dict:
             row["ratio"] = median_ratio(hf["step_times_s"], row["step_times_s"])
             if row["peak_mem_mb"] is not None:
                 row["mem_ratio"] = row["peak_mem_mb"] / hf["peak_mem_mb"]
-    return {
-        "machine": machine(device, threads, args.malloc),
-        "settings": {k: v for k, v in vars(args).items() if k != "out"},
-        "peak_flops": peak,
-        "peak_source": "given"
-        if args.peak_tflops
-        else "median over repetitions of the best of 5 n=1024 matmuls",
-        "memory_method": (
-            "peak RSS above post-import RSS, fresh subprocess per model"
-            if device.type == "cpu"
-            else "torch.cuda.max_memory_allocated minus other models' resident bytes"
-        ),
-        "rows": rows,
-    }
 
 
 def _torch_dtype(dtype: str):
-    import torch
-
     return torch.bfloat16 if dtype == "bf16" else torch.float32
 
 
@@ -162,8 +174,6 @@ def _key(row: dict) -> tuple:
 
 
 def _flops_per_token(case: Case) -> int:
-    from models import flops_per_token
-
     return flops_per_token(preset_config(case.family, case.shape), case.shape.seq).exact
 
 

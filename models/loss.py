@@ -4,8 +4,7 @@
 log_softmax backward (a second exp pass). The gradient of the mean cross-entropy is known as
 soon as the softmax is: (softmax - onehot) / n_counted. Computing it in the forward, in place
 in the softmax buffer, leaves the backward a single scale, and the saved tensor is the same
-size as log_softmax's. On CPU (1 thread, 2048 x 4096 fp32 logits) forward+backward took
-151 ms against 184 ms for ``F.cross_entropy`` (~2-3% of a d_model 128 training step). Same value and
+size as log_softmax's: one exp pass instead of two (timing: docs/performance.md). Same value and
 gradient as ``F.cross_entropy(logits, targets, ignore_index=-100)`` (tested).
 
 ``linear_cross_entropy`` goes one step further for training, where nobody reads the logits: it
@@ -15,11 +14,9 @@ into the gradients of the hidden states and of the weight at once; no (N, V) ten
 chunk. Same matmuls (the FLOP count is unchanged, two of them just run in the forward), one
 small buffer instead of three logit-sized ones. Where autograd does not record the call
 (``torch.no_grad()``, evaluation, or inputs that need no gradient) both functions compute the
-loss alone: one matmul per chunk, no gradient pass. Why it pays on CPU: a fresh 32 MB tensor
-(2048 x 4096 fp32 logits) is mmapped and page-faulted in on first touch, ~40 ms on the shared
-2-core VM against ~7 ms for the op itself; chunks of 8 MB are reused from the heap. Full
-training step, interleaved A/B (docs/performance.md): 1.2-1.5x at d_model 32-128, 1.0-1.1x at
-256, and a smaller peak memory.
+loss alone: one matmul per chunk, no gradient pass. Why it pays on CPU: a fresh logit-sized
+tensor (32 MB at 2048 x 4096 fp32) is mmapped and page-faulted in on first touch, while 8 MB
+chunks are reused from the heap; the full-step A/B is in docs/performance.md, section 2.
 """
 
 from __future__ import annotations
@@ -62,9 +59,9 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 # Rows per chunk = CHUNK_ELEMENTS // vocab. CPU: 8 MB of fp32 logits, below glibc's mmap
-# threshold, so the buffer comes back from the heap instead of fresh page-faulted memory (256
-# and 1024-row chunks at vocab 4096 were within 3% of 512; unchunked was 5-10% slower). Other
-# devices have caching allocators: chunks only bound memory there, so they are much larger.
+# threshold, so the buffer comes back from the heap instead of fresh page-faulted memory (chunk
+# sizes compared in docs/performance.md, section 2). Other devices have caching allocators:
+# chunks only bound memory there, so they are much larger.
 CHUNK_ELEMENTS = {"cpu": 1 << 21}
 CHUNK_ELEMENTS_DEFAULT = 1 << 26
 

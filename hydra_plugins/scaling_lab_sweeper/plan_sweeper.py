@@ -12,9 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
+from hydra.core.plugins import Plugins
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
+
+from sweeps.slurm import SlurmError
+from training.cli import environment_error
+from training.config import ConfigError, as_int
 
 
 @dataclass
@@ -36,10 +41,6 @@ class PlanSweeper(Sweeper):
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
     ) -> None:
-        from hydra.core.plugins import Plugins
-
-        from training.config import ConfigError, as_int
-
         self.hydra_context, self.config = hydra_context, config
         try:
             jobs = as_int(config.sweep.jobs, "sweep.jobs")
@@ -65,10 +66,10 @@ class PlanSweeper(Sweeper):
         return self.launcher.launch(batch, initial_job_idx=first_idx)
 
     def sweep(self, arguments: list[str]) -> Any:
+        # Lazy: Hydra imports every plugin module in every app (training jobs too), and these
+        # are the sweep's own (rich, the MLflow client).
         from sweeps.driver import drive
         from sweeps.plan import PlanError
-        from sweeps.slurm import SlurmError
-        from training.config import ConfigError
         from training.tracking import TrackingUnavailable
 
         assert self.config is not None
@@ -86,8 +87,6 @@ class PlanSweeper(Sweeper):
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
         except OSError as e:  # a read-only runs folder or store, a full disk: the path, why
-            from training.cli import environment_error
-
             if (line := environment_error(e)) is None:
                 raise
             print(f"error: {line}", file=sys.stderr)

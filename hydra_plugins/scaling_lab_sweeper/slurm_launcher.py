@@ -27,6 +27,8 @@ from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf, SlurmQue
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 from omegaconf import OmegaConf
 
+from sweeps.slurm import JobLost, JobStates, check_request, require
+
 log = logging.getLogger(__name__)
 PREEMPT_SIGNAL = "USR1"  # training.train handles it like SIGTERM; submitit then requeues
 OWN_PARAMS = ("state_timeout_s", "poll_s")  # this launcher's, not sbatch's
@@ -58,6 +60,7 @@ class ClusterSlurmLauncher(SlurmLauncher):
     def _executor(self):
         """The submitit executor, configured as hydra-submitit-launcher configures it."""
         os.environ["SUBMITIT_PREEMPT_SIGNAL"] = PREEMPT_SIGNAL  # read by the jobs' submitit
+        # Lazy: only a SLURM sweep needs submitit, and Hydra imports this module in every app.
         import submitit
         from submitit.slurm.slurm import SlurmJobEnvironment
 
@@ -80,8 +83,6 @@ class ClusterSlurmLauncher(SlurmLauncher):
 
     def check_resources(self) -> None:
         """Raise sweeps.slurm.SlurmError (one line) if no node can run one point as requested."""
-        from sweeps.slurm import check_request, require
-
         require("sinfo")
         executor = self._executor()
         script = executor._executor._make_submission_file_text("true", "preflight")
@@ -112,8 +113,6 @@ class ClusterSlurmLauncher(SlurmLauncher):
 
     def _wait(self, jobs: list, overrides: list[list[str]]) -> list[JobReturn]:
         """Every job's JobReturn: its own when it wrote one, else FAILED with a JobLost."""
-        from sweeps.slurm import JobStates
-
         states = JobStates(jobs[0].job_id.split("_")[0], self.state_timeout_s)
         returns: dict[int, JobReturn] = {}
         while len(returns) < len(jobs):
@@ -134,8 +133,6 @@ class ClusterSlurmLauncher(SlurmLauncher):
 
     @staticmethod
     def _result(job, overrides: list[str]) -> JobReturn:
-        from sweeps.slurm import JobLost
-
         try:
             return job.results()[0]
         except Exception as e:  # submitit's FailedJobError/UncompletedJobError: a long log
