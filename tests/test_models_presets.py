@@ -1,5 +1,5 @@
-"""The conf/model presets compose with Hydra, spell out every ModelConfig field, build, and
-accept single-axis overrides."""
+"""The conf/model presets compose with Hydra on ModelConfig's defaults into every field, build,
+and accept single-axis overrides."""
 
 from __future__ import annotations
 
