@@ -3,9 +3,11 @@
 ``family`` picks the Transformer family (decoder-only LM, 2017 encoder-decoder, BERT-style
 encoder); every other axis applies to each family's stacks alike.
 
-A config is plain data (YAML/JSON friendly). String knobs are ``Literal``-typed and checked in
-``__post_init__``, so a bad value fails at construction with one line naming the field and the
-allowed values. ``ModelConfig.from_dict`` additionally rejects unknown keys. A ``size`` (a target
+A config is plain data (YAML/JSON friendly). Every field is declared once here, with its type
+and default: these defaults are the `model` schema Hydra composes the presets of conf/model/
+against (hydra_plugins/scaling_lab_schema), which hold only what differs. String knobs are
+``Literal``-typed; the config checks itself in ``__post_init__``, so a bad value fails at
+construction with one line naming the field and the allowed values. ``ModelConfig.from_dict`` additionally rejects unknown keys. A ``size`` (a target
 non-embedding parameter count) is the size ladder's business: ``models.ladder.model_config``
 turns a mapping with ``size`` into a shape, so this module depends on nothing else in models/.
 """
@@ -28,15 +30,13 @@ Mlp = Literal["gelu", "swiglu"]
 Family = Literal["decoder", "encoder_decoder", "encoder"]
 
 # Fields the decoder family holds at their defaults (validated). ``to_dict`` leaves them out of
-# a decoder config, so its dict, and every run key and MLflow param set made from it, is what it
-# was before the families existed.
+# a decoder config, so its dict (run key, MLflow params) does not depend on them.
 FAMILY_FIELDS = ("family", "n_encoder_layers", "n_decoder_layers")
 
 Parametrization = Literal["sp", "mup"]
 
 # Fields an SP config holds at their defaults (validated). ``to_dict`` leaves them out of an SP
-# config, so its dict, and every run key and MLflow param set made from it, is what it was
-# before muP existed.
+# config, so its dict (run key, MLflow params) does not depend on them.
 MUP_FIELDS = ("parametrization", "mup_base_width")
 
 
@@ -85,7 +85,79 @@ class ModelConfig:
     mup_base_width: int | None = None  # d_model of the muP base model; mup only (required)
 
     def __post_init__(self) -> None:
-        _validate(self)
+        self._check_types()
+        self._check_heads()
+        self._check_family()
+        if self.pos_encoding == "rope" and self.head_dim % 2 != 0:
+            raise ValueError(
+                f"head_dim = d_model / n_heads = {self.head_dim} must be even with "
+                "pos_encoding='rope' (rotary pairs dimensions); change d_model or n_heads"
+            )
+
+    # ----- validation (one line naming the field and what it allows) --------------------------
+    def _check_types(self) -> None:
+        for name in _INT_FIELDS:
+            v = getattr(self, name)
+            if v is None and name in _OPTIONAL_INT_FIELDS:
+                continue
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                allowed = "a positive integer" + (" or null" if name in _OPTIONAL_INT_FIELDS else "")
+                raise ValueError(f"{name} must be {allowed}, got {v!r}")
+        for name, choices in _choices().items():
+            v = getattr(self, name)
+            if v not in choices:
+                allowed = ", ".join(repr(x) for x in choices)
+                raise ValueError(f"{name} must be one of {allowed}; got {v!r}")
+        for name in ("tie_embeddings", "bias", "scale_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        for name in ("rope_base", "norm_eps", "init_std"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"{name} must be a positive number, got {v!r}")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)):
+            raise ValueError(f"dropout must be a number in [0, 1), got {self.dropout!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+
+    def _check_heads(self) -> None:
+        if self.d_model % self.n_heads != 0:
+            divisors = [h for h in range(1, self.d_model + 1) if self.d_model % h == 0]
+            raise ValueError(
+                f"n_heads ({self.n_heads}) must divide d_model ({self.d_model}); allowed n_heads: "
+                f"{', '.join(map(str, divisors[:12]))}{' ...' if len(divisors) > 12 else ''}"
+            )
+        if self.n_heads % self.kv_heads != 0:
+            divisors = [k for k in range(1, self.n_heads + 1) if self.n_heads % k == 0]
+            raise ValueError(
+                f"n_kv_heads ({self.kv_heads}) must divide n_heads ({self.n_heads}); allowed "
+                f"n_kv_heads: {', '.join(map(str, divisors))}"
+            )
+
+    def _check_family(self) -> None:
+        """Fields that apply to one family or parametrization only."""
+        if self.family != "encoder_decoder":
+            for name in ("n_encoder_layers", "n_decoder_layers"):
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"{name} applies to family='encoder_decoder' only "
+                        f"(family={self.family!r}); use n_layers or null"
+                    )
+        if self.parametrization == "mup" and self.family != "decoder":
+            raise ValueError(
+                f"parametrization='mup' is implemented for family='decoder' only, got "
+                f"family={self.family!r}; use parametrization='sp'"
+            )
+        if self.parametrization == "mup" and self.mup_base_width is None:
+            raise ValueError(
+                "mup_base_width must be set with parametrization='mup' (the d_model of the base "
+                "model the lr was tuned on)"
+            )
+        if self.parametrization == "sp" and self.mup_base_width is not None:
+            raise ValueError(
+                f"mup_base_width applies to parametrization='mup' only, got "
+                f"{self.mup_base_width!r} with parametrization='sp'; set it to null"
+            )
 
     # ----- derived quantities ---------------------------------------------------------------
     @property
@@ -198,7 +270,6 @@ def default_d_ff(d_model: int, mlp: str, bias: bool) -> int:
     return max(multiple, multiple * round(exact / multiple))
 
 
-# ----- validation ---------------------------------------------------------------------------
 _INT_FIELDS = (
     "vocab_size",
     "max_seq_len",
@@ -217,72 +288,11 @@ _OPTIONAL_INT_FIELDS = (
 
 
 @functools.cache
-def _choices(name: str) -> tuple[str, ...] | None:
-    hint = typing.get_type_hints(ModelConfig)[name]
-    return typing.get_args(hint) if typing.get_origin(hint) is Literal else None
-
-
-def _validate(c: ModelConfig) -> None:
-    for name in _INT_FIELDS:
-        v = getattr(c, name)
-        if v is None and name in _OPTIONAL_INT_FIELDS:
-            continue
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            allowed = "a positive integer" + (" or null" if name in _OPTIONAL_INT_FIELDS else "")
-            raise ValueError(f"{name} must be {allowed}, got {v!r}")
-    for f in dataclasses.fields(c):
-        choices = _choices(f.name)
-        v = getattr(c, f.name)
-        if choices is not None and v not in choices:
-            allowed = ", ".join(repr(x) for x in choices)
-            raise ValueError(f"{f.name} must be one of {allowed}; got {v!r}")
-    for name in ("tie_embeddings", "bias", "scale_embeddings"):
-        if not isinstance(getattr(c, name), bool):
-            raise ValueError(f"{name} must be true or false, got {getattr(c, name)!r}")
-    for name in ("rope_base", "norm_eps", "init_std"):
-        v = getattr(c, name)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-            raise ValueError(f"{name} must be a positive number, got {v!r}")
-    if isinstance(c.dropout, bool) or not isinstance(c.dropout, (int, float)):
-        raise ValueError(f"dropout must be a number in [0, 1), got {c.dropout!r}")
-    if not 0.0 <= c.dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {c.dropout!r}")
-    if c.d_model % c.n_heads != 0:
-        divisors = [h for h in range(1, c.d_model + 1) if c.d_model % h == 0]
-        raise ValueError(
-            f"n_heads ({c.n_heads}) must divide d_model ({c.d_model}); allowed n_heads: "
-            f"{', '.join(map(str, divisors[:12]))}{' ...' if len(divisors) > 12 else ''}"
-        )
-    if c.n_heads % c.kv_heads != 0:
-        divisors = [k for k in range(1, c.n_heads + 1) if c.n_heads % k == 0]
-        raise ValueError(
-            f"n_kv_heads ({c.kv_heads}) must divide n_heads ({c.n_heads}); allowed n_kv_heads: "
-            f"{', '.join(map(str, divisors))}"
-        )
-    if c.family != "encoder_decoder":
-        for name in ("n_encoder_layers", "n_decoder_layers"):
-            if getattr(c, name) is not None:
-                raise ValueError(
-                    f"{name} applies to family='encoder_decoder' only (family={c.family!r}); "
-                    "use n_layers or null"
-                )
-    if c.parametrization == "mup" and c.family != "decoder":
-        raise ValueError(
-            f"parametrization='mup' is implemented for family='decoder' only, got "
-            f"family={c.family!r}; use parametrization='sp'"
-        )
-    if c.parametrization == "mup" and c.mup_base_width is None:
-        raise ValueError(
-            "mup_base_width must be set with parametrization='mup' (the d_model of the base "
-            "model the lr was tuned on)"
-        )
-    if c.parametrization == "sp" and c.mup_base_width is not None:
-        raise ValueError(
-            f"mup_base_width applies to parametrization='mup' only, got {c.mup_base_width!r} "
-            "with parametrization='sp'; set it to null"
-        )
-    if c.pos_encoding == "rope" and c.head_dim % 2 != 0:
-        raise ValueError(
-            f"head_dim = d_model / n_heads = {c.head_dim} must be even with pos_encoding='rope' "
-            "(rotary pairs dimensions); change d_model or n_heads"
-        )
+def _choices() -> dict[str, tuple[str, ...]]:
+    """Field -> allowed values, for every ``Literal``-typed field."""
+    hints = typing.get_type_hints(ModelConfig)
+    return {
+        f.name: typing.get_args(hints[f.name])
+        for f in dataclasses.fields(ModelConfig)
+        if typing.get_origin(hints[f.name]) is Literal
+    }

@@ -207,8 +207,7 @@ def model_config(d: Mapping[str, Any]) -> ModelConfig:
     cfg = ModelConfig.from_dict(d)
     if size is None:
         return cfg
-    if isinstance(size, bool) or not isinstance(size, (int, float)) or not size > 0:
-        raise ValueError(f"size must be a positive number of non-embedding params, got {size!r}")
+    _check_size(size)
     return config_for_size(float(size), cfg)
 
 

@@ -27,10 +27,14 @@ or records carries its convention: `PlannedRun.c` is 6 N D, `PlannedRun.c_exact`
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
+
+from models.values import int_if_integral
 
 # Keys the size ladder chooses itself: sweeping them next to `model.size` is ambiguous.
 LADDER_KEYS = ("model.n_layers", "model.d_model")
@@ -63,8 +67,6 @@ def format_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float) and abs(value) >= 1:  # 0.0 stays a float for Hydra
-        from models.values import int_if_integral  # here: the models package imports torch
-
         return str(int_if_integral(value))
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(format_value(v) for v in value) + "]"
@@ -82,25 +84,8 @@ class TuneSpec:
     rungs: tuple[float, ...] = DEFAULT_RUNGS
     decay: float = 0.2  # the WSD decay fraction every tuned run ends with
 
-    @property
-    def candidates(self) -> list[dict[str, Any]]:
-        keys = list(self.grid)
-        return [dict(zip(keys, c)) for c in itertools.product(*(self.grid[k] for k in keys))]
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> TuneSpec | None:
-        tune, at, halving = d.get("tune"), d.get("tune_at"), d.get("tune_halving")
-        if tune is None:
-            for name, value in (("tune_at", at), ("tune_halving", halving)):
-                if value is not None:
-                    raise PlanError(f"sweep.{name}: only applies with sweep.tune (a grid)")
-            return None
-        if not isinstance(tune, Mapping) or not tune:
-            raise PlanError(
-                f"sweep.tune: expected a mapping of override key -> values, got {tune!r}"
-            )
-        grid: dict[str, list[Any]] = {}
-        for key, values in tune.items():
+    def __post_init__(self) -> None:
+        for key, values in self.grid.items():
             if not isinstance(values, (list, tuple)) or not values:
                 raise PlanError(
                     f"sweep.tune.{key}: expected a non-empty list of values, got {values!r}"
@@ -114,14 +99,46 @@ class TuneSpec:
                     f"sweep.tune.{key}: not tunable (it defines the arm or where records go); "
                     "tune training hyperparameters such as train.lr or train.warmup"
                 )
-            grid[str(key)] = list(values)
+        if self.at not in TUNE_AT:
+            raise PlanError(
+                f"sweep.tune_at: unknown rule {self.at!r}; allowed: {', '.join(TUNE_AT)}"
+            )
+        rungs = self.rungs
+        if not rungs or any(not 0 < r < 1 for r in rungs) or list(rungs) != sorted(set(rungs)):
+            raise PlanError(
+                f"sweep.tune_halving.rungs: expected increasing fractions in (0, 1) of the stable "
+                f"phase, got {list(rungs)}"
+            )
+        if not 0.0 < self.decay < 1.0:
+            raise PlanError(
+                f"sweep.tune_halving.decay: expected a fraction in (0, 1), got {self.decay}"
+            )
+        object.__setattr__(self, "grid", {k: list(v) for k, v in self.grid.items()})
+
+    @property
+    def candidates(self) -> list[dict[str, Any]]:
+        keys = list(self.grid)
+        return [dict(zip(keys, c)) for c in itertools.product(*(self.grid[k] for k in keys))]
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TuneSpec | None:
+        """From `sweep.tune`, `sweep.tune_at` and `sweep.tune_halving`; None without a grid."""
+        tune, at, halving = d.get("tune"), d.get("tune_at"), d.get("tune_halving")
+        if tune is None:
+            for name, value in (("tune_at", at), ("tune_halving", halving)):
+                if value is not None:
+                    raise PlanError(f"sweep.{name}: only applies with sweep.tune (a grid)")
+            return None
+        if not isinstance(tune, Mapping) or not tune:
+            raise PlanError(
+                f"sweep.tune: expected a mapping of override key -> values, got {tune!r}"
+            )
+        grid = {str(key): values for key, values in tune.items()}
         at = "every_arm" if at is None else at
-        if at not in TUNE_AT:
-            raise PlanError(f"sweep.tune_at: unknown rule {at!r}; allowed: {', '.join(TUNE_AT)}")
-        if halving is None:
-            halving = {}
         if halving is False:
             return cls(grid, at, halving=False)
+        if halving is None:
+            halving = {}
         if not isinstance(halving, Mapping):
             raise PlanError(
                 f"sweep.tune_halving: expected {{rungs: [...], decay: f}} or false, got {halving!r}"
@@ -132,15 +149,7 @@ class TuneSpec:
                 f"sweep.tune_halving.{sorted(unknown)[0]}: unknown field; allowed: rungs, decay"
             )
         rungs = tuple(float(r) for r in halving.get("rungs", DEFAULT_RUNGS))
-        if not rungs or any(not 0 < r < 1 for r in rungs) or list(rungs) != sorted(set(rungs)):
-            raise PlanError(
-                f"sweep.tune_halving.rungs: expected increasing fractions in (0, 1) of the stable "
-                f"phase, got {list(rungs)}"
-            )
-        decay = float(halving.get("decay", 0.2))
-        if not 0.0 < decay < 1.0:
-            raise PlanError(f"sweep.tune_halving.decay: expected a fraction in (0, 1), got {decay}")
-        return cls(grid, at, True, rungs, decay)
+        return cls(grid, at, True, rungs, float(halving.get("decay", 0.2)))
 
 
 @dataclass(frozen=True)
@@ -151,6 +160,21 @@ class LrRule:
     scale: float
     exponent: float
     source: str = "sweep.lr_rule"  # where the numbers came from, for the dry run
+
+    def __post_init__(self) -> None:
+        try:
+            scale, exponent = float(self.scale), float(self.exponent)
+        except (TypeError, ValueError):
+            raise PlanError(
+                f"sweep.lr_rule: scale and exponent must be numbers ({self.source})"
+            ) from None
+        if not (math.isfinite(scale) and scale > 0 and math.isfinite(exponent)):
+            raise PlanError(
+                f"sweep.lr_rule: expected scale > 0 and a finite exponent, got {scale}, {exponent} "
+                f"({self.source})"
+            )
+        object.__setattr__(self, "scale", scale)
+        object.__setattr__(self, "exponent", exponent)
 
     def lr(self, n_nonembed: int) -> float:
         """Three significant digits: a readable override and a stable run key."""
@@ -163,7 +187,7 @@ class LrRule:
         if isinstance(value, Mapping) and set(value) == {"fitted"}:
             return cls.from_fit(str(value["fitted"]))
         if isinstance(value, Mapping) and set(value) == {"scale", "exponent"}:
-            return cls._checked(value["scale"], value["exponent"], "sweep.lr_rule")
+            return cls(value["scale"], value["exponent"], "sweep.lr_rule")
         raise PlanError(
             f"sweep.lr_rule: expected constant, {{scale: x, exponent: y}} or {{fitted: fit.json}}, "
             f"got {value!r}"
@@ -171,9 +195,6 @@ class LrRule:
 
     @classmethod
     def from_fit(cls, path: str) -> LrRule:
-        import json
-        from pathlib import Path
-
         try:
             fit = json.loads(Path(path).read_text())
         except (OSError, ValueError) as e:
@@ -185,23 +206,7 @@ class LrRule:
             raise PlanError(
                 f"sweep.lr_rule.fitted: {path} fits lr in {rule['variable']}; only N is supported"
             )
-        return cls._checked(rule["scale"], rule["exponent"], f"fitted: {path}")
-
-    @classmethod
-    def _checked(cls, scale: Any, exponent: Any, source: str) -> LrRule:
-        try:
-            scale, exponent = float(scale), float(exponent)
-        except (TypeError, ValueError):
-            raise PlanError(
-                f"sweep.lr_rule: scale and exponent must be numbers ({source})"
-            ) from None
-        if not (math.isfinite(scale) and scale > 0 and math.isfinite(exponent)):
-            raise PlanError(
-                f"sweep.lr_rule: expected scale > 0 and a finite exponent, got {scale}, {exponent} "
-                f"({source})"
-            )
-        return cls(scale, exponent, source)
-
+        return cls(rule["scale"], rule["exponent"], f"fitted: {path}")
 
 @dataclass(frozen=True)
 class SweepSpec:
@@ -231,63 +236,63 @@ class SweepSpec:
             parts.append("tuned")
         return "+".join(parts)
 
-    @classmethod
-    def from_dict(cls, name: str, d: Mapping[str, Any]) -> SweepSpec:
-        """Build from the plan fields of `cfg.sweep` (a plain dict); unknown fields are ignored
-        here because execution settings (jobs, dry_run...) live next to them."""
-        axes = dict(d.get("axes") or {})
-        for key, values in axes.items():
+    def __post_init__(self) -> None:
+        for key, values in self.axes.items():
             if not isinstance(values, (list, tuple)) or not values:
                 raise PlanError(
                     f"sweep.axes.{key}: expected a non-empty list of values, got {values!r}"
                 )
-        variants = {str(k): dict(v or {}) for k, v in (d.get("variants") or {"base": {}}).items()}
-        budgets = [float(c) for c in (d.get("budgets") or [])]
-        if any(c <= 0 for c in budgets):
-            raise PlanError(f"sweep.budgets: compute budgets must be positive FLOPs, got {budgets}")
-        budget_flops = d.get("budget_flops")
-        if budget_flops is None:
-            budget_flops = "6nd"
-        elif not isinstance(budget_flops, str) or budget_flops not in BUDGET_FLOPS:
+        if any(c <= 0 for c in self.budgets):
+            raise PlanError(
+                f"sweep.budgets: compute budgets must be positive FLOPs, got {self.budgets}"
+            )
+        if not isinstance(self.budget_flops, str) or self.budget_flops not in BUDGET_FLOPS:
             raise PlanError(
                 f"sweep.budget_flops: expected one of {', '.join(BUDGET_FLOPS)} (the FLOPs a "
-                f"budget C counts), got {budget_flops!r}"
+                f"budget C counts), got {self.budget_flops!r}"
             )
-        if budget_flops != "6nd" and not budgets:
+        if self.budget_flops != "6nd" and not self.budgets:
             raise PlanError("sweep.budget_flops only applies to IsoFLOP sweeps (budgets)")
-        tpp = d.get("tokens_per_param")
-        if tpp is not None:
-            if not isinstance(tpp, (list, tuple)) or len(tpp) != 2 or not 0 < tpp[0] < tpp[1]:
-                raise PlanError(
-                    f"sweep.tokens_per_param: expected [lo, hi] with 0 < lo < hi, got {tpp!r}"
-                )
-            if not budgets:
-                raise PlanError("sweep.tokens_per_param only applies to IsoFLOP sweeps (budgets)")
-            tpp = (float(tpp[0]), float(tpp[1]))
+        if self.tokens_per_param is not None:
+            self._check_tokens_per_param()
+        if not 0.0 < self.wsd_decay < 1.0:
+            raise PlanError(f"sweep.wsd.decay: expected a fraction in (0, 1), got {self.wsd_decay}")
+        object.__setattr__(self, "axes", {k: list(v) for k, v in self.axes.items()})
+
+    def _check_tokens_per_param(self) -> None:
+        tpp = self.tokens_per_param
+        if not isinstance(tpp, (list, tuple)) or len(tpp) != 2 or not 0 < tpp[0] < tpp[1]:
+            raise PlanError(
+                f"sweep.tokens_per_param: expected [lo, hi] with 0 < lo < hi, got {tpp!r}"
+            )
+        if not self.budgets:
+            raise PlanError("sweep.tokens_per_param only applies to IsoFLOP sweeps (budgets)")
+        object.__setattr__(self, "tokens_per_param", (float(tpp[0]), float(tpp[1])))
+
+    @classmethod
+    def from_dict(cls, name: str, d: Mapping[str, Any]) -> SweepSpec:
+        """Build from the plan fields of `cfg.sweep` (a plain dict); unknown fields are ignored
+        here because execution settings (jobs, dry_run...) live next to them."""
         wsd = dict(d.get("wsd") or {})
         unknown = set(wsd) - {"tokens", "decay"}
         if unknown:
             raise PlanError(
                 f"sweep.wsd: unknown field(s) {sorted(unknown)}; allowed: tokens, decay"
             )
-        wsd_tokens = sorted(float(t) for t in (wsd.get("tokens") or []))
-        decay = float(wsd.get("decay", 0.2))
-        if not 0.0 < decay < 1.0:
-            raise PlanError(f"sweep.wsd.decay: expected a fraction in (0, 1), got {decay}")
-        spec = cls(
+        variants = d.get("variants") or {"base": {}}
+        return cls(
             name=name,
-            axes={k: list(v) for k, v in axes.items()},
-            variants=variants,
-            budgets=budgets,
-            budget_flops=budget_flops,
-            tokens_per_param=tpp,
-            wsd_tokens=wsd_tokens,
-            wsd_decay=decay,
+            axes=dict(d.get("axes") or {}),
+            variants={str(k): dict(v or {}) for k, v in variants.items()},
+            budgets=[float(c) for c in (d.get("budgets") or [])],
+            budget_flops="6nd" if d.get("budget_flops") is None else d["budget_flops"],
+            tokens_per_param=d.get("tokens_per_param"),
+            wsd_tokens=sorted(float(t) for t in (wsd.get("tokens") or [])),
+            wsd_decay=float(wsd.get("decay", 0.2)),
             fixed=dict(d.get("fixed") or {}),
             tune=TuneSpec.from_dict(d),
             lr_rule=LrRule.from_value(d.get("lr_rule")),
         )
-        return spec
 
     def check_conflicts(self, cli_keys: Sequence[str] = ()) -> None:
         """Fail before anything starts when two sources set the same knob ambiguously."""
@@ -558,45 +563,18 @@ def _resolve_one(
         stable_index=p.stable_index,
         budget_flops=spec.budget_flops,
     )
-    overrides = p.overrides
+    overrides, start = p.overrides, 0
     try:
         if p.budget is not None:
-            shape = facts_of(overrides)  # N and FLOPs per token do not depend on D
-            if spec.budget_flops == "exact":
-                per_token, formula = shape.flops_per_token, "C/F_exact"
-            else:
-                per_token, formula = shape.six_n, "C/(6N)"
-            ideal_d = p.budget / per_token
-            # a skipped point shows the D it would have had; it has no config, hence no run key
-            unplanned = replace(shape, tokens=ideal_d, run_key="")
-            if ideal_d < shape.batch_tokens:
-                return replace(
-                    run,
-                    facts=unplanned,
-                    skip=f"D = {formula} = {ideal_d:.3g} tokens is below one batch "
-                    f"({shape.batch_tokens} tokens)",
-                )
-            ratio = ideal_d / shape.n_params_nonembed
-            if spec.tokens_per_param and not (
-                spec.tokens_per_param[0] <= ratio <= spec.tokens_per_param[1]
-            ):
-                lo, hi = spec.tokens_per_param
-                return replace(
-                    run,
-                    facts=unplanned,
-                    skip=f"D/N = {ratio:.3g} is outside sweep.tokens_per_param [{lo:g}, {hi:g}]",
-                )
-            # whole batches, so the run trains exactly the planned D
-            d = round(ideal_d / shape.batch_tokens) * shape.batch_tokens
-            overrides = overrides + (f"{TOKENS_KEY}={d}",)
-        start = 0
+            tokens, shape, skip = _isoflop_tokens(spec, p.budget, overrides, facts_of)
+            if skip:
+                return replace(run, facts=shape, skip=skip)
+            overrides = overrides + (f"{TOKENS_KEY}={tokens}",)
         if p.phase == "branch":
             stable = done[p.stable_index]
-            if stable.skip:
-                return replace(run, skip=f"its stable run #{stable.index} is skipped")
-            start = branch_start(p.branch_tokens[0], spec.wsd_decay, stable.facts.batch_tokens)
-            if start <= 0:
-                return replace(run, skip="its branch point (1 - decay) * D is below one batch")
+            start, skip = _branch_start_of(spec, p, stable)
+            if skip:
+                return replace(run, skip=skip)
             overrides = overrides + (f"train.init_from={checkpoint_path(stable.run_key, start)}",)
         facts = facts_of(overrides)
     except PlanError:
@@ -609,6 +587,46 @@ def _resolve_one(
         # not part of the run key: the stable run is the largest budget's ordinary WSD run
         overrides = overrides + (f"train.save_at_tokens={format_value(saves)}",)
     return replace(run, overrides=overrides, facts=facts, tokens_trained=facts.tokens - start)
+
+
+def _isoflop_tokens(
+    spec: SweepSpec, budget: float, overrides: tuple[str, ...], facts_of: Resolver
+) -> tuple[int, RunFacts, str | None]:
+    """(D for budget C in whole batches, the point's facts, None), or (0, the facts at the
+    ideal D without a run key, why the point is skipped)."""
+    shape = facts_of(overrides)  # N and FLOPs per token do not depend on D
+    if spec.budget_flops == "exact":
+        per_token, formula = shape.flops_per_token, "C/F_exact"
+    else:
+        per_token, formula = shape.six_n, "C/(6N)"
+    ideal_d = budget / per_token
+    # a skipped point shows the D it would have had; it has no config, hence no run key
+    unplanned = replace(shape, tokens=ideal_d, run_key="")
+    if ideal_d < shape.batch_tokens:
+        return 0, unplanned, (
+            f"D = {formula} = {ideal_d:.3g} tokens is below one batch "
+            f"({shape.batch_tokens} tokens)"
+        )
+    ratio = ideal_d / shape.n_params_nonembed
+    if spec.tokens_per_param and not (
+        spec.tokens_per_param[0] <= ratio <= spec.tokens_per_param[1]
+    ):
+        lo, hi = spec.tokens_per_param
+        return 0, unplanned, (
+            f"D/N = {ratio:.3g} is outside sweep.tokens_per_param [{lo:g}, {hi:g}]"
+        )
+    # whole batches, so the run trains exactly the planned D
+    return round(ideal_d / shape.batch_tokens) * shape.batch_tokens, shape, None
+
+
+def _branch_start_of(spec: SweepSpec, p: Point, stable: PlannedRun) -> tuple[int, str | None]:
+    """(tokens where branch `p` leaves its stable run, None), or (0, why it is skipped)."""
+    if stable.skip:
+        return 0, f"its stable run #{stable.index} is skipped"
+    start = branch_start(p.branch_tokens[0], spec.wsd_decay, stable.facts.batch_tokens)
+    if start <= 0:
+        return 0, "its branch point (1 - decay) * D is below one batch"
+    return start, None
 
 
 def wsd_compute(runs: Sequence[PlannedRun]) -> tuple[float, float]:

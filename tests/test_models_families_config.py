@@ -37,7 +37,7 @@ KEYS_BEFORE = {
 
 def compose_model(preset: str, *overrides: str) -> dict:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(overrides=[f"+model={preset}", *overrides])
+        cfg = compose("config", overrides=[f"model={preset}", *overrides])
     return OmegaConf.to_container(cfg.model, resolve=True)
 
 

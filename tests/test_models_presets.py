@@ -1,5 +1,5 @@
-"""The conf/model presets compose with Hydra, spell out every ModelConfig field, build, and
-accept single-axis overrides."""
+"""The conf/model presets compose with Hydra on ModelConfig's defaults into every field, build,
+and accept single-axis overrides."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ EXPECTED_ARCH = {
 
 def compose_model(preset: str, *overrides: str) -> dict:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(overrides=[f"+model={preset}", *overrides])
+        cfg = compose("config", overrides=[f"model={preset}", *overrides])
     return OmegaConf.to_container(cfg.model, resolve=True)
 
 

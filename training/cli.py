@@ -1,5 +1,5 @@
-"""Command-line errors as one `error:` line, exit 2 (issue 15): Hydra's own errors, before
-Hydra starts, and OSErrors of the environment (`environment_error`).
+"""Command-line errors as one `error:` line, exit 2: Hydra's own errors, before Hydra starts,
+and OSErrors of the environment (`environment_error`).
 
 Hydra reports a bad command line (an unknown key without `+`, a missing option such as
 `model=foo`, a sweep file that is not valid YAML or not a mapping) in 6 to 95 lines and exits 1.
@@ -15,6 +15,12 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+import yaml
+from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
 
 # OSErrors the user fixes outside the project (permissions, a read-only or full disk, a file
 # where a folder should be): one `error:` line and exit 2, like bad input.
@@ -55,8 +61,6 @@ def _split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 def _one_value(overrides: list[str]) -> list[str]:
     """Each sweep override (`a=1,2`, `range(...)`) replaced by its first value: compose takes
     one config; the keys and groups are what is checked here."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     out = []
     for text, override in zip(overrides, OverridesParser.create().parse_overrides(overrides)):
         if override.is_sweep_override():
@@ -68,8 +72,6 @@ def _one_value(overrides: list[str]) -> list[str]:
 
 def explain(e: BaseException, overrides: Sequence[str]) -> str:
     """One line for an error Hydra raised while composing."""
-    import yaml
-
     text = str(e).strip()
     if isinstance(e, yaml.YAMLError):
         mark = getattr(e, "problem_mark", None)
@@ -96,11 +98,6 @@ def explain(e: BaseException, overrides: Sequence[str]) -> str:
 def check_composes(conf_dir: Path, config_name: str, argv: Sequence[str]) -> None:
     """Exit 2 with one `error:` line if `argv` (a Hydra command line for `config_name` in
     `conf_dir`) does not compose; return otherwise."""
-    import yaml
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
     overrides, dirs = _split_argv(argv)
     try:
         composable = _one_value(overrides)

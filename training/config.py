@@ -1,23 +1,28 @@
-"""Typed configs for one training run: `data`, `train`, `tracking`, `paths`.
+"""The schema of one training run: `data`, `train`, `tracking` and `paths` (the model's is
+`models.config.ModelConfig`).
 
-The Hydra YAML files in `conf/` are plain data; these dataclasses declare every field with its
-type and allowed values, so a wrong override fails at load time with one line naming the field
-(gpt-neox style), before any data or model work. `from_dict` rejects unknown keys, converts token
-counts written as floats (`2e6`) to ints and refuses non-integral ones. Every float must be
-finite (NaN and inf slip through range comparisons and trained, silently wrong), and
-`tracking.uri` (or `$MLFLOW_TRACKING_URI` when it is null) must be a form MLflow can open
-(`check_tracking_uri`; whether a server answers is checked later, `training.tracking`).
+Each dataclass declares every field once, with its type, allowed values and default. Hydra
+composes `conf/config.yaml` on top of these defaults (`hydra_plugins/scaling_lab_schema` stores
+them as the config `schema`), so a YAML preset holds only what differs from them. Building a
+section checks itself (`__post_init__`): every field is converted to its annotated type (token
+counts written as floats, `2e6`, become ints; non-integral ones are refused), every float must be
+finite (NaN and inf pass range comparisons and train, silently wrong), then `validate` checks
+ranges and cross-field rules. A wrong value fails with one line naming the field (gpt-neox style),
+before any data or model work. `tracking.uri` (or `$MLFLOW_TRACKING_URI` when it is null) must be
+a form MLflow can open (`check_tracking_uri`; whether a server answers is checked later,
+`training.tracking`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, ClassVar, Literal, Union
 
 
 class ConfigError(ValueError):
@@ -95,30 +100,39 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
 
 
 class _Section:
-    """Mixin: `from_dict` with unknown-key and type checks; `to_dict` for logging."""
+    """Mixin of the sections: converts and checks its fields when built, `from_dict` rejects
+    unknown keys, `to_dict` for logging."""
 
-    _section: str = ""
+    _section: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        for name, tp in _field_types(type(self)).items():
+            setattr(self, name, _coerce(getattr(self, name), tp, f"{self._section}.{name}"))
+        self.validate()
 
     @classmethod
     def from_dict(cls, d: dict | None) -> _Section:
         d = dict(d or {})
-        hints = typing.get_type_hints(cls)
-        names = [f.name for f in dataclasses.fields(cls)]
+        names = list(_field_types(cls))
         unknown = sorted(set(d) - set(names))
         if unknown:
             raise ConfigError(
                 f"{cls._section}.{unknown[0]}: unknown key; known keys: {', '.join(names)}"
             )
-        kwargs = {k: _coerce(v, hints[k], f"{cls._section}.{k}") for k, v in d.items()}
-        obj = cls(**kwargs)
-        obj.validate()
-        return obj
+        return cls(**d)
 
     def validate(self) -> None:
         pass
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+@functools.cache
+def _field_types(cls: type) -> dict[str, Any]:
+    """Field name -> annotated type, in declaration order."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
 def _positive(section: str, obj: Any, *names: str) -> None:
@@ -175,7 +189,7 @@ def check_tracking_uri(uri: str, name: str = "tracking.uri") -> None:
 
 @dataclass
 class DataConfig(_Section):
-    _section = "data"
+    _section: ClassVar[str] = "data"
     source: Literal["stdlib", "sitepackages", "text", "hf"] = "stdlib"
     path: str | None = None  # text: a .txt/.jsonl file or a directory of them
     text_field: str = "text"  # jsonl / hf: the field holding the document text
@@ -185,11 +199,11 @@ class DataConfig(_Section):
     split: str = "train"  # hf: split, slicing allowed ("train[:10000]")
     data_files: str | None = None  # hf: local data files for builders such as "json"
     from_disk: str | None = None  # hf: a dataset saved with save_to_disk (overrides name)
-    val_fraction: float = 0.05  # share of documents in the validation split
-    tokenizer: Literal["bpe", "byte"] = "bpe"
+    val_fraction: float = 0.05  # share of documents (files, pairs) held out for validation
+    tokenizer: Literal["bpe", "byte"] = "bpe"  # byte-level BPE trained on the train split | 256 ids
     vocab_size: int = 4096  # bpe only; byte is always 256
     tokenizer_train_chars: int = 50_000_000  # BPE is trained on at most this many characters
-    eval_tokens: int = 65536  # validation tokens, fixed windows from the start of val
+    eval_tokens: int = 65536  # validation tokens: fixed windows from the start of val
     max_bytes: int | None = None  # sitepackages: at most this many bytes of files; None: all
     # Paired corpora (encoder_decoder): `kind: pairs` reads (source, target) records instead of
     # documents: data.source=text, .jsonl records {source_field: ..., target_field: ...}, or
@@ -202,7 +216,7 @@ class DataConfig(_Section):
 
     def to_dict(self) -> dict:
         """Every field; a text corpus leaves out ``PAIR_FIELDS`` (holding their defaults), so
-        its params and run keys are those of before paired corpora."""
+        its params and run keys do not depend on the paired-corpus fields."""
         d = dataclasses.asdict(self)
         if self.kind == "text":
             for name in PAIR_FIELDS:
@@ -210,6 +224,15 @@ class DataConfig(_Section):
         return d
 
     def validate(self) -> None:
+        self._check_source()
+        if not 0.0 < self.val_fraction < 1.0:
+            raise ConfigError(f"data.val_fraction: must be in (0, 1), got {self.val_fraction}")
+        if self.tokenizer == "bpe" and not 257 <= self.vocab_size <= 2**32 - 1:
+            raise ConfigError(f"data.vocab_size: must be >= 257 for bpe, got {self.vocab_size}")
+        _positive("data", self, "eval_tokens", "tokenizer_train_chars", "max_bytes", "src_len")
+
+    def _check_source(self) -> None:
+        """The fields each source and kind needs, and those it cannot use."""
         if self.kind == "pairs" and self.source not in ("text", "stdlib"):
             raise ConfigError(
                 f"data.kind: pairs are read from data.source=text (.jsonl records) or derived "
@@ -223,11 +246,6 @@ class DataConfig(_Section):
             raise ConfigError("data.path: required when data.source=text (a file or directory)")
         if self.source == "hf" and not (self.name or self.from_disk):
             raise ConfigError("data.name: required when data.source=hf (or set data.from_disk)")
-        if not 0.0 < self.val_fraction < 1.0:
-            raise ConfigError(f"data.val_fraction: must be in (0, 1), got {self.val_fraction}")
-        if self.tokenizer == "bpe" and not 257 <= self.vocab_size <= 2**32 - 1:
-            raise ConfigError(f"data.vocab_size: must be >= 257 for bpe, got {self.vocab_size}")
-        _positive("data", self, "eval_tokens", "tokenizer_train_chars", "max_bytes", "src_len")
 
 
 PAIR_FIELDS = ("kind", "source_field", "target_field", "src_len")  # DataConfig, pairs only
@@ -235,42 +253,49 @@ PAIR_FIELDS = ("kind", "source_field", "target_field", "src_len")  # DataConfig,
 
 @dataclass
 class TrainConfig(_Section):
-    _section = "train"
+    """One training run. Steps = ceil(tokens / batch_tokens)."""
+
+    _section: ClassVar[str] = "train"
     tokens: int = 2_000_000  # training budget D (tokens)
-    batch_tokens: int = 16384  # tokens per optimizer step, all processes together
-    seq_len: int = 256
-    micro_batch: int | None = None  # sequences per forward per process; None = no accumulation
-    lr: float = 1e-3
-    min_lr_ratio: float = 0.1
+    batch_tokens: int = 16384  # tokens per optimizer step, all processes and micro-batches
+    seq_len: int = 256  # context length (sets model.max_seq_len)
+    micro_batch: int | None = None  # sequences per forward per process; None: no accumulation
+    lr: float = 1e-3  # peak learning rate
+    min_lr_ratio: float = 0.1  # final lr = lr * min_lr_ratio
     warmup: float = 0.02  # < 1: fraction of the run's steps; >= 1: steps
     schedule: Literal["cosine", "wsd", "constant"] = "cosine"
-    decay_fraction: float = 0.2  # wsd: decay over the last fraction of the run
-    decay_start_tokens: int | None = None  # wsd: explicit decay start (tokens); see docs
-    weight_decay: float = 0.1
+    decay_fraction: float = 0.2  # wsd: linear decay over the last fraction of the run (0: none)
+    decay_start_tokens: int | None = None  # wsd: explicit decay start (branches: the branch point)
+    weight_decay: float = 0.1  # on matrices and embeddings (dim >= 2) only
     beta1: float = 0.9
     beta2: float = 0.95
     eps: float = 1e-8
-    grad_clip: float = 1.0  # 0 disables clipping
+    grad_clip: float = 1.0  # max global grad norm; 0 disables clipping
     label_smoothing: float = 0.0
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # auto: fp32 CPU, bf16 GPU
-    compile: Union[bool, Literal["auto"]] = "auto"  # noqa: UP007  auto: CUDA yes, CPU no
-    keep_host_memory: Union[bool, Literal["auto"]] = "auto"  # noqa: UP007  auto: CPU yes
-    seed: int = 0
-    eval_every: int = 100  # steps
-    log_every: int = 10  # steps between metric flushes / progress lines
-    checkpoint_every: int = 200  # steps; 0 disables periodic checkpoints
-    save_at_tokens: list[int] = field(default_factory=list)  # named branch checkpoints
-    init_from: str | None = None  # start a NEW run from a save_at_tokens checkpoint
+    # torch.compile: auto is on for CUDA, off on the CPU, where it was no clear win and costs
+    # tens of seconds per new shape (docs/performance.md). Validation runs the eager module.
+    compile: Union[bool, Literal["auto"]] = "auto"  # noqa: UP007
+    # Keep freed CPU memory in glibc's malloc instead of faulting it back in every step
+    # (training/hostmem.py); process-wide and sticky. auto: on when training on the CPU.
+    keep_host_memory: Union[bool, Literal["auto"]] = "auto"  # noqa: UP007
+    seed: int = 0  # model init, dropout and data order
+    eval_every: int = 100  # steps between validation evaluations (and one at the end)
+    log_every: int = 10  # steps between metric flushes to MLflow and progress lines
+    checkpoint_every: int = 200  # steps between resume checkpoints; 0: only the final one
+    save_at_tokens: list[int] = field(default_factory=list)  # named branch checkpoints (WSD)
+    init_from: str | None = None  # start a NEW run (branch) from a save_at_tokens checkpoint
+    # auto: continue from this run key's checkpoint if any | true | false
     resume: Union[bool, Literal["auto"]] = "auto"  # noqa: UP007
-    progress: Literal["auto", "bar", "plain", "none"] = "auto"
+    progress: Literal["auto", "bar", "plain", "none"] = "auto"  # auto: bar on a terminal
     peak_flops: float | None = None  # per device, for MFU; None: measured matmul peak
     save_final_checkpoint: bool = False  # log the final weights as an MLflow artifact
 
     def validate(self) -> None:
         _positive("train", self, "tokens", "batch_tokens", "seq_len", "micro_batch", "lr")
         _positive("train", self, "eval_every", "log_every", "peak_flops", "eps")
-        # Every float is finite already (`_coerce`); these are the ranges where AdamW and the
-        # schedules mean something (a negative weight decay or eps trains, silently wrong).
+        # the ranges where AdamW and the schedules mean something (a negative weight decay or
+        # eps trains, silently wrong)
         _in_range("train", self, "beta1", 0.0, 1.0, "[)")
         _in_range("train", self, "beta2", 0.0, 1.0, "[)")
         _in_range("train", self, "weight_decay", 0.0, math.inf, "[)")
@@ -299,12 +324,14 @@ class TrainConfig(_Section):
 
 @dataclass
 class TrackingConfig(_Section):
-    _section = "tracking"
+    _section: ClassVar[str] = "tracking"
     uri: str | None = None  # None: $MLFLOW_TRACKING_URI or sqlite:///<project root>/mlruns.db
     experiment: str = "scaling-lab"
-    parent_run_id: str | None = None
-    run_name: str | None = None
-    tags: dict[str, str | None] = field(default_factory=dict)  # sweep, variant, ...; None: unset
+    parent_run_id: str | None = None  # the sweep's parent run (sets mlflow.parentRunId)
+    run_name: str | None = None  # None: <arch>-<run key>
+    # Run tags; None ones are not set. sweep: its name (sweeps.run sets it); variant: the
+    # ablation variant (base for the baseline). More: +tracking.tags.NAME=value
+    tags: dict[str, str | None] = field(default_factory=lambda: {"sweep": None, "variant": None})
 
     def validate(self) -> None:
         if self.uri:  # null or "": $MLFLOW_TRACKING_URI, else the project's SQLite store
@@ -317,7 +344,7 @@ class TrackingConfig(_Section):
 
 @dataclass
 class PathsConfig(_Section):
-    _section = "paths"
+    _section: ClassVar[str] = "paths"
     runs_dir: str | None = None  # None: $SCALING_LAB_RUNS_DIR or <project root>/runs
     cache_dir: str | None = None  # None: $SCALING_LAB_CACHE_DIR or <project root>/.cache/data
 
@@ -328,6 +355,21 @@ SECTIONS = {
     "tracking": TrackingConfig,
     "paths": PathsConfig,
 }
+
+
+def section_defaults() -> dict[str, dict[str, Any]]:
+    """Every section's fields at their defaults: the schema Hydra composes against (with
+    `model`, see hydra_plugins/scaling_lab_schema)."""
+    return {name: field_defaults(cls) for name, cls in SECTIONS.items()}
+
+
+def field_defaults(cls: type) -> dict[str, Any]:
+    """A dataclass's fields at their defaults, without building it (building checks
+    `tracking.uri` against the environment: that is for the composed config to do)."""
+    return {
+        f.name: f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+        for f in dataclasses.fields(cls)
+    }
 
 
 @dataclass

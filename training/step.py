@@ -118,7 +118,7 @@ def _on_for(setting: bool | str, device, auto_device_type: str) -> bool:
 def use_compile(setting: bool | str, device) -> bool:
     """``train.compile``: true/false, or ``auto`` = on for CUDA, off on CPU and anything else.
     On CPU compiling was no clear win in fp32 (llama 1.02-1.13x, gpt2 0.95-0.96x per step) and
-    costs ~40 s per new shape, ~8 s per later process (conf/train/default.yaml)."""
+    costs ~40 s per new shape, ~8 s per later process (docs/performance.md)."""
     return _on_for(setting, device, "cuda")
 
 
