@@ -32,10 +32,19 @@ import time
 from pathlib import Path
 
 import numpy as np
+from tokenizers import Tokenizer
 
 from training.config import DataConfig
+from training.data import (
+    BatchSampler,
+    filehash,
+    prepare_data,
+    source_fingerprint,
+    sources,
+    val_windows,
+    write_bin,
+)
 from training.data import cache as cache_mod
-from training.data import filehash, prepare_data, source_fingerprint, sources, write_bin
 
 ROOT = Path(__file__).resolve().parents[1]
 FILE_MB = 25  # the generated corpus is files of this size
@@ -118,8 +127,6 @@ def _startup(cfg: DataConfig, root: Path, module=None) -> dict:
 
 def _bare_encode(cfg: DataConfig, cache_dir: str) -> dict:
     """The same documents through the trained tokenizer's batch encode, nothing written."""
-    from tokenizers import Tokenizer
-
     tok = Tokenizer.from_file(str(Path(cache_dir) / "tokenizer.json"))
     t0, n, chars, batch, size = time.perf_counter(), 0, 0, [], 0
     for _, text in sources.documents(cfg):
@@ -156,9 +163,7 @@ def _shards(folder: Path, n_tokens: int) -> None:
 
 def _tokens_run(cfg: DataConfig) -> dict:
     """Start-up on pre-tokenized shards and the memory of sampling 100 batches from them."""
-    import torch  # noqa: F401  (the trainer's baseline memory)
-
-    from training.data import BatchSampler, val_windows
+    import torch  # noqa: F401  (lazy: the trainer's baseline memory, in this child only)
 
     filehash._hashed.clear()
     before = _current_rss_mb()

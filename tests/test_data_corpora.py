@@ -174,6 +174,22 @@ def test_bin_round_trip_and_sharded_reads(tmp_path):
     assert source_fingerprint(_tokens(tmp_path / "one.npy")).startswith("tokens-")
 
 
+def test_a_dataset_of_token_ids_becomes_a_token_cache(tmp_path):
+    import datasets
+
+    rows = [{"input_ids": list(range(i % 7, i % 7 + 20 + i % 13))} for i in range(400)]
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "ids"))
+    cfg = DataConfig.from_dict({"source": "tokens", "from_disk": str(tmp_path / "ids"),
+                                "text_field": "input_ids", "vocab_size": 64, "eot_id": 63})
+    data = prepare_data(cfg, tmp_path / "cache")
+    flat = [t for r in rows for t in (*r["input_ids"], 63)]
+    assert len(data.train) + len(data.val) == len(flat) and data.vocab_size == 64
+    assert sorted(np.concatenate([data.train, data.val]).tolist()) == sorted(flat)
+    small = DataConfig.from_dict({**cfg.to_dict(), "vocab_size": 30, "eot_id": 29})
+    with pytest.raises(ConfigError, match="data.vocab_size: 30, but the dataset .* holds token id"):
+        prepare_data(small, tmp_path / "cache")
+
+
 @pytest.mark.parametrize(
     "spoil, message",
     [
@@ -220,7 +236,6 @@ def test_train_on_tokens_end_to_end_and_bad_input_exits_2(tmp_path):
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         f"error: data.path: {tmp_path}/nothing_*.bin matches no .bin or .npy token shards"
     ]
-    assert not (tmp_path / "out" / "runs").exists() or True
 
 
 def test_the_prepare_command_builds_the_cache_a_run_reads(tmp_path):
@@ -235,3 +250,14 @@ def test_the_prepare_command_builds_the_cache_a_run_reads(tmp_path):
     assert len(list((tmp_path / "cache").iterdir())) == 2  # the cache and its lock: no rebuild
     bad = _run("-m", "training.data", "prepare", "data=text", f"data.path={tmp_path}/missing")
     assert bad.returncode == 2 and bad.stderr.startswith("error: data.path:"), bad.stderr
+
+
+def test_a_dataset_that_cannot_be_reached_is_one_line(tmp_path):
+    offline = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    out = _run("-m", "training.data", "prepare", "data=hf", "data.name=nobody/no-such-dataset",
+               f"paths.cache_dir={tmp_path / 'cache'}", env_extra=offline)
+    assert out.returncode == 2, out.stderr[-2000:]
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "error: data.name: cannot load dataset 'nobody/no-such-dataset'"
+    ), out.stderr

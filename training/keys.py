@@ -43,7 +43,7 @@ EXCLUDED_TRAIN_KEYS = {
 }
 # data.* fields that say where the corpus is, or which part of it (`max_bytes`: the files it
 # selects are hashed into `data.fingerprint`); `data.fingerprint` says what it is.
-EXCLUDED_DATA_KEYS = {"path", "from_disk", "data_files", "max_bytes"}
+EXCLUDED_DATA_KEYS = {"path", "from_disk", "data_files", "max_bytes", "val_path"}
 KEY_LENGTH = 16
 
 

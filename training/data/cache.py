@@ -306,12 +306,57 @@ def pair_cache_key(cfg: DataConfig, fingerprint: str) -> str:
     return sources._sha([*settings, "pairs"])[:16]
 
 
-def _token_data(cfg: DataConfig) -> TokenData:
+def build_ids_cache(cfg: DataConfig, final: Path, progress: Progress) -> None:
+    """A Hugging Face dataset of token ids (data.text_field, `input_ids` in tokens.yaml) as a
+    token cache: each row's ids followed by data.eot_id, rows held out by a hash of their index;
+    ConfigError for an id >= data.vocab_size."""
+    ds = sources.open_hf(cfg)[0]
+    dtype = np.uint16 if cfg.vocab_size <= 2**16 else np.uint32
+    tmp = temporary(final)
+    try:
+        streams = _Streams(tmp, dtype, cfg.max_tokens)
+        try:
+            for rows in ds.select_columns([cfg.text_field]).iter(batch_size=sources.HF_BATCH_ROWS):
+                ids = rows[cfg.text_field]
+                largest = max((max(r) for r in ids if len(r)), default=0)
+                if largest >= cfg.vocab_size:
+                    raise ConfigError(f"data.vocab_size: {cfg.vocab_size}, but the dataset "
+                                      f"{cfg.from_disk or cfg.name} holds token id {largest}")
+                start = streams.docs[0] + streams.docs[1]
+                batch = [(sources.is_val(str(start + i), cfg.val_fraction), r) for i, r in enumerate(ids)]
+                if streams.write(batch, _IdRows(cfg.eot_id), progress):
+                    break
+        finally:
+            streams.close()
+        _check_split(streams.docs[0], streams.docs[1], cfg.val_fraction)
+        meta = {"fingerprint": source_fingerprint(cfg), "tokenizer": "given",
+                "vocab_size": cfg.vocab_size, "eot_id": cfg.eot_id, "dtype": np.dtype(dtype).name,
+                "n_train_tokens": streams.tokens[0], "n_val_tokens": streams.tokens[1],
+                "n_train_docs": streams.docs[0], "n_val_docs": streams.docs[1],
+                "sha256": {"train.bin": streams.sha[0].hexdigest(), "val.bin": streams.sha[1].hexdigest()}}
+        publish(tmp, meta, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+class _IdRows:
+    """The `encode_flat` of rows that are token ids already."""
+
+    def __init__(self, eot_id: int):
+        self.eot_id = eot_id
+
+    def encode_flat(self, rows: list[list[int]], dtype) -> tuple[np.ndarray, list[int]]:
+        flat = np.fromiter(chain.from_iterable(chain.from_iterable((r, (self.eot_id,)) for r in rows)),
+                           dtype=dtype, count=sum(map(len, rows)) + len(rows))
+        return flat, [len(r) + 1 for r in rows]
+
+
+def _token_data(cfg: DataConfig, cache_root: Path, progress: bool) -> TokenData:
+    if cfg.from_disk or cfg.name:  # a dataset of ids: converted once into a token cache
+        final = Path(cache_root) / cache_key(cfg, "ids-" + source_fingerprint(cfg))
+        ensure_cache(final, lambda f: _with_progress(build_ids_cache, cfg, f, progress))
+        return _load_cache(cfg, final)
     fingerprint = tokens_fingerprint(cfg)  # checks every shard (remembered by file stats)
-    if cfg.eot_id is None or cfg.eot_id >= cfg.vocab_size:
-        raise ConfigError(
-            f"data.eot_id: {cfg.eot_id} must be an id below data.vocab_size={cfg.vocab_size}"
-        )
     train, val = load_tokens(cfg)
     meta = {"source": "tokens", "n_train_tokens": len(train), "n_val_tokens": len(val)}
     where = Path(cfg.path).expanduser()
@@ -322,20 +367,25 @@ def prepare_data(cfg: DataConfig, cache_root: Path, progress: bool = False) -> T
     """Load (or build once and cache) the token streams (or pairs) for `cfg`; data=tokens maps
     its shards directly. `progress`: a progress bar while building (the prepare command)."""
     if cfg.source == "tokens":
-        return _token_data(cfg)
+        return _token_data(cfg, cache_root, progress)
     if cfg.kind == "pairs":
         corpus = load_pairs(cfg)
         final = Path(cache_root) / pair_cache_key(cfg, corpus.fingerprint)
         ensure_cache(final, lambda f: build_pair_cache(cfg, corpus, f))
     else:
         final = Path(cache_root) / cache_key(cfg, source_fingerprint(cfg))
+        ensure_cache(final, lambda f: _with_progress(build_cache, cfg, f, progress))
+    return _load_cache(cfg, final)
 
-        def build(f: Path) -> None:
-            log.info("building token cache %s", f)
-            with Progress(sources.source_bytes(cfg), enabled=progress) as bar:
-                build_cache(cfg, f, bar)
 
-        ensure_cache(final, build)
+def _with_progress(build, cfg: DataConfig, final: Path, progress: bool) -> None:
+    log.info("building token cache %s", final)
+    total = sources.source_bytes(cfg) if cfg.source != "tokens" else None
+    with Progress(total, enabled=progress) as bar:
+        build(cfg, final, bar)
+
+
+def _load_cache(cfg: DataConfig, final: Path) -> TokenData:
     meta = json.loads((final / "meta.json").read_text())
     train = np.memmap(final / "train.bin", dtype=meta["dtype"], mode="r")
     val = np.memmap(final / "val.bin", dtype=meta["dtype"], mode="r")

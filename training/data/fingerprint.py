@@ -76,6 +76,6 @@ def source_fingerprint(cfg: DataConfig) -> str:
         files = sources.text_files(cfg)[1]
         _require_text(cfg, files)
         return "text-" + hash_files(files)
-    if cfg.source == "tokens":
+    if cfg.source == "tokens" and not (cfg.from_disk or cfg.name):
         return tokens_fingerprint(cfg)
     return _hf_fingerprint(cfg)
