@@ -55,9 +55,12 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _current_rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+def _rss_parts_mb() -> dict:
+    """RssAnon (the process's own memory) and RssFile (mapped file pages: the page cache,
+    shared and reclaimable), MB."""
+    with open("/proc/self/status") as f:
+        lines = [line.split() for line in f if line.startswith(("RssAnon", "RssFile"))]
+    return {name.rstrip(":"): int(kb) / 1024 for name, kb, _ in lines}
 
 
 def _in_child(fn, *args) -> dict:
@@ -166,7 +169,7 @@ def _tokens_run(cfg: DataConfig) -> dict:
     import torch  # noqa: F401  (lazy: the trainer's baseline memory, in this child only)
 
     filehash._hashed.clear()
-    before = _current_rss_mb()
+    before = _rss_parts_mb()
     t0 = time.perf_counter()
     source_fingerprint(cfg)
     data = prepare_data(cfg, Path(tempfile.mkdtemp()))
@@ -175,13 +178,15 @@ def _tokens_run(cfg: DataConfig) -> dict:
     sampler = BatchSampler(data.train, 1024, 16, seed=0)
     for _ in range(100):
         sampler.next()
-    return {"seconds": round(startup, 3), "rss_growth_mb": round(_current_rss_mb() - before),
-            "tokens": len(data.train) + len(data.val)}
+    after = _rss_parts_mb()
+    return {"seconds": round(startup, 3), "tokens": len(data.train) + len(data.val),
+            "anon_growth_mb": round(after["RssAnon"] - before["RssAnon"]),
+            "file_pages_mb": round(after["RssFile"] - before["RssFile"])}
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--sizes-mb", type=int, nargs="+", default=[250, 500])
+    p.add_argument("--sizes-mb", type=int, nargs="*", default=[250, 500])
     p.add_argument("--baseline-mb", type=int, default=25, help="0: skip the baseline")
     p.add_argument("--baseline-rev", default="0b69d7a")
     p.add_argument("--tokenizer", default="bpe", choices=["bpe", "byte"])
