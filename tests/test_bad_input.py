@@ -354,7 +354,7 @@ def test_a_cache_without_checksums_is_checked_by_size(small_cache):
 HYDRA_ROWS = [
     (["train.foo=1"], "train.foo: unknown key; to add a new key use +train.foo=1"),
     (["model=foo"], "model=foo: unknown model; available: gpt2, llama, vanilla"),
-    (["data=nope"], "data=nope: unknown data; available: hf, pairs, sitepackages, stdlib, stdlib_pairs, text"),
+    (["data=nope"], "data=nope: unknown data; available: hf, hf_streaming, pairs, sitepackages, stdlib, stdlib_pairs, text, tokens"),
     (["train.seed=0,1", "model.fooo=3"], "model.fooo: unknown key"),  # a sweep axis next to it
 ]
 SWEEP_ROWS = [

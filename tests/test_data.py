@@ -205,9 +205,10 @@ def test_sitepackages_files_are_sorted_capped_and_code_only():
 
 def test_sitepackages_fingerprint_names_the_installed_versions_and_the_cap(monkeypatch):
     import training.data as data_mod
+    import training.data.sources as sources
 
     def fingerprint(max_bytes, packages):
-        monkeypatch.setattr(data_mod, "installed_packages", lambda: packages)
+        monkeypatch.setattr(sources, "installed_packages", lambda: packages)
         cfg = DataConfig.from_dict({"source": "sitepackages", "max_bytes": max_bytes})
         return data_mod.source_fingerprint(cfg)
 

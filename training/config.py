@@ -190,7 +190,7 @@ def check_tracking_uri(uri: str, name: str = "tracking.uri") -> None:
 @dataclass
 class DataConfig(_Section):
     _section: ClassVar[str] = "data"
-    source: Literal["stdlib", "sitepackages", "text", "hf"] = "stdlib"
+    source: Literal["stdlib", "sitepackages", "text", "hf", "tokens"] = "stdlib"
     path: str | None = None  # text: a .txt/.jsonl file or a directory of them
     text_field: str = "text"  # jsonl / hf: the field holding the document text
     doc_separator: str = "<|endoftext|>"  # text: splits a .txt file into documents
@@ -213,13 +213,21 @@ class DataConfig(_Section):
     target_field: str = "target"  # pairs, jsonl: the field holding its target text
     src_len: int | None = None  # pairs: source positions per pair; the target gets the rest of
     # train.seq_len (each side truncated to fit, ending in end-of-text). None: seq_len // 2
+    streaming: bool = False  # hf: stream the dataset instead of downloading it whole
+    max_tokens: int | None = None  # stop reading documents once this many tokens are written
+    val_path: str | None = None  # tokens: validation shards (a file, folder or glob)
+    eot_id: int | None = None  # tokens: the end-of-text id of the shards' tokenizer
 
     def to_dict(self) -> dict:
-        """Every field; a text corpus leaves out ``PAIR_FIELDS`` (holding their defaults), so
-        its params and run keys do not depend on the paired-corpus fields."""
+        """Every field; a text corpus leaves out ``PAIR_FIELDS`` (holding their defaults), and
+        ``CORPUS_FIELDS`` at their defaults are left out, so params and run keys do not depend
+        on fields a corpus does not use."""
         d = dataclasses.asdict(self)
         if self.kind == "text":
             for name in PAIR_FIELDS:
+                del d[name]
+        for name in CORPUS_FIELDS:
+            if d[name] == getattr(DataConfig, name):
                 del d[name]
         return d
 
@@ -227,9 +235,16 @@ class DataConfig(_Section):
         self._check_source()
         if not 0.0 < self.val_fraction < 1.0:
             raise ConfigError(f"data.val_fraction: must be in (0, 1), got {self.val_fraction}")
-        if self.tokenizer == "bpe" and not 257 <= self.vocab_size <= 2**32 - 1:
+        if self.source == "tokens" and not 1 <= self.vocab_size <= 2**32 - 1:
+            raise ConfigError(f"data.vocab_size: the shards' vocabulary, got {self.vocab_size}")
+        if self.tokenizer == "bpe" and self.source != "tokens" and not 257 <= self.vocab_size <= 2**32 - 1:
             raise ConfigError(f"data.vocab_size: must be >= 257 for bpe, got {self.vocab_size}")
+        if self.eot_id is not None and not 0 <= self.eot_id < self.vocab_size:
+            raise ConfigError(
+                f"data.eot_id: {self.eot_id} is not an id below data.vocab_size={self.vocab_size}"
+            )
         _positive("data", self, "eval_tokens", "tokenizer_train_chars", "max_bytes", "src_len")
+        _positive("data", self, "max_tokens")
 
     def _check_source(self) -> None:
         """The fields each source and kind needs, and those it cannot use."""
@@ -246,9 +261,19 @@ class DataConfig(_Section):
             raise ConfigError("data.path: required when data.source=text (a file or directory)")
         if self.source == "hf" and not (self.name or self.from_disk):
             raise ConfigError("data.name: required when data.source=hf (or set data.from_disk)")
+        if self.source == "tokens" and not (self.path or self.from_disk or self.name):
+            raise ConfigError(
+                "data.path: required when data.source=tokens (a file, folder or glob of shards; "
+                "or data.from_disk / data.name for a dataset of token ids)"
+            )
+        if self.source == "tokens" and self.eot_id is None:
+            raise ConfigError("data.eot_id: required when data.source=tokens (GPT-2's is 50256)")
+        if self.streaming and (self.source not in ("hf", "tokens") or self.from_disk):
+            raise ConfigError("data.streaming: applies to hub or data_files datasets (data=hf)")
 
 
 PAIR_FIELDS = ("kind", "source_field", "target_field", "src_len")  # DataConfig, pairs only
+CORPUS_FIELDS = ("streaming", "max_tokens", "val_path", "eot_id")  # omitted at their defaults
 
 
 @dataclass

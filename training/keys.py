@@ -42,8 +42,9 @@ EXCLUDED_TRAIN_KEYS = {
     "micro_batch",
 }
 # data.* fields that say where the corpus is, or which part of it (`max_bytes`: the files it
-# selects are hashed into `data.fingerprint`); `data.fingerprint` says what it is.
-EXCLUDED_DATA_KEYS = {"path", "from_disk", "data_files", "max_bytes"}
+# selects are hashed into `data.fingerprint`), or how it is read (`streaming`: the same tokens);
+# `data.fingerprint` says what it is.
+EXCLUDED_DATA_KEYS = {"path", "from_disk", "data_files", "max_bytes", "val_path", "streaming"}
 KEY_LENGTH = 16
 
 

@@ -1,0 +1,244 @@
+"""Corpus preparation at scale, ours side by side with a baseline revision's training/data.py
+(loaded from git) and the bare `tokenizers` batch encode loop, in one command. Each measurement
+runs in its own forked process, so each peak RSS is its own.
+
+    python -m benchmarks.data_prepare --sizes-mb 250 500 --baseline-mb 25 --tokens 1e9
+
+Measures, on a generated text corpus (a folder of .txt files, documents joined by
+<|endoftext|>, words drawn from a Zipf-distributed vocabulary):
+- prepare: wall time, MB/s and tokens/s, peak RSS, for each size (flat RSS = out-of-core)
+- the bare encode loop: the same documents through the same trained tokenizer's
+  `encode_batch_fast`, nothing written
+- start-up: what a run on the prepared corpus spends on data (fingerprint + cache load)
+- the baseline's prepare (and its start-up) at --baseline-mb
+- pre-tokenized shards: --tokens uint16 tokens as llm.c .bin shards in a temporary folder
+  (deleted afterwards): first check (hash + largest id), then start-up, and RSS for 100 batches.
+Prints a markdown table; `--json` writes the raw numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import multiprocessing as mp
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from training.config import DataConfig
+from training.data import (
+    BatchSampler,
+    filehash,
+    prepare_data,
+    source_fingerprint,
+    sources,
+    val_windows,
+    write_bin,
+)
+from training.data import cache as cache_mod
+
+ROOT = Path(__file__).resolve().parents[1]
+FILE_MB = 25  # the generated corpus is files of this size
+SHARD_TOKENS = 100_000_000
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _rss_parts_mb() -> dict:
+    """RssAnon (the process's own memory) and RssFile (mapped file pages: the page cache,
+    shared and reclaimable), MB."""
+    with open("/proc/self/status") as f:
+        lines = [line.split() for line in f if line.startswith(("RssAnon", "RssFile"))]
+    return {name.rstrip(":"): int(kb) / 1024 for name, kb, _ in lines}
+
+
+def _in_child(fn, *args) -> dict:
+    """fn(*args) in a forked process; its result dict plus its own peak RSS (MB)."""
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+
+    def run():
+        out = fn(*args)
+        out["peak_rss_mb"] = round(_rss_mb())
+        queue.put(out)
+
+    p = ctx.Process(target=run)
+    p.start()
+    out = queue.get()
+    p.join()
+    return out
+
+
+def generate(folder: Path, mb: int, seed: int = 0) -> Path:
+    """~mb MB of text in FILE_MB files; documents of 200..4000 words, Zipf(1.2) over 50k words."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    letters = np.array(list("etaoinshrdlucmfwypvbgkjqxz"))
+    vocab = ["".join(rng.choice(letters, size=int(rng.integers(2, 10)))) for _ in range(50_000)]
+    for i in range((mb + FILE_MB - 1) // FILE_MB):
+        path = folder / f"part_{i:04d}.txt"
+        if path.exists():
+            continue
+        docs, size = [], 0
+        while size < FILE_MB * 10**6:
+            ids = np.minimum(rng.zipf(1.2, size=int(rng.integers(200, 4000))), len(vocab)) - 1
+            doc = " ".join(vocab[j] for j in ids) + "."
+            docs.append(doc)
+            size += len(doc) + 13
+        path.write_text("<|endoftext|>".join(docs))
+    return folder
+
+
+def _cfg(path: Path, tokenizer: str, train_chars: float) -> DataConfig:
+    return DataConfig.from_dict({"source": "text", "path": str(path), "tokenizer": tokenizer,
+                                 "vocab_size": 4096, "tokenizer_train_chars": train_chars})
+
+
+def _prepare(cfg: DataConfig, root: Path, module=None) -> dict:
+    t0 = time.perf_counter()
+    data = (module or sys.modules["training.data"]).prepare_data(cfg, root)
+    dt = time.perf_counter() - t0
+    n = len(data.train) + len(data.val)
+    mb = sum(p.stat().st_size for p in Path(cfg.path).iterdir()) / 1e6
+    encode = data.meta["build_seconds"] - data.meta["tokenizer_seconds"]  # after BPE training
+    return {"seconds": round(dt, 1), "mb": round(mb), "tokens": n, "mb_s": round(mb / dt, 2),
+            "tok_s": round(n / dt), "tokenizer_s": data.meta["tokenizer_seconds"],
+            "encode_mb_s": round(mb / encode, 2), "encode_tok_s": round(n / encode),
+            "cache": str(data.cache_dir)}
+
+
+def _startup(cfg: DataConfig, root: Path, module=None) -> dict:
+    """A fresh process's data start-up on a prepared corpus: fingerprint, then the cache."""
+    filehash._hashed.clear()
+    t0 = time.perf_counter()
+    mod = module or sys.modules["training.data"]
+    mod.source_fingerprint(cfg)
+    mod.prepare_data(cfg, root)
+    return {"seconds": round(time.perf_counter() - t0, 3)}
+
+
+def _bare_encode(cfg: DataConfig, cache_dir: str) -> dict:
+    """The same documents through the trained tokenizer's batch encode, nothing written."""
+    tok = Tokenizer.from_file(str(Path(cache_dir) / "tokenizer.json"))
+    t0, n, chars, batch, size = time.perf_counter(), 0, 0, [], 0
+    for _, text in sources.documents(cfg):
+        batch.append(text)
+        size += len(text)
+        if size >= cache_mod.BATCH_CHARS:
+            n += sum(len(e.ids) for e in tok.encode_batch_fast(batch))
+            chars, batch, size = chars + size, [], 0
+    n += sum(len(e.ids) for e in tok.encode_batch_fast(batch))
+    chars += size
+    dt = time.perf_counter() - t0
+    return {"seconds": round(dt, 1), "mb_s": round(chars / 1e6 / dt, 2), "tok_s": round(n / dt)}
+
+
+def _baseline_module(rev: str):
+    """training/data.py as of `rev`, imported under another name."""
+    code = subprocess.run(["git", "show", f"{rev}:training/data.py"], cwd=ROOT, check=True,
+                          capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp()) / "baseline_data.py"
+    path.write_text(code)
+    spec = importlib.util.spec_from_file_location("baseline_data", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["baseline_data"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _shards(folder: Path, n_tokens: int) -> None:
+    rng = np.random.default_rng(0)
+    for i, start in enumerate(range(0, n_tokens, SHARD_TOKENS)):
+        n = min(SHARD_TOKENS, n_tokens - start)
+        write_bin(folder / f"train_{i:06d}.bin", rng.integers(0, 50257, n, dtype=np.uint16))
+
+
+def _tokens_run(cfg: DataConfig) -> dict:
+    """Start-up on pre-tokenized shards and the memory of sampling 100 batches from them."""
+    import torch  # noqa: F401  (lazy: the trainer's baseline memory, in this child only)
+
+    filehash._hashed.clear()
+    before = _rss_parts_mb()
+    t0 = time.perf_counter()
+    source_fingerprint(cfg)
+    data = prepare_data(cfg, Path(tempfile.mkdtemp()))
+    val_windows(data.val, 1024, cfg.eval_tokens)
+    startup = time.perf_counter() - t0
+    sampler = BatchSampler(data.train, 1024, 16, seed=0)
+    for _ in range(100):
+        sampler.next()
+    after = _rss_parts_mb()
+    return {"seconds": round(startup, 3), "tokens": len(data.train) + len(data.val),
+            "anon_growth_mb": round(after["RssAnon"] - before["RssAnon"]),
+            "file_pages_mb": round(after["RssFile"] - before["RssFile"])}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes-mb", type=int, nargs="*", default=[250, 500])
+    p.add_argument("--baseline-mb", type=int, default=25, help="0: skip the baseline")
+    p.add_argument("--baseline-rev", default="0b69d7a")
+    p.add_argument("--tokenizer", default="bpe", choices=["bpe", "byte"])
+    p.add_argument("--train-chars", type=float, default=1e7, help="BPE training sample")
+    p.add_argument("--tokens", type=float, default=1e9, help="pre-tokenized tokens; 0: skip")
+    p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "data_prepare")
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    os.environ["SCALING_LAB_CACHE_DIR"] = str(args.workdir / "memo")  # fingerprints memo
+    rows = []
+    for mb in args.sizes_mb:
+        corpus = generate(args.workdir / f"corpus_{mb}", mb)
+        cfg, root = _cfg(corpus, args.tokenizer, args.train_chars), args.workdir / f"cache_{mb}"
+        shutil.rmtree(root, ignore_errors=True)
+        ours = _in_child(_prepare, cfg, root)
+        row = {"what": f"ours, {ours['mb']} MB", **ours, "startup": _in_child(_startup, cfg, root)}
+        if args.tokenizer == "bpe":
+            row["bare"] = _in_child(_bare_encode, cfg, ours["cache"])
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    if args.baseline_mb:
+        corpus = generate(args.workdir / f"corpus_{args.baseline_mb}", args.baseline_mb)
+        cfg, root = _cfg(corpus, args.tokenizer, args.train_chars), args.workdir / "cache_baseline"
+        shutil.rmtree(root, ignore_errors=True)
+        base = _baseline_module(args.baseline_rev)
+        row = {"what": f"baseline {args.baseline_rev}, {args.baseline_mb} MB",
+               **_in_child(_prepare, cfg, root, base),
+               "startup": _in_child(_startup, cfg, root, base)}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        row = {"what": f"ours, {args.baseline_mb} MB", **_in_child(_prepare, cfg, root / "ours"),
+               "startup": _in_child(_startup, cfg, root / "ours")}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    if args.tokens:
+        folder = Path(tempfile.mkdtemp(dir=args.workdir, prefix="shards-"))
+        try:
+            t0 = time.perf_counter()
+            _shards(folder, int(args.tokens))
+            written = time.perf_counter() - t0
+            cfg = DataConfig.from_dict({"source": "tokens", "path": str(folder), "vocab_size": 50257,
+                                        "eot_id": 50256})
+            first = _in_child(_tokens_run, cfg)
+            again = _in_child(_tokens_run, cfg)
+            rows.append({"what": f"tokens, {int(args.tokens):,} uint16", "written_s": round(written, 1),
+                         "first": first, "again": again})
+            print(json.dumps(rows[-1]), flush=True)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,397 @@
+"""Token caches: documents -> train/val split -> tokenizer -> two flat token streams on disk.
+
+Pipeline: documents stream from their source (training.data.sources) -> train/val side by a
+deterministic hash of each document's key -> tokenizer (byte-level BPE trained on the first
+data.tokenizer_train_chars characters of the train side, or raw bytes) -> `train.bin` and
+`val.bin` (documents joined by an end-of-text id, uint16 or uint32), written a batch at a time
+while the next batch is read. Memory holds a batch or two, whatever the corpus size; the tokens
+do not depend on the batch size or the number of cores.
+
+The cache folder is named by the corpus's source fingerprint (training.data.fingerprint: file
+stats after the first time) and every setting that changes the token streams, so a run on a
+prepared corpus stats its files and maps two arrays. The decoded corpus's own fingerprint (the
+`data_fingerprint` tag) is computed once, while preparing, and kept in meta.json.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import shutil
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from itertools import chain, islice
+from pathlib import Path
+
+import numpy as np
+
+import training.data.sources as sources
+from training.config import ConfigError, DataConfig
+from training.data.filehash import file_sha256
+from training.data.fingerprint import source_fingerprint
+from training.data.pairs import PairSplit, build_pair_cache, load_pairs
+from training.data.progress import Progress
+from training.data.shards import load_tokens, tokens_fingerprint
+from training.data.store import ensure_cache, publish, temporary
+from training.data.tokenizer import BPETokenizer, ByteTokenizer
+
+log = logging.getLogger("training.data")
+
+CACHE_FORMAT = 2  # bump when the cache layout or the tokenization changes
+MIN_DOCS_FOR_FILE_SPLIT = 50  # fewer documents than this: split by ~CHUNK_CHARS chunks instead
+CHUNK_CHARS = 4096
+BATCH_CHARS = 4 << 20  # characters of documents encoded together (one batch in flight)
+
+
+@dataclass
+class TokenData:
+    """The two token streams (read-only memmaps), or the two PairSplits of a paired corpus, and
+    what produced them."""
+
+    train: np.ndarray | PairSplit  # (n_train,) uint16 or uint32
+    val: np.ndarray | PairSplit  # (n_val,)
+    vocab_size: int
+    eot_id: int
+    fingerprint: str  # corpus fingerprint (the `data_fingerprint` tag)
+    cache_dir: Path
+    meta: dict
+
+    def split_tokens(self, split: np.ndarray | PairSplit, seq_len: int) -> int:
+        """A split's size in D's units (epochs = tokens trained / this): its tokens; for pairs,
+        pairs x seq_len, since D counts every position of a padded pair (PairedSeq2Seq)."""
+        return len(split) * seq_len if isinstance(split, PairSplit) else len(split)
+
+
+# ---------------------------------------------------------------- split
+def _chunks(key: str, text: str) -> Iterator[tuple[str, str]]:
+    lines, size, j = [], 0, 0
+    for line in text.splitlines(keepends=True):
+        lines.append(line)
+        size += len(line)
+        if size >= CHUNK_CHARS:
+            yield f"{key}#{j}", "".join(lines)
+            lines, size, j = [], 0, j + 1
+    if lines:
+        yield f"{key}#{j}", "".join(lines)
+
+
+def split_stream(docs: Iterator[tuple[str, str]], val_fraction: float) -> Iterator[tuple[bool, str]]:
+    """(held out?, text) of every document, by a hash of its key (file path, record index). A
+    corpus of fewer than MIN_DOCS_FOR_FILE_SPLIT documents (e.g. one .txt file) is first cut
+    into ~4 KB chunks at line boundaries so that both splits get text."""
+    head = list(islice(docs, MIN_DOCS_FOR_FILE_SPLIT))
+    if len(head) < MIN_DOCS_FOR_FILE_SPLIT:
+        docs = (piece for doc in head for piece in _chunks(*doc))
+    else:
+        docs = chain(head, docs)
+    for key, text in docs:
+        yield sources.is_val(key, val_fraction), text
+
+
+def split_documents(docs: list[tuple[str, str]], val_fraction: float) -> tuple[list[str], list[str]]:
+    """(train texts, val texts) of a list of documents (see `split_stream`)."""
+    train, val = [], []
+    for held_out, text in split_stream(iter(docs), val_fraction):
+        (val if held_out else train).append(text)
+    _check_split(len(train), len(val), val_fraction)
+    return train, val
+
+
+def _check_split(n_train: int, n_val: int, val_fraction: float) -> None:
+    if not n_train or not n_val:
+        raise ConfigError(
+            f"data.val_fraction={val_fraction}: the split left "
+            f"{'no training' if not n_train else 'no validation'} documents; use a larger corpus"
+        )
+
+
+# ---------------------------------------------------------------- build
+class _Corpus:
+    """The documents of `cfg`, re-readable, with the decoded corpus's fingerprint and size
+    counted on the last full pass."""
+
+    def __init__(self, cfg: DataConfig):
+        self.cfg = cfg
+        self.hf = sources.open_hf(cfg)[0] if cfg.source == "hf" else None
+        self.digest, self.n_docs, self.n_chars = hashlib.sha256(), 0, 0
+
+    def documents(self) -> Iterator[tuple[str, str]]:
+        return sources.documents(self.cfg, self.hf)
+
+    def counted(self) -> Iterator[tuple[str, str]]:
+        self.digest, self.n_docs, self.n_chars = hashlib.sha256(), 0, 0
+        for key, text in self.documents():
+            for s in (key, text):
+                self.digest.update(s.encode("utf-8", "surrogatepass") + b"\0")
+            self.n_docs += 1
+            self.n_chars += len(text)
+            yield key, text
+
+    def describe(self) -> tuple[str, str]:
+        """(fingerprint of the decoded documents, description), as of the last full pass."""
+        cfg, digest, py = self.cfg, self.digest.hexdigest()[:12], platform.python_version()
+        if cfg.source == "stdlib":
+            return f"stdlib-py{py}-{digest}", f"Python {py} stdlib, {self.n_docs} files"
+        if cfg.source == "sitepackages":
+            n = len(sources.installed_packages())
+            return (f"sitepackages-py{py}-{digest}", f"site-packages sources of {n} packages, "
+                    f"{self.n_docs} files, {self.n_chars / 1e6:.0f}M characters")
+        if cfg.source == "text":
+            root, files = sources.text_files(cfg)
+            return f"text-{digest}", f"{root} ({len(files)} files, {self.n_docs} docs)"
+        origin = f"disk:{Path(cfg.from_disk).resolve()}" if cfg.from_disk else f"{cfg.name}/{cfg.config}"
+        return f"hf-{digest}", f"{origin} [{cfg.split}] ({self.n_docs} docs)"
+
+
+@dataclass
+class Corpus:
+    """Documents as (key, text) pairs in a fixed order, and a fingerprint of their content."""
+
+    fingerprint: str
+    description: str
+    documents: list[tuple[str, str]]
+
+
+def load_corpus(cfg: DataConfig) -> Corpus:
+    """Every document in memory, for small corpora and tests (preparation streams them)."""
+    corpus = _Corpus(cfg)
+    docs = list(corpus.counted())
+    _require_documents(cfg, corpus.n_docs)
+    return Corpus(*corpus.describe(), docs)
+
+
+def _require_documents(cfg: DataConfig, n_docs: int) -> None:
+    if not n_docs:
+        raise ConfigError(f"data.source={cfg.source}: the corpus is empty")
+
+
+class _Streams:
+    """train.bin and val.bin being written: counts, checksums, and the data.max_tokens stop."""
+
+    def __init__(self, folder: Path, dtype, limit: int | None):
+        self.dtype, self.limit = np.dtype(dtype), limit
+        self.files = [open(folder / "train.bin", "wb"), open(folder / "val.bin", "wb")]
+        self.sha = [hashlib.sha256(), hashlib.sha256()]
+        self.tokens, self.docs, self.train_chars = [0, 0], [0, 0], 0
+
+    def write(self, batch: list[tuple[bool, str]], tokenizer, progress: Progress) -> bool:
+        """Encode and append one batch; True once data.max_tokens tokens are written."""
+        flat, lengths = tokenizer.encode_flat([text for _, text in batch], self.dtype)
+        held_out = np.fromiter((v for v, _ in batch), dtype=bool, count=len(batch))
+        done = False
+        if self.limit is not None:  # keep documents up to the one that reaches the limit
+            ends = np.cumsum(lengths)
+            room = self.limit - sum(self.tokens)
+            if ends[-1] >= room:
+                keep = int(np.searchsorted(ends, room)) + 1  # the first document reaching it
+                done, batch, held_out = True, batch[:keep], held_out[:keep]
+                flat, lengths = flat[: ends[keep - 1]], lengths[:keep]
+        mask = np.repeat(held_out, lengths)
+        for side in (0, 1):
+            part = flat[mask] if side else flat[~mask]
+            self.sha[side].update(part.tobytes())
+            part.tofile(self.files[side])
+            self.tokens[side] += part.size
+            self.docs[side] += int(held_out.sum()) if side else int((~held_out).sum())
+        self.train_chars += sum(len(t) for v, t in batch if not v)
+        progress.advance(sum(len(t) for _, t in batch), flat.size)
+        return done
+
+    def close(self) -> None:
+        for f in self.files:
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+
+
+def _batches(stream: Iterator[tuple[bool, str]]) -> Iterator[list[tuple[bool, str]]]:
+    batch, size = [], 0
+    for item in stream:
+        batch.append(item)
+        size += len(item[1])
+        if size >= BATCH_CHARS:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _encode(corpus: _Corpus, tokenizer, streams: _Streams, progress: Progress) -> None:
+    """Every document through the tokenizer into `streams`; the next batch is read (and hashed)
+    while the last one is encoded (the tokenizers library releases the GIL)."""
+    pending = None
+    with ThreadPoolExecutor(1) as pool:
+        for batch in _batches(split_stream(corpus.counted(), corpus.cfg.val_fraction)):
+            if pending is not None and pending.result():
+                break
+            pending = pool.submit(streams.write, batch, tokenizer, progress)
+        if pending is not None:
+            pending.result()
+
+
+def _train_tokenizer(cfg: DataConfig, corpus: _Corpus):
+    if cfg.tokenizer == "byte":
+        return ByteTokenizer()
+    train_side = (t for v, t in split_stream(corpus.documents(), cfg.val_fraction) if not v)
+    return BPETokenizer.train(train_side, cfg.vocab_size, cfg.tokenizer_train_chars)
+
+
+def build_cache(cfg: DataConfig, final: Path, progress: Progress) -> None:
+    """Build the token cache `final` for a document corpus (see the module docstring)."""
+    t0 = time.perf_counter()
+    corpus = _Corpus(cfg)
+    tokenizer = _train_tokenizer(cfg, corpus)
+    t_tok = time.perf_counter() - t0
+    dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.uint32
+    tmp = temporary(final)
+    try:
+        sha256 = {}
+        if isinstance(tokenizer, BPETokenizer):
+            tokenizer.save(tmp / "tokenizer.json")
+        streams = _Streams(tmp, dtype, cfg.max_tokens)
+        try:
+            _encode(corpus, tokenizer, streams, progress)
+        finally:
+            streams.close()
+        _require_documents(cfg, corpus.n_docs)
+        _check_split(streams.docs[0], streams.docs[1], cfg.val_fraction)
+        sha256 = {"train.bin": streams.sha[0].hexdigest(), "val.bin": streams.sha[1].hexdigest()}
+        if isinstance(tokenizer, BPETokenizer):
+            sha256["tokenizer.json"] = file_sha256(tmp / "tokenizer.json")
+        fingerprint, description = corpus.describe()
+        if cfg.max_tokens is not None:  # the documents read depend on the stop: name the source
+            fingerprint = f"{source_fingerprint(cfg)}-first{cfg.max_tokens}"
+        meta = {
+            "fingerprint": fingerprint,
+            "description": description,
+            "tokenizer": cfg.tokenizer,
+            "vocab_size": tokenizer.vocab_size,
+            "eot_id": tokenizer.eot_id,
+            "dtype": np.dtype(dtype).name,
+            "n_train_tokens": streams.tokens[0],
+            "n_val_tokens": streams.tokens[1],
+            "n_train_docs": streams.docs[0],
+            "n_val_docs": streams.docs[1],
+            "train_chars": streams.train_chars,
+            "tokenizer_seconds": round(t_tok, 2),
+            "build_seconds": round(time.perf_counter() - t0, 2),
+            "sha256": sha256,  # verified on load (store.cache_problem)
+        }
+        publish(tmp, meta, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- load
+def cache_key(cfg: DataConfig, fingerprint: str) -> str:
+    """The cache folder of a document corpus: its source fingerprint and every setting that
+    shapes its documents or their tokens."""
+    settings = [fingerprint, str(CACHE_FORMAT), cfg.tokenizer, str(cfg.val_fraction)]
+    if cfg.tokenizer == "bpe":
+        settings += [str(cfg.vocab_size), str(cfg.tokenizer_train_chars)]
+    settings += [cfg.doc_separator, cfg.text_field, str(cfg.name), str(cfg.config), cfg.split,
+                 str(cfg.max_tokens)]
+    return sources._sha(settings)[:16]
+
+
+def pair_cache_key(cfg: DataConfig, fingerprint: str) -> str:
+    settings = [fingerprint, "1", cfg.tokenizer, str(cfg.val_fraction)]
+    if cfg.tokenizer == "bpe":
+        settings += [str(cfg.vocab_size), str(cfg.tokenizer_train_chars)]
+    return sources._sha([*settings, "pairs"])[:16]
+
+
+def build_ids_cache(cfg: DataConfig, final: Path, progress: Progress) -> None:
+    """A Hugging Face dataset of token ids (data.text_field, `input_ids` in tokens.yaml) as a
+    token cache: each row's ids followed by data.eot_id, rows held out by a hash of their index;
+    ConfigError for an id >= data.vocab_size."""
+    ds = sources.open_hf(cfg)[0]
+    dtype = np.uint16 if cfg.vocab_size <= 2**16 else np.uint32
+    tmp = temporary(final)
+    try:
+        streams = _Streams(tmp, dtype, cfg.max_tokens)
+        try:
+            for rows in ds.select_columns([cfg.text_field]).iter(batch_size=sources.HF_BATCH_ROWS):
+                ids = rows[cfg.text_field]
+                largest = max((max(r) for r in ids if len(r)), default=0)
+                if largest >= cfg.vocab_size:
+                    raise ConfigError(f"data.vocab_size: {cfg.vocab_size}, but the dataset "
+                                      f"{cfg.from_disk or cfg.name} holds token id {largest}")
+                start = streams.docs[0] + streams.docs[1]
+                batch = [(sources.is_val(str(start + i), cfg.val_fraction), r) for i, r in enumerate(ids)]
+                if streams.write(batch, _IdRows(cfg.eot_id), progress):
+                    break
+        finally:
+            streams.close()
+        _check_split(streams.docs[0], streams.docs[1], cfg.val_fraction)
+        meta = {"fingerprint": source_fingerprint(cfg), "tokenizer": "given",
+                "vocab_size": cfg.vocab_size, "eot_id": cfg.eot_id, "dtype": np.dtype(dtype).name,
+                "n_train_tokens": streams.tokens[0], "n_val_tokens": streams.tokens[1],
+                "n_train_docs": streams.docs[0], "n_val_docs": streams.docs[1],
+                "sha256": {"train.bin": streams.sha[0].hexdigest(), "val.bin": streams.sha[1].hexdigest()}}
+        publish(tmp, meta, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+class _IdRows:
+    """The `encode_flat` of rows that are token ids already."""
+
+    def __init__(self, eot_id: int):
+        self.eot_id = eot_id
+
+    def encode_flat(self, rows: list[list[int]], dtype) -> tuple[np.ndarray, list[int]]:
+        flat = np.fromiter(chain.from_iterable(chain.from_iterable((r, (self.eot_id,)) for r in rows)),
+                           dtype=dtype, count=sum(map(len, rows)) + len(rows))
+        return flat, [len(r) + 1 for r in rows]
+
+
+def _token_data(cfg: DataConfig, cache_root: Path, progress: bool) -> TokenData:
+    if cfg.from_disk or cfg.name:  # a dataset of ids: converted once into a token cache
+        final = Path(cache_root) / cache_key(cfg, "ids-" + source_fingerprint(cfg))
+        ensure_cache(final, lambda f: _with_progress(build_ids_cache, cfg, f, progress))
+        return _load_cache(cfg, final)
+    fingerprint = tokens_fingerprint(cfg)  # checks every shard (remembered by file stats)
+    train, val = load_tokens(cfg)
+    meta = {"source": "tokens", "n_train_tokens": len(train), "n_val_tokens": len(val)}
+    where = Path(cfg.path).expanduser()
+    return TokenData(train, val, cfg.vocab_size, cfg.eot_id, fingerprint, where, meta)
+
+
+def prepare_data(cfg: DataConfig, cache_root: Path, progress: bool = False) -> TokenData:
+    """Load (or build once and cache) the token streams (or pairs) for `cfg`; data=tokens maps
+    its shards directly. `progress`: a progress bar while building (the prepare command)."""
+    if cfg.source == "tokens":
+        return _token_data(cfg, cache_root, progress)
+    if cfg.kind == "pairs":
+        corpus = load_pairs(cfg)
+        final = Path(cache_root) / pair_cache_key(cfg, corpus.fingerprint)
+        ensure_cache(final, lambda f: build_pair_cache(cfg, corpus, f))
+    else:
+        final = Path(cache_root) / cache_key(cfg, source_fingerprint(cfg))
+        ensure_cache(final, lambda f: _with_progress(build_cache, cfg, f, progress))
+    return _load_cache(cfg, final)
+
+
+def _with_progress(build, cfg: DataConfig, final: Path, progress: bool) -> None:
+    log.info("building token cache %s", final)
+    total = sources.source_bytes(cfg) if cfg.source != "tokens" else None
+    with Progress(total, enabled=progress) as bar:
+        build(cfg, final, bar)
+
+
+def _load_cache(cfg: DataConfig, final: Path) -> TokenData:
+    meta = json.loads((final / "meta.json").read_text())
+    train = np.memmap(final / "train.bin", dtype=meta["dtype"], mode="r")
+    val = np.memmap(final / "val.bin", dtype=meta["dtype"], mode="r")
+    if cfg.kind == "pairs":
+        train, val = (
+            PairSplit(stream, np.fromfile(final / f"{split}.offsets.bin", np.int64), meta["eot_id"])
+            for split, stream in (("train", train), ("val", val))
+        )
+    return TokenData(train, val, meta["vocab_size"], meta["eot_id"], meta["fingerprint"], final, meta)

@@ -1,0 +1,252 @@
+"""Where documents come from, as streams of (key, text): the running Python's stdlib, the
+installed packages' sources, local .txt/.jsonl files, Hugging Face datasets (batched, or
+streamed). Nothing here holds a corpus in memory: a document at a time, files read in blocks.
+
+A document's key (file path, `file:part`, `file:line`, row index) decides its train/val side.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import hashlib
+import importlib.metadata
+import json
+import os
+import sysconfig
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from training.config import ConfigError, DataConfig
+
+STDLIB_EXCLUDED_DIRS = {
+    "test",
+    "tests",
+    "idle_test",
+    "site-packages",
+    "dist-packages",
+    "__pycache__",
+}
+SITEPACKAGES_MAX_FILE_BYTES = 1 << 20  # larger .py files are generated tables, not code
+TEXT_SUFFIXES = (".txt", ".jsonl")
+READ_BLOCK_CHARS = 4 << 20  # .txt files are read and split in blocks of this many characters
+HF_BATCH_ROWS = 1000
+
+
+def _sha(parts: Iterable[str]) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode("utf-8", "surrogatepass"))
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------- file lists
+def stdlib_files() -> list[tuple[str, Path]]:
+    """The running Python's stdlib .py files (no test suites, no site-packages), sorted.
+    Excluded folders are pruned from the walk (every plan fingerprints the stdlib)."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = []
+    for folder, subdirs, names in os.walk(root):
+        subdirs[:] = [d for d in subdirs if d not in STDLIB_EXCLUDED_DIRS]
+        for name in names:
+            if name.endswith(".py"):
+                p = Path(folder, name)
+                files.append((p.relative_to(root).as_posix(), p))
+    return sorted(files)
+
+
+def site_packages_root() -> Path:
+    return Path(sysconfig.get_paths()["purelib"])
+
+
+def sitepackages_files(max_bytes: int | None = None) -> list[tuple[str, Path]]:
+    """The installed packages' .py files (no test suites, caches or metadata folders, none over
+    SITEPACKAGES_MAX_FILE_BYTES), sorted by path relative to site-packages; with `max_bytes`,
+    the longest prefix of that order within max_bytes bytes. Editable installs (this project)
+    live outside site-packages and are not included."""
+    root = site_packages_root()
+    files = []
+    for folder, subdirs, names in os.walk(root):
+        subdirs[:] = [
+            d for d in subdirs
+            if d not in STDLIB_EXCLUDED_DIRS and not d.endswith((".dist-info", ".egg-info"))
+        ]  # fmt: skip
+        for name in names:
+            if name.endswith(".py"):
+                p = Path(folder, name)
+                files.append((p.relative_to(root).as_posix(), p))
+    chosen, total = [], 0
+    for rel, p in sorted(files):
+        size = p.stat().st_size
+        if size > SITEPACKAGES_MAX_FILE_BYTES:
+            continue
+        if max_bytes is not None and total + size > max_bytes:
+            break
+        chosen.append((rel, p))
+        total += size
+    return chosen
+
+
+@functools.cache  # ~0.5 s; a sweep resolves every point's fingerprint in one process
+def installed_packages() -> list[str]:
+    """`name==version` of every distribution installed in site-packages, sorted."""
+    root = site_packages_root()
+    names = {
+        f"{d.metadata['Name']}=={d.version}"
+        for d in importlib.metadata.distributions(path=[str(root)])
+        if d.metadata["Name"]
+    }
+    return sorted(names, key=str.lower)
+
+
+def text_files(cfg: DataConfig) -> tuple[Path, list[tuple[str, Path]]]:
+    """(root, [(name, file)]) of a text corpus, sorted: the file itself, or every .txt/.jsonl
+    file under the folder. The names (the file's name, paths relative to the folder) key the
+    documents, so they decide the train/val split."""
+    root = Path(cfg.path).expanduser().resolve()
+    if root.is_file():
+        files = [root]
+    elif root.is_dir():
+        files = sorted(p for p in root.rglob("*") if p.suffix in TEXT_SUFFIXES)
+    else:
+        raise ConfigError(f"data.path: {cfg.path} does not exist (a .txt/.jsonl file or a folder)")
+    if not files or any(p.suffix not in TEXT_SUFFIXES for p in files):
+        raise ConfigError(f"data.path: {cfg.path} holds no .txt or .jsonl files")
+    return root, [(p.name if root.is_file() else p.relative_to(root).as_posix(), p) for p in files]
+
+
+def local_files(spec: str) -> list[tuple[str, Path]]:
+    """Files named by `spec` (a file, a folder, or a glob) on this machine, sorted; [] if none."""
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return [(path.name, path)]
+    if path.is_dir():
+        return sorted((p.relative_to(path).as_posix(), p) for p in path.rglob("*") if p.is_file())
+    return sorted((Path(m).name, Path(m)) for m in glob.glob(str(path)) if Path(m).is_file())
+
+
+def source_bytes(cfg: DataConfig) -> int | None:
+    """The size of the files a document source reads (for progress and ETA); None if unknown."""
+    if cfg.source == "stdlib":
+        files = stdlib_files()
+    elif cfg.source == "sitepackages":
+        files = sitepackages_files(cfg.max_bytes)
+    elif cfg.source == "text":
+        files = text_files(cfg)[1]
+    else:
+        return None
+    return sum(p.stat().st_size for _, p in files)
+
+
+# ---------------------------------------------------------------- documents
+def _file_documents(files: list[tuple[str, Path]]) -> Iterator[tuple[str, str]]:
+    for rel, p in files:
+        yield rel, p.read_text(encoding="utf-8", errors="replace")
+
+
+def txt_documents(path: Path, rel: str, separator: str) -> Iterator[tuple[str, str]]:
+    """(`rel:i`, part i) of a .txt file split at `separator`, blank parts skipped, read in blocks
+    (the same parts as `read_text().split(separator)`; non-UTF-8 bytes become U+FFFD)."""
+    i, tail = 0, ""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        while block := f.read(READ_BLOCK_CHARS):
+            parts = (tail + block).split(separator)
+            tail = parts.pop()  # may end in the start of a separator: completed by the next block
+            for part in parts:
+                if part.strip():
+                    yield f"{rel}:{i}", part
+                i += 1
+    if tail.strip():
+        yield f"{rel}:{i}", tail
+
+
+def jsonl_documents(path: Path, rel: str, text_field: str) -> Iterator[tuple[str, str]]:
+    """(`rel:line`, record[text_field]) of every non-blank line; ConfigError naming file:line
+    for a line that is not a JSON object or lacks the field."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as e:
+                raise ConfigError(f"data.path: {path}:{lineno} is not JSON ({e})") from None
+            if not isinstance(record, dict):
+                raise ConfigError(f"data.path: {path}:{lineno} is not a JSON object")
+            if text_field not in record:
+                raise ConfigError(
+                    f"data.text_field: {text_field!r} not in {path}:{lineno}; "
+                    f"fields: {', '.join(sorted(record))}"
+                )
+            yield f"{rel}:{lineno}", str(record[text_field])
+
+
+def text_documents(cfg: DataConfig) -> Iterator[tuple[str, str]]:
+    for rel, p in text_files(cfg)[1]:
+        if p.suffix == ".jsonl":
+            yield from jsonl_documents(p, rel, cfg.text_field)
+        else:
+            yield from txt_documents(p, rel, cfg.doc_separator)
+
+
+def open_hf(cfg: DataConfig):
+    """(dataset, origin) of data=hf: a save_to_disk folder, or `load_dataset` (streamed with
+    data.streaming). ConfigError for a dataset that cannot be loaded or lacks data.text_field."""
+    import datasets  # ~1 s; only data=hf needs it
+
+    try:
+        if cfg.from_disk:
+            ds = datasets.load_from_disk(cfg.from_disk)
+            origin = f"disk:{Path(cfg.from_disk).resolve()}"
+            if isinstance(ds, datasets.DatasetDict):
+                if cfg.split not in ds:
+                    raise ConfigError(
+                        f"data.split: {cfg.split!r} not in {cfg.from_disk}; have {list(ds)}"
+                    )
+                ds = ds[cfg.split]
+        else:
+            ds = datasets.load_dataset(cfg.name, cfg.config, split=cfg.split,
+                                       data_files=cfg.data_files, streaming=cfg.streaming)  # fmt: skip
+            origin = f"{cfg.name}/{cfg.config}"
+    except ConfigError:
+        raise
+    except Exception as e:  # hub unreachable, no such dataset or split, unreadable files
+        what = cfg.from_disk or cfg.name
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"data.name: cannot load dataset {what!r} ({first})") from None
+    columns = ds.column_names
+    if columns is None:  # a streamed json dataset knows its columns once read
+        columns = list(next(iter(ds), {}))
+    if cfg.text_field not in columns:
+        raise ConfigError(
+            f"data.text_field: {cfg.text_field!r} not in the dataset {cfg.from_disk or cfg.name}; "
+            f"columns: {columns}"
+        )
+    return ds, origin
+
+
+def hf_documents(ds, text_field: str) -> Iterator[tuple[str, str]]:
+    """(row index, text) of a Dataset or IterableDataset, read HF_BATCH_ROWS rows at a time."""
+    i = 0
+    for batch in ds.select_columns([text_field]).iter(batch_size=HF_BATCH_ROWS):
+        for text in batch[text_field]:
+            yield str(i), text
+            i += 1
+
+
+def documents(cfg: DataConfig, hf_dataset=None) -> Iterator[tuple[str, str]]:
+    """The documents of a data=stdlib/sitepackages/text/hf config, in their fixed order."""
+    if cfg.source == "stdlib":
+        return _file_documents(stdlib_files())
+    if cfg.source == "sitepackages":
+        return _file_documents(sitepackages_files(cfg.max_bytes))
+    if cfg.source == "text":
+        return text_documents(cfg)
+    return hf_documents(hf_dataset, cfg.text_field)
+
+
+def is_val(key: str, val_fraction: float) -> bool:
+    """Whether the document (or pair) keyed `key` is held out: a hash of the key, not its place."""
+    h = int.from_bytes(hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()[:8], "big")
+    return h / 2**64 < val_fraction

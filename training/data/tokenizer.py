@@ -1,0 +1,104 @@
+"""Tokenizers: a byte-level BPE trained on a bounded sample of the training split, or raw
+UTF-8 bytes. Both encode a batch of documents to one flat id array (documents joined by the
+end-of-text id); the BPE runs on every core (the tokenizers library's batch parallelism)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Iterator
+from itertools import chain
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger("training.data")
+
+EOT = "<|endoftext|>"
+BYTE_EOT_ID = 0  # byte tokenizer: NUL separates documents (absent from text corpora)
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as ids 0..255; NUL (0) doubles as the end-of-text separator."""
+
+    vocab_size = 256
+    eot_id = BYTE_EOT_ID
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [list(t.encode("utf-8", "replace")) for t in texts]
+
+    def encode_flat(self, texts: list[str], dtype) -> tuple[np.ndarray, list[int]]:
+        """(every text's ids followed by end-of-text, in order; each text's id count)."""
+        data = [t.encode("utf-8", "replace") for t in texts]
+        flat = np.frombuffer(b"\0".join(data) + b"\0", dtype=np.uint8).astype(dtype)
+        return flat, [len(d) + 1 for d in data]
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(ids).decode("utf-8", "replace")
+
+
+class BPETokenizer:
+    """A byte-level BPE `tokenizers.Tokenizer` with `<|endoftext|>` as a special token."""
+
+    def __init__(self, tok):
+        self.tok = tok
+        self.vocab_size = tok.get_vocab_size()
+        self.eot_id = tok.token_to_id(EOT)
+
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int, max_chars: int) -> BPETokenizer:
+        """Trained on the first `max_chars` characters of `texts` (read no further)."""
+        from tokenizers import ByteLevelBPETokenizer
+
+        def sample() -> Iterator[str]:
+            budget = max_chars
+            for t in texts:
+                if budget <= 0:
+                    log.info("BPE trained on the first %d training characters", max_chars)
+                    return
+                yield t[:budget]
+                budget -= len(t)
+
+        tok = ByteLevelBPETokenizer()
+        tok.train_from_iterator(
+            sample(),
+            vocab_size=vocab_size,
+            min_frequency=2,
+            special_tokens=[EOT],
+            show_progress=False,
+        )
+        return cls(tok._tokenizer)
+
+    @classmethod
+    def load(cls, path: Path) -> BPETokenizer:
+        from tokenizers import Tokenizer
+
+        return cls(Tokenizer.from_file(str(path)))
+
+    def save(self, path: Path) -> None:
+        self.tok.save(str(path))
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self.tok.encode_batch(texts)]
+
+    def encode_flat(self, texts: list[str], dtype) -> tuple[np.ndarray, list[int]]:
+        """(every text's ids followed by end-of-text, in order; each text's id count)."""
+        ids = [e.ids for e in self.tok.encode_batch_fast(texts)]  # no offsets: ~2x faster
+        eot = (self.eot_id,)
+        flat = np.fromiter(chain.from_iterable(chain.from_iterable((i, eot) for i in ids)),
+                           dtype=dtype, count=sum(map(len, ids)) + len(ids))  # fmt: skip
+        return flat, [len(i) + 1 for i in ids]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tok.decode(ids)
+
+
+def load_tokenizer(cache: Path):
+    meta = json.loads((cache / "meta.json").read_text())
+    return (
+        ByteTokenizer()
+        if meta["tokenizer"] == "byte"
+        else BPETokenizer.load(cache / "tokenizer.json")
+    )
+
+
