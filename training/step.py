@@ -122,8 +122,8 @@ def _on_for(setting: bool | str, device, auto_device_type: str) -> bool:
 
 def use_compile(setting: bool | str, device) -> bool:
     """``train.compile``: true/false, or ``auto`` = on for CUDA, off on CPU and anything else.
-    On CPU compiling was no clear win in fp32 (llama 1.02-1.13x, gpt2 0.95-0.96x per step) and
-    costs ~40 s per new shape, ~8 s per later process (docs/performance.md)."""
+    On CPU in fp32 it is no clear win per step and costs tens of seconds per new shape
+    (docs/performance.md, section 4)."""
     return _on_for(setting, device, "cuda")
 
 
@@ -138,8 +138,8 @@ def step_and_clip(accelerator, optimizer):
 
     Accelerate's optimizer and clipping wrappers do work only for fp16 loss scaling and for
     XLA/FSDP/DeepSpeed; otherwise they are per-step Python overhead (``AcceleratedOptimizer.step``
-    looks up an optional package's metadata twice per call): ~1.08x per step of a tiny CPU model
-    (docs/performance.md). Then step the torch optimizer and clip with torch directly: the same
+    looks up an optional package's metadata twice per call; docs/performance.md, section 3).
+    Then step the torch optimizer and clip with torch directly: the same
     updates, bit for bit (the wrappers are no-ops here)."""
     plain = (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU)
     if accelerator.scaler is None and accelerator.distributed_type in plain:
@@ -197,7 +197,7 @@ def evaluate(model, windows, micro_batch: int, accelerator) -> float:
 
     ``model`` is the plain module, not the compiled or data-parallel wrapper: a compiled model
     would compile again for eval mode and again for the last, smaller batch (two more graphs per
-    run, ~5-7 s each on CPU even for a tiny model). The training precision is applied here."""
+    run). The training precision is applied here."""
     mine = windows[accelerator.process_index :: accelerator.num_processes]  # (n_rank, T + 1)
     total = torch.zeros(2, device=accelerator.device, dtype=torch.float64)
     model.eval()
