@@ -226,9 +226,10 @@ def test_a_resumed_pairs_run_is_bit_identical(lab, tmp_path, monkeypatch):
     """Interrupted after step 13 (last checkpoint at step 8), the rerun resumes from the
     checkpoint and ends with the uninterrupted run's losses, bit for bit."""
     import training.train as loop
+    import training.trainer as trainer
 
     overrides = [*lab, "train.checkpoint_every=8", "train.tokens=8192"]
-    real_step, calls = loop.optimizer_step, []
+    real_step, calls = trainer.optimizer_step, []
 
     def interrupted_step(*args, **kwargs):
         calls.append(1)
@@ -236,10 +237,10 @@ def test_a_resumed_pairs_run_is_bit_identical(lab, tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return real_step(*args, **kwargs)
 
-    monkeypatch.setattr(loop, "optimizer_step", interrupted_step)
+    monkeypatch.setattr(trainer, "optimizer_step", interrupted_step)
     with pytest.raises(KeyboardInterrupt):
         loop.train(compose(*overrides))
-    monkeypatch.setattr(loop, "optimizer_step", real_step)
+    monkeypatch.setattr(trainer, "optimizer_step", real_step)
     resumed = loop.train(compose(*overrides))
     clean = [*overrides, "tracking.experiment=clean", f"paths.runs_dir={tmp_path / 'clean'}"]
     uninterrupted = loop.train(compose(*clean))

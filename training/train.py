@@ -19,17 +19,17 @@ import contextlib
 import signal
 import sys
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from training.cli import check_composes, environment_error
 from training.config import ConfigError
 from training.paths import PROJECT_ROOT
 from training.ranks import wait_for_all_ranks
+from training.result import TrainResult
 from training.signals import Interrupted, Signals
 from training.tracking import TrackingUnavailable
 
-if TYPE_CHECKING:
-    from training.trainer import TrainResult
+__all__ = ["Interrupted", "TrainResult", "main", "train"]
 
 
 def train(cfg: Any) -> TrainResult:

@@ -39,6 +39,7 @@ from training.data import BatchSampler, prepare_data, val_pairs, val_windows
 from training.monitor import Progress, format_si, measured_peak_flops
 from training.paths import default_cache_dir, default_runs_dir, resolve_dir
 from training.ranks import broadcast, end_process_group, reset_accelerate_state
+from training.result import TrainResult
 from training.schedules import Schedule, warmup_steps, wsd_decay_start
 from training.signals import Interrupted, Signals
 from training.spec import build_model_config, resolve_config
@@ -57,21 +58,6 @@ from training.step import (
 from training.train_state import TrainState, capture, restore
 
 log = logging.getLogger("training.train")
-
-
-@dataclass
-class TrainResult:
-    run_key: str
-    run_id: str | None  # MLflow run id (None on non-main processes)
-    status: str  # FINISHED | FAILED
-    final_val_loss: float | None = None
-    final_train_loss: float | None = None
-    tokens_consumed: int = 0
-    steps: int = 0
-    wall_time_s: float = 0.0
-    failure_reason: str | None = None
-    run_dir: str = ""
-    reused: bool = False  # a FINISHED run with this key existed; nothing was trained
 
 
 def every_n_steps(step: int, n: int) -> bool:
