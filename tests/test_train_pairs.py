@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import test_bad_input
 import test_sweep_plan
-import test_train
 import torch
 import torch.nn.functional as F
+from train_helpers import compose, history, runs_df, uri_of
 
 from models import ModelConfig, build_model, count_params, flops_per_sequence
 from training import objective as objectives
@@ -24,14 +24,11 @@ from training.config import ConfigError, DataConfig
 from training.data import PairSplit, load_pairs, load_tokenizer, prepare_data
 from training.spec import resolve_config
 
-cache_dir, one_thread, store = test_train.cache_dir, test_train.one_thread, test_train.store
-compose, history, runs_df, uri_of = (
-    test_train.compose, test_train.history, test_train.runs_df, test_train.uri_of,
-)  # fmt: skip
 place, one_error_line = test_bad_input.place, test_bad_input.one_error_line
 comp, tmp_store = test_sweep_plan.comp, test_sweep_plan.tmp_store  # a sweep job's config
 ROOT = Path(__file__).resolve().parents[1]
 N_EXAMPLE_PAIRS = 1500
+pytestmark = pytest.mark.usefixtures("one_thread")
 TINY_PAIRS = [
     "model=vanilla_seq2seq",
     "data=pairs",
