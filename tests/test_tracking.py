@@ -244,12 +244,11 @@ def _start_store_creation(uri: str) -> tuple[subprocess.Popen, float]:
 def test_an_interrupt_during_store_creation_leaves_no_store_or_a_complete_one(
     tmp_path, sig, fractions
 ):
-    """MLflow migrates a new SQLite store for ~1-2.5 s; killed inside that (kill -9 or Ctrl-C),
-    the store was left half-migrated and every later command failed with a sqlalchemy error
-    ("duplicate column name: step", "index_params_run_uuid already exists": 9 of 22 SIGKILL
-    offsets 0.1 s apart before the fix). The offsets are fractions of this machine's own
-    creation time, measured first. At every offset the store is now absent or complete, and
-    the next command uses it."""
+    """MLflow migrates a new SQLite store for ~1-2.5 s; a store killed inside that (kill -9 or
+    Ctrl-C) and left half-migrated would fail every later command with a sqlalchemy error
+    ("duplicate column name: step"). The offsets are fractions of this machine's own creation
+    time, measured first. At every offset the store is absent or complete, and the next
+    command uses it."""
     from training import tracking
 
     proc, t0 = _start_store_creation(f"sqlite:///{tmp_path / 'timed' / 'mlruns.db'}")

@@ -265,10 +265,10 @@ def test_unreadable_checkpoint_fails_with_one_line_and_marks_the_run_failed(lab,
 @pytest.mark.parametrize("full_at", ["last.pt", "config.yaml"])
 def test_a_full_disk_says_so_and_where(lab, capsys, monkeypatch, full_at):
     """A checkpoint write hitting ENOSPC (a real one: the temporary file's writes go to
-    /dev/full) recorded `RuntimeError: [enforce fail at inline_container.cc:672]`: now the run
-    is FAILED with "no space left on device" and the path, the CLI prints that one line and
-    exits 2, and no temporary file is left. Full already at the run's config.yaml (written
-    before the MLflow run): no run at all, instead of one left RUNNING."""
+    /dev/full; torch.save hides it behind `RuntimeError: [enforce fail ...]`): the run is FAILED
+    with "no space left on device" and the path, the CLI prints that one line and exits 2, and
+    no temporary file is left. Full already at the run's config.yaml (written before the MLflow
+    run): no run at all, instead of one left RUNNING."""
     from training import checkpoint
     from training.train import _main
 
