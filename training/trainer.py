@@ -96,6 +96,8 @@ class Trainer:
         return self.state.mlflow_run_id
 
     def run(self) -> TrainResult:
+        """`setup`, then `step` and `boundary` to the last step, then `finish`; an exception
+        in the loop goes through `fail` and is raised again."""
         if (reused := self.setup()) is not None:
             return reused
         try:
