@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import test_bad_input
-import test_sweep_plan
+import test_sweeps_plan
 import torch
 import torch.nn.functional as F
 from train_helpers import compose, history, runs_df, uri_of
@@ -25,7 +25,7 @@ from training.data import PairSplit, load_pairs, load_tokenizer, prepare_data
 from training.spec import resolve_config
 
 place, one_error_line = test_bad_input.place, test_bad_input.one_error_line
-comp, tmp_store = test_sweep_plan.comp, test_sweep_plan.tmp_store  # a sweep job's config
+comp, tmp_store = test_sweeps_plan.comp, test_sweeps_plan.tmp_store  # a sweep job's config
 ROOT = Path(__file__).resolve().parents[1]
 N_EXAMPLE_PAIRS = 1500
 pytestmark = pytest.mark.usefixtures("one_thread")
