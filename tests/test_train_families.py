@@ -4,26 +4,16 @@ loop: tiny models on the byte tokenizer, seconds each, checked through MLflow.""
 from __future__ import annotations
 
 import pytest
-import test_train
 import torch
 import torch.nn.functional as F
+from train_helpers import compose, history, runs_df, uri_of, value_of
 
 from models import build_model, count_params, flops_per_sequence, flops_per_token
 from training import objective as objectives
 from training.config import ConfigError
 from training.spec import resolve_config
 
-# test_train's fixtures (a tiny run's overrides, its corpus, store and cache) and helpers
-cache_dir, corpus, lab, one_thread, store = (
-    test_train.cache_dir, test_train.corpus, test_train.lab, test_train.one_thread,
-    test_train.store,
-)  # fmt: skip
-compose, history, runs_df, uri_of = (
-    test_train.compose,
-    test_train.history,
-    test_train.runs_df,
-    test_train.uri_of,
-)
+pytestmark = pytest.mark.usefixtures("one_thread")
 FAMILIES = {
     "encoder": ["model=vanilla", "model.family=encoder"],
     "encoder_decoder": ["model=vanilla_seq2seq"],
@@ -94,9 +84,10 @@ def test_resumed_run_is_bit_identical(lab, tmp_path, monkeypatch, family):
     """Interrupted after step 13 (last checkpoint at step 8), the rerun resumes from the
     checkpoint and ends with the uninterrupted run's losses, bit for bit."""
     import training.train as loop
+    import training.trainer as trainer
 
     overrides = [*lab, *FAMILIES[family], "train.checkpoint_every=8"]
-    real_step, calls = loop.optimizer_step, []
+    real_step, calls = trainer.optimizer_step, []
 
     def interrupted_step(*args, **kwargs):
         calls.append(1)
@@ -104,10 +95,10 @@ def test_resumed_run_is_bit_identical(lab, tmp_path, monkeypatch, family):
             raise KeyboardInterrupt
         return real_step(*args, **kwargs)
 
-    monkeypatch.setattr(loop, "optimizer_step", interrupted_step)
+    monkeypatch.setattr(trainer, "optimizer_step", interrupted_step)
     with pytest.raises(KeyboardInterrupt):
         loop.train(compose(*overrides))
-    monkeypatch.setattr(loop, "optimizer_step", real_step)
+    monkeypatch.setattr(trainer, "optimizer_step", real_step)
     assert list(runs_df(lab)["status"]) == ["KILLED"]
     resumed = loop.train(compose(*overrides))
     clean = [*overrides, "tracking.experiment=clean", f"paths.runs_dir={tmp_path / 'clean'}"]
@@ -206,7 +197,7 @@ def test_analysis_reads_the_k_an_encoder_decoder_run_logged(lab):
     from analysis.load import load_mlflow
     from training.train import train
 
-    experiment = test_train.value_of(lab, "tracking.experiment")
+    experiment = value_of(lab, "tracking.experiment")
     assert train(compose(*lab)).status == "FINISHED"  # a decoder
     decoder_only = load_mlflow(experiment, tracking_uri=uri_of(lab)).frame
     assert "k" not in decoder_only.columns and compute_factor.of_runs(decoder_only) == 1.0

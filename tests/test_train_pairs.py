@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import test_bad_input
-import test_sweep_plan
-import test_train
+import test_sweeps_plan
 import torch
 import torch.nn.functional as F
+from train_helpers import compose, history, runs_df, uri_of
 
 from models import ModelConfig, build_model, count_params, flops_per_sequence
 from training import objective as objectives
@@ -24,14 +24,11 @@ from training.config import ConfigError, DataConfig
 from training.data import PairSplit, load_pairs, load_tokenizer, prepare_data
 from training.spec import resolve_config
 
-cache_dir, one_thread, store = test_train.cache_dir, test_train.one_thread, test_train.store
-compose, history, runs_df, uri_of = (
-    test_train.compose, test_train.history, test_train.runs_df, test_train.uri_of,
-)  # fmt: skip
 place, one_error_line = test_bad_input.place, test_bad_input.one_error_line
-comp, tmp_store = test_sweep_plan.comp, test_sweep_plan.tmp_store  # a sweep job's config
+comp, tmp_store = test_sweeps_plan.comp, test_sweeps_plan.tmp_store  # a sweep job's config
 ROOT = Path(__file__).resolve().parents[1]
 N_EXAMPLE_PAIRS = 1500
+pytestmark = pytest.mark.usefixtures("one_thread")
 TINY_PAIRS = [
     "model=vanilla_seq2seq",
     "data=pairs",
@@ -226,9 +223,10 @@ def test_a_resumed_pairs_run_is_bit_identical(lab, tmp_path, monkeypatch):
     """Interrupted after step 13 (last checkpoint at step 8), the rerun resumes from the
     checkpoint and ends with the uninterrupted run's losses, bit for bit."""
     import training.train as loop
+    import training.trainer as trainer
 
     overrides = [*lab, "train.checkpoint_every=8", "train.tokens=8192"]
-    real_step, calls = loop.optimizer_step, []
+    real_step, calls = trainer.optimizer_step, []
 
     def interrupted_step(*args, **kwargs):
         calls.append(1)
@@ -236,10 +234,10 @@ def test_a_resumed_pairs_run_is_bit_identical(lab, tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return real_step(*args, **kwargs)
 
-    monkeypatch.setattr(loop, "optimizer_step", interrupted_step)
+    monkeypatch.setattr(trainer, "optimizer_step", interrupted_step)
     with pytest.raises(KeyboardInterrupt):
         loop.train(compose(*overrides))
-    monkeypatch.setattr(loop, "optimizer_step", real_step)
+    monkeypatch.setattr(trainer, "optimizer_step", real_step)
     resumed = loop.train(compose(*overrides))
     clean = [*overrides, "tracking.experiment=clean", f"paths.runs_dir={tmp_path / 'clean'}"]
     uninterrupted = loop.train(compose(*clean))

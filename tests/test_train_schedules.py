@@ -1,4 +1,4 @@
-"""Learning-rate schedules and batch geometry (pure functions)."""
+"""Learning-rate schedules, the loop's cadence and batch geometry (pure functions)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import pytest
 from training.config import ConfigError, TrainConfig
 from training.schedules import Schedule, warmup_steps, wsd_decay_start
 from training.step import batch_geometry
+from training.trainer import every_n_steps
 
 
 def test_warmup_fraction_or_steps():
@@ -37,6 +38,11 @@ def test_wsd_decay_start_rules():
     assert wsd_decay_start(100, 0.0, 256) == 100  # stable run: never decays
     assert wsd_decay_start(100, 0.2, 256, branch_step=60) == 60  # branch decays from its point
     assert wsd_decay_start(100, 0.2, 256, decay_start_tokens=256 * 50) == 50
+
+
+def test_every_n_steps_ends_periods_and_never_fires_for_zero():
+    assert [s for s in range(1, 13) if every_n_steps(s, 4)] == [4, 8, 12]
+    assert not any(every_n_steps(s, 0) for s in range(1, 13))  # checkpoint_every=0: off
 
 
 def test_batch_geometry():

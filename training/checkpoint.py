@@ -12,12 +12,16 @@ Layout under `<runs_dir>/<run_key>/`:
 The folder is shared by every experiment and tracking store that trains the run key: each
 checkpoint records the MLflow run that wrote it (`mlflow_run_id`, `mlflow_experiment_id`), and a
 run resumes only a checkpoint of its own (`owner`); a foreign one is trained over from step 0.
+
+torch (~2.3 s to import) is imported only to read or write a checkpoint: config checks (run
+keys, `identity`) and sweep plans use this module without one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import sys
 import tempfile
@@ -178,8 +182,6 @@ def identity(path: str | Path, batch_tokens: int) -> str:
         info = _peek(path)
         if isinstance(info.get("run_key"), str) and isinstance(info.get("step"), int):
             return f"{info['run_key']}@{info['step']}"
-        import hashlib
-
         h = hashlib.sha256()
         with open(path, "rb") as f:
             while chunk := f.read(1 << 20):

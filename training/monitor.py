@@ -14,6 +14,11 @@ import sys
 import time
 from typing import Literal
 
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, TaskProgressColumn, TextColumn, TimeRemainingColumn
+from rich.progress import Progress as RichProgress
+
 _MEASURED_PEAK: dict[str, float] = {}
 
 
@@ -21,11 +26,8 @@ def matmul_peak_flops(device, dtype, n: int, reps: int = 5) -> float:
     """Best FLOP/s of `reps` n x n x n matmuls in `dtype` on `device` (a practical, not
     datasheet, peak; measured anew on every call).
 
-    The operands come from a private generator: drawing them from the global RNG (which
-    dropout uses) made the first run of a process train differently from the same config
-    run after it (measured once per process, between seeding and the first step)."""
-    import torch
-
+    The operands come from a private generator: the global RNG (dropout's) is left as seeded,
+    so a run trains the same whether or not its process measured the peak before."""
     gen = torch.Generator(device=device).manual_seed(0)
     a = torch.randn(n, n, device=device, dtype=dtype, generator=gen)
     b = torch.randn(n, n, device=device, dtype=dtype, generator=gen)
@@ -43,8 +45,6 @@ def measured_peak_flops(device, dtype=None) -> float:
     """The peak MFU is measured against when `train.peak_flops` is unset: `matmul_peak_flops`
     at n = 4096 on CUDA, 1024 otherwise, in bf16 on CUDA, fp32 otherwise (once per process,
     device and dtype)."""
-    import torch
-
     dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
     key = f"{device}-{dtype}"
     if key not in _MEASURED_PEAK:
@@ -109,15 +109,6 @@ class Progress:
         self.t0 = time.perf_counter()
         self._bar = None
         if mode == "bar":
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                TaskProgressColumn,
-                TextColumn,
-                TimeRemainingColumn,
-            )
-            from rich.progress import Progress as RichProgress
-
             console = console or Console()
             self.narrow = console.width < NARROW
             console.print(title, highlight=False)  # the run's name once, whole

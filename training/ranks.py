@@ -1,5 +1,8 @@
 """The processes of one run: Accelerate's per-run state, the process group's barrier and
-teardown, and handing the main process's decisions to the other ranks."""
+teardown, and handing the main process's decisions to the other ranks.
+
+The CLI module (`training.train`) imports this one before torch: accelerate and
+torch.distributed are imported where they are used."""
 
 from __future__ import annotations
 
@@ -32,11 +35,10 @@ def wait_for_all_ranks() -> None:
 
     Why a run ends with one: a gloo worker thread lets go of a finished collective (and of its
     tensors) a moment after ``wait()`` returns, and freeing a tensor that Python has seen needs
-    the GIL. If the process is finalizing by then, Python ends that thread inside a noexcept
-    destructor: ``std::terminate`` ("terminate called without an active exception"), SIGABRT
-    after a successful run. Rank 1 exits right after its last all-reduce: it aborted in 3 of 45
-    runs on the loaded 2-core VM, 6 of 12 with its core busy and a 1 s GIL switch interval. The
-    barrier waits with the GIL released, which lets the threads finish: 0 of 24 under that load."""
+    the GIL. A rank that exits right after its last all-reduce may be finalizing by then, and
+    Python ends that thread inside a noexcept destructor: ``std::terminate``, SIGABRT after a
+    successful run. The barrier waits with the GIL released, which lets the threads finish
+    (measured: docs/performance.md, section 7)."""
     if (dist := _group()) is not None:
         dist.barrier()
 

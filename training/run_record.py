@@ -6,9 +6,14 @@ and end it (FINISHED, FAILED or KILLED, with a `failure_reason`). Every function
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+import yaml
+
+from models import count_params
 from training import checkpoint, tracking
 from training.config import ConfigError, RunSpec
 from training.step import Geometry
@@ -73,14 +78,54 @@ def unreadable(client, run_id: str | None, path: Path, e: Exception) -> ConfigEr
     return ConfigError(reason)
 
 
-def derived_params(spec: RunSpec, model_cfg, geo: Geometry) -> dict[str, Any]:
-    import torch
+@dataclass
+class RunDescription:
+    """What an MLflow run records of its config: name, tags, params and the resolved config."""
 
-    from models import count_params
-    from training import objective as objectives
+    name: str
+    tags: dict[str, Any]
+    params: dict[str, Any]
+    config_yaml: str  # written next to the checkpoints and logged as an artifact
 
+
+def describe(
+    spec: RunSpec, model_cfg, geo: Geometry, data, objective, branched_from: str | None
+) -> RunDescription:
+    """The run's record: `model_cfg` as built for the data's vocabulary, `data` the prepared
+    corpus, `objective` the family's (training.objective), `branched_from` the run key of a
+    branch's checkpoint."""
+    resolved = spec.to_dict()
+    resolved["model"].update(model_cfg.to_dict())
+    tags = {
+        "arch": model_cfg.arch,
+        "run_key": spec.run_key,
+        "data_fingerprint": data.fingerprint,
+        "data_source": spec.data_source,
+        "git_commit": tracking.git_commit(),
+        "branched_from": branched_from,
+        **spec.tracking.tags,
+    }
+    if spec.tracking.parent_run_id:
+        tags["mlflow.parentRunId"] = spec.tracking.parent_run_id
+    params = tracking.flatten(resolved)
+    params.update(derived_params(spec, model_cfg, geo, objective))
+    params["data.cache"] = str(data.cache_dir)
+    # tokens in the training split: epochs = tokens_trained / data_train_tokens (pairs: in D's
+    # units, pairs x seq_len; their real token counts and how many sides get truncated follow)
+    params["data_train_tokens"] = data.split_tokens(data.train, spec.train.seq_len)
+    params["data_val_tokens"] = data.split_tokens(data.val, spec.train.seq_len)
+    if spec.data.kind == "pairs":
+        params.update(pair_params(data, objective))
+    return RunDescription(
+        name=spec.tracking.run_name or f"{model_cfg.arch}-{spec.run_key[:8]}",
+        tags=tags,
+        params=params,
+        config_yaml=yaml.safe_dump(resolved, sort_keys=False),
+    )
+
+
+def derived_params(spec: RunSpec, model_cfg, geo: Geometry, objective) -> dict[str, Any]:
     pc = count_params(model_cfg)
-    objective = objectives.for_model(model_cfg, spec.train.seq_len, spec.data)
     trained = geo.total_steps * spec.train.batch_tokens  # whole batches: >= train.tokens
     # D as the family's objective counts it; C of both stacks for encoder_decoder
     fl = objective.accounting(trained)
@@ -107,63 +152,34 @@ def derived_params(spec: RunSpec, model_cfg, geo: Geometry) -> dict[str, Any]:
 
 
 def open_run(
-    client, spec: RunSpec, experiment_id, run_id, model_cfg, geo, data, branched_from, rdir
+    client, experiment_id: str, run_id: str | None, run: RunDescription, rdir: Path
 ) -> str:
-    """Create the MLflow run (or reopen the one found by run key) and log params, tags and the
-    resolved config."""
-    tags = {
-        "arch": model_cfg.arch,
-        "run_key": spec.run_key,
-        "data_fingerprint": data.fingerprint,
-        "data_source": spec.data_source,
-        "git_commit": tracking.git_commit(),
-        "branched_from": branched_from,
-        **spec.tracking.tags,
-    }
-    if spec.tracking.parent_run_id:
-        tags["mlflow.parentRunId"] = spec.tracking.parent_run_id
-    resolved = spec.to_dict()
-    resolved["model"].update(model_cfg.to_dict())
-    import yaml
-
+    """Create the MLflow run (or reopen `run_id`, the one found by run key) and log its
+    params, tags and resolved config; returns its id."""
     # Written before the run is created or reopened: a full or read-only disk fails here with
     # no run left RUNNING.
-    text = yaml.safe_dump(resolved, sort_keys=False)
-    checkpoint.atomic_write(rdir / "config.yaml", lambda f: f.write(text.encode()))
+    checkpoint.atomic_write(rdir / "config.yaml", lambda f: f.write(run.config_yaml.encode()))
     if run_id is None:
-        name = spec.tracking.run_name or f"{model_cfg.arch}-{spec.run_key[:8]}"
-        run_id = client.create_run(experiment_id, run_name=name).info.run_id
+        run_id = client.create_run(experiment_id, run_name=run.name).info.run_id
     else:
         client.update_run(run_id, status="RUNNING")
-    tracking.set_tags(client, run_id, tags)
-    params = tracking.flatten(resolved)
-    params.update(derived_params(spec, model_cfg, geo))
-    params["data.cache"] = str(data.cache_dir)
-    # tokens in the training split: epochs = tokens_trained / data_train_tokens (pairs: in D's
-    # units, pairs x seq_len; their real token counts and how many sides get truncated follow)
-    params["data_train_tokens"] = data.split_tokens(data.train, spec.train.seq_len)
-    params["data_val_tokens"] = data.split_tokens(data.val, spec.train.seq_len)
-    if spec.data.kind == "pairs":
-        params.update(pair_params(data, spec))
-    tracking.log_params(client, run_id, params)
+    tracking.set_tags(client, run_id, run.tags)
+    tracking.log_params(client, run_id, run.params)
     client.log_artifact(run_id, str(rdir / "config.yaml"))
     return run_id
 
 
-def pair_params(data, spec: RunSpec) -> dict[str, Any]:
+def pair_params(data, objective) -> dict[str, Any]:
     """A paired corpus' size and fit: pairs per split, their real source and target tokens
     (before truncation), and the share of training pairs whose side is cut to fit."""
-    from training import objective as objectives
-
-    src_len, tgt_len = objectives.pair_lengths(spec.data, spec.train.seq_len)
     sources, targets = data.train.lengths()
     return {
         "data_train_pairs": len(data.train),
         "data_val_pairs": len(data.val),
         "data_train_source_tokens": int(sources.sum()),
         "data_train_target_tokens": int(targets.sum()),
-        "data_truncated_sources": float((sources > src_len - 1).mean()),
-        "data_truncated_targets": float((targets > tgt_len - 1).mean()),
+        "data_truncated_sources": float((sources > objective.src_len - 1).mean()),
+        "data_truncated_targets": float((targets > objective.tgt_len - 1).mean()),
     }
 
 

@@ -8,8 +8,15 @@ function of its arguments: `benchmarks/` times exactly what `training.train` run
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from accelerate.utils import DistributedType
 
 from training.config import ConfigError, TrainConfig
 
@@ -84,8 +91,6 @@ def param_groups(model, weight_decay: float) -> list[dict]:
 def adamw(groups: list[dict], lr: float, **kwargs):
     """torch's fused AdamW where the device and dtype support it, else the foreach one. A
     group's starting lr is ``lr`` times its ``lr_scale`` (``set_lr`` keeps that per step)."""
-    import torch
-
     groups = [{**g, "lr": lr * g.get("lr_scale", 1.0)} for g in groups]
     kwargs["lr"] = lr
     try:
@@ -117,8 +122,8 @@ def _on_for(setting: bool | str, device, auto_device_type: str) -> bool:
 
 def use_compile(setting: bool | str, device) -> bool:
     """``train.compile``: true/false, or ``auto`` = on for CUDA, off on CPU and anything else.
-    On CPU compiling was no clear win in fp32 (llama 1.02-1.13x, gpt2 0.95-0.96x per step) and
-    costs ~40 s per new shape, ~8 s per later process (docs/performance.md)."""
+    On CPU in fp32 it is no clear win per step and costs tens of seconds per new shape
+    (docs/performance.md, section 4)."""
     return _on_for(setting, device, "cuda")
 
 
@@ -133,14 +138,9 @@ def step_and_clip(accelerator, optimizer):
 
     Accelerate's optimizer and clipping wrappers do work only for fp16 loss scaling and for
     XLA/FSDP/DeepSpeed; otherwise they are per-step Python overhead (``AcceleratedOptimizer.step``
-    looks up an optional package's metadata twice per call): ~1.08x per step of a tiny CPU model
-    (docs/performance.md). Then step the torch optimizer and clip with torch directly: the same
+    looks up an optional package's metadata twice per call; docs/performance.md, section 3).
+    Then step the torch optimizer and clip with torch directly: the same
     updates, bit for bit (the wrappers are no-ops here)."""
-    import functools
-
-    import torch
-    from accelerate.utils import DistributedType
-
     plain = (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU)
     if accelerator.scaler is None and accelerator.distributed_type in plain:
         return optimizer.optimizer, functools.partial(torch.nn.utils.clip_grad_norm_, foreach=True)
@@ -149,8 +149,6 @@ def step_and_clip(accelerator, optimizer):
 
 def loss(model, x, y, label_smoothing: float):
     """Mean next-token cross-entropy of one micro-batch (x, y: (B, T))."""
-    import torch.nn.functional as F
-
     if label_smoothing == 0.0:
         return model(x, y, return_logits=False)[1]  # chunked loss, no (B, T, V) logits
     logits, _ = model(x)  # (B, T, V)
@@ -159,31 +157,38 @@ def loss(model, x, y, label_smoothing: float):
     )
 
 
-def optimizer_step(
-    model, sampler, accelerator, step_opt, clip, params, train: TrainConfig, grad_accum: int,
-    objective=None,
-):  # fmt: skip
-    """One optimizer step over `grad_accum` micro-batches from `sampler`: backward on each, then
-    clip (train.grad_clip > 0) and step on the last. Returns the step's mean loss, a device
-    tensor (reading it would sync the host every step). `objective`: a non-decoder family's
-    (training.objective), whose wrapped sampler yields its inputs; None: next-token."""
-    import torch
+@dataclass(frozen=True)
+class Update:
+    """What ends an optimizer step: clip the gradients of `params` to `max_norm` (none when
+    0), step `optimizer`, zero its gradients. `optimizer` and `clip` as `step_and_clip` gives."""
 
+    optimizer: Any
+    clip: Callable
+    params: list
+    max_norm: float
+
+    def apply(self) -> None:
+        if self.max_norm > 0:
+            self.clip(self.params, self.max_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+def optimizer_step(model, sampler, accelerator, update: Update, micro_loss: Callable):
+    """One optimizer step over the accelerator's `gradient_accumulation_steps` micro-batches
+    from `sampler`: backward on each, `update` on the last. `micro_loss(model, *batch)` is the
+    loss of one micro-batch (next-token `loss`, or a family's objective). Returns the step's
+    mean loss, a device tensor (reading it would sync the host every step)."""
+    grad_accum = accelerator.gradient_accumulation_steps
     step_loss = torch.zeros((), device=accelerator.device)
     for _ in range(grad_accum):
         batch = [t.to(accelerator.device, non_blocking=True) for t in sampler.next()]
         with accelerator.accumulate(model):
-            if objective is None:
-                micro_loss = loss(model, *batch, train.label_smoothing)  # (x, y): (B, T) each
-            else:
-                micro_loss = objective.loss(model, *batch)
-            accelerator.backward(micro_loss)
+            micro = micro_loss(model, *batch)
+            accelerator.backward(micro)
             if accelerator.sync_gradients:  # the last micro-batch of the step
-                if train.grad_clip > 0:
-                    clip(params, train.grad_clip)
-                step_opt.step()
-                step_opt.zero_grad(set_to_none=True)
-        step_loss += micro_loss.detach().float()
+                update.apply()
+        step_loss += micro.detach().float()
     return step_loss / grad_accum
 
 
@@ -192,9 +197,7 @@ def evaluate(model, windows, micro_batch: int, accelerator) -> float:
 
     ``model`` is the plain module, not the compiled or data-parallel wrapper: a compiled model
     would compile again for eval mode and again for the last, smaller batch (two more graphs per
-    run, ~5-7 s each on CPU even for a tiny model). The training precision is applied here."""
-    import torch
-
+    run). The training precision is applied here."""
     mine = windows[accelerator.process_index :: accelerator.num_processes]  # (n_rank, T + 1)
     total = torch.zeros(2, device=accelerator.device, dtype=torch.float64)
     model.eval()

@@ -22,6 +22,9 @@ so many runs in one process (a Hydra sweep) never leak an active run into each o
   to everything it logs, instead of one client per call.
 - `MetricBuffer`: collects metrics and writes them with `log_batch` every N steps; on resume it
   drops the points the interrupted process already logged (`logged_steps`).
+
+mlflow (~2.5 s to import) is imported where it is first used: the CLI and the sweep planner
+import this module long before, or without, recording anything.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import contextlib
 import fcntl
 import os
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -104,8 +108,6 @@ def _create_sqlite_store(db: Path) -> None:
     """Create the SQLite store `db` (all MLflow migrations) atomically: migrate a temporary file
     in the same folder, close every connection to it, rename it to `db`. Call under
     `_store_lock`; temporaries of earlier interrupted creations are removed first."""
-    import tempfile
-
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
     for stale in db.parent.glob(db.name + ".tmp-*"):

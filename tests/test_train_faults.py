@@ -1,8 +1,7 @@
-"""Faults during training: SIGTERM, SIGKILL, two identical commands at once. Nothing lost,
-nothing doubled: every metric has one point per step, and an interrupted run resumes into the
-same MLflow run and FINISHES."""
+"""Faults during training: SIGTERM, SIGKILL, divergence, an unreadable checkpoint, a full or
+read-only disk. Nothing lost, nothing doubled: every metric has one point per step, and an
+interrupted run resumes into the same MLflow run and FINISHES."""
 
-# ruff: noqa: F811  (the fixtures imported from test_train are test parameters here)
 from __future__ import annotations
 
 import math
@@ -11,59 +10,25 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
-from test_train import (  # noqa: F401  (fixtures)
+from train_helpers import (
     HANG_DEADLINE_S,
+    LONG,
     ROOT,
-    cache_dir,
     compose,
-    corpus,
+    finish,
     history,
-    lab,
-    one_thread,
     runs_df,
-    store,
+    start,
+    steps_once,
     uri_of,
     value_of,
     wait_for_file,
 )
 
-METRICS = ("train_loss", "val_loss", "lr", "tokens_per_sec", "mfu")
-LONG = ["train.tokens=51200", "train.checkpoint_every=20", "train.eval_every=50"]  # 200 steps
-
-
-def start(overrides: list[str], output: Path) -> subprocess.Popen:
-    with open(output, "wb") as sink:
-        return subprocess.Popen(
-            [sys.executable, "-m", "training.train", *overrides],
-            cwd=ROOT,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
-
-
-def finish(proc: subprocess.Popen, output: Path, timeout_s: float = HANG_DEADLINE_S) -> int:
-    try:
-        return proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        pytest.fail(f"still running after {timeout_s} s:\n{output.read_text()[-3000:]}")
-
-
-def steps_once(uri: str, run_id: str) -> dict[str, list[int]]:
-    """Every metric's steps, asserting that none appears twice."""
-    out = {}
-    for key in METRICS:
-        steps = [s for s, _ in history(uri, run_id, key)]
-        doubled = {s: n for s, n in Counter(steps).items() if n > 1}
-        assert not doubled, f"{key}: steps logged more than once: {doubled}"
-        out[key] = sorted(steps)
-    return out
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.slow
@@ -109,6 +74,45 @@ def test_sigterm_checkpoints_marks_killed_and_rerun_resumes_to_the_same_curves(l
     assert len(df) == 1 and df.iloc[0]["status"] == "FINISHED"
 
 
+
+@pytest.mark.slow
+def test_resume_after_sigkill_matches_uninterrupted(lab, tmp_path):
+    from training.train import train
+
+    long = [*lab, "train.tokens=51200", "train.checkpoint_every=20", "train.eval_every=50"]
+    output = tmp_path / "killed_run.log"
+    with open(output, "wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "training.train", *long],
+            cwd=ROOT,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    runs = tmp_path / "runs"
+    try:  # kill it as soon as its first checkpoint exists, however long start-up takes
+        last = wait_for_file(runs, "*/last.pt", proc, output, timeout_s=HANG_DEADLINE_S)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    from training.checkpoint import load_checkpoint
+
+    assert list(runs.glob("*/last.pt")) == [last]
+    killed_at = load_checkpoint(last)["step"]
+    assert 0 < killed_at < 200, "the run must be killed mid-way for this test to mean anything"
+    df = runs_df(lab)
+    assert list(df["status"]) == ["RUNNING"]
+
+    resumed = train(compose(*long))  # same config: finds the checkpoint and the MLflow run
+    assert resumed.run_id == df.iloc[0]["run_id"] and not resumed.reused
+    clean = [*long, "tracking.experiment=uninterrupted", f"paths.runs_dir={tmp_path / 'c'}"]
+    uninterrupted = train(compose(*clean))
+    assert resumed.final_val_loss == uninterrupted.final_val_loss
+    assert resumed.final_train_loss == uninterrupted.final_train_loss
+    assert runs_df(lab).iloc[0]["status"] == "FINISHED"
+
+
+
 @pytest.mark.slow
 def test_resume_after_sigkill_logs_every_step_once(lab, tmp_path):
     """SIGKILL after the process logged steps past its checkpoint: the resumed run trains those
@@ -149,6 +153,19 @@ def test_resume_after_sigkill_logs_every_step_once(lab, tmp_path):
     assert steps["val_loss"] == [256 * k for k in (50, 100, 150, 200)]
 
 
+
+@pytest.mark.slow
+def test_nan_loss_fails_run_and_keeps_metrics(lab):
+    from training.train import train
+
+    result = train(compose(*lab, "train.lr=1e9", "train.grad_clip=0", "train.warmup=0"))
+    assert result.status == "FAILED" and result.failure_reason.startswith("diverged at step ")
+    row = runs_df(lab).iloc[0]
+    assert row["status"] == "FAILED" and row["tags.failure_reason"] == result.failure_reason
+    assert "metrics.train_loss" in row and row["params.train.lr"] == "1000000000.0"
+
+
+
 @pytest.mark.slow
 def test_diverged_run_logs_the_non_finite_loss_at_its_step(lab):
     from training.train import train
@@ -162,36 +179,6 @@ def test_diverged_run_logs_the_non_finite_loss_at_its_step(lab):
     assert points[-1][0] == k * 256 and not math.isfinite(points[-1][1])
     assert all(s < k * 256 and math.isfinite(v) for s, v in points[:-1])
     assert history(uri_of(lab), result.run_id, "lr")[-1][0] == k * 256
-
-
-@pytest.mark.slow
-def test_two_identical_commands_at_once_train_one_run(lab, tmp_path):
-    """The second command waits for the first (the run key's lock) and then finds the run
-    FINISHED: one MLflow run, one run's worth of metrics."""
-    from training.train import train
-
-    cfg = [*lab, "train.tokens=256000", "train.checkpoint_every=100", "train.eval_every=250"]
-    train(compose(*cfg, "train.tokens=512", "tracking.experiment=warm"))  # builds the cache
-    outputs = [tmp_path / "first.log", tmp_path / "second.log"]
-    first = start(cfg, outputs[0])
-    try:  # the second starts once the first holds the lock (has written its pid in it)
-        deadline = time.monotonic() + HANG_DEADLINE_S
-        while not any(p.read_text().strip() for p in (tmp_path / "runs").glob("*/.lock")):
-            assert first.poll() is None and time.monotonic() < deadline, outputs[0].read_text()
-            time.sleep(0.02)
-        second = start(cfg, outputs[1])
-    finally:
-        rcs = [finish(first, outputs[0])]
-    rcs.append(finish(second, outputs[1]))
-    texts = [p.read_text(errors="replace") for p in outputs]
-    assert rcs == [0, 0], texts
-    assert "reused=False" in texts[0] and "reused=True" in texts[1]
-    df = runs_df(lab)
-    assert len(df) == 1 and df.iloc[0]["status"] == "FINISHED"
-    steps = steps_once(uri_of(lab), df.iloc[0]["run_id"])
-    assert steps["train_loss"] == [256 * k for k in range(4, 1001, 4)]
-    assert steps["val_loss"] == [256 * k for k in (250, 500, 750, 1000)]
-    assert "is being trained by another process" in texts[1]  # it waited, then reused
 
 
 @pytest.mark.slow
@@ -274,109 +261,14 @@ def test_unreadable_checkpoint_fails_with_one_line_and_marks_the_run_failed(lab,
     assert fresh.status == "FINISHED" and fresh.run_id != run_id
 
 
-STORE_CREATION = """
-import sys
-from training import tracking
-import mlflow.store.tracking.sqlalchemy_store  # imported before 'ready': the kill lands in migrations
-print("ready", flush=True)
-tracking.ensure_experiment(sys.argv[1], "created")
-print("done", flush=True)
-"""
-
-
-def _start_store_creation(uri: str) -> tuple[subprocess.Popen, float]:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", STORE_CREATION, uri], cwd=ROOT, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    assert proc.stdout.readline().strip() == "ready"
-    return proc, time.monotonic()
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "sig, fractions",
-    [(signal.SIGKILL, [0.1, 0.25, 0.4, 0.55, 0.7, 0.85]), (signal.SIGINT, [0.15, 0.45, 0.75])],
-)
-def test_an_interrupt_during_store_creation_leaves_no_store_or_a_complete_one(
-    tmp_path, sig, fractions
-):
-    """MLflow migrates a new SQLite store for ~1-2.5 s; killed inside that (kill -9 or Ctrl-C),
-    the store was left half-migrated and every later command failed with a sqlalchemy error
-    ("duplicate column name: step", "index_params_run_uuid already exists": 9 of 22 SIGKILL
-    offsets 0.1 s apart before the fix). The offsets are fractions of this machine's own
-    creation time, measured first. At every offset the store is now absent or complete, and
-    the next command uses it."""
-    from training import tracking
-
-    proc, t0 = _start_store_creation(f"sqlite:///{tmp_path / 'timed' / 'mlruns.db'}")
-    assert "done" in proc.communicate(timeout=120)[0]
-    creation_s = time.monotonic() - t0
-    interrupted = 0
-    for i, fraction in enumerate(fractions):
-        db = tmp_path / f"s{i}" / "mlruns.db"
-        uri = f"sqlite:///{db}"
-        proc, _ = _start_store_creation(uri)
-        time.sleep(fraction * creation_s)
-        proc.send_signal(sig)
-        rest = proc.communicate(timeout=60)[0]
-        interrupted += "done" not in rest
-        assert not db.exists() or db.stat().st_size > 0
-        exp = tracking.ensure_experiment(uri, "after")  # raised on a half-migrated store
-        client = tracking.client(uri)
-        run = client.create_run(exp)
-        client.log_metric(run.info.run_id, "loss", 1.0, step=3)
-        assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [3]
-        assert sorted(p.name for p in db.parent.iterdir()) == ["mlruns.db", "mlruns.db.lock"]
-    # timing varies from run to run: at least one kill -9 must land inside the migrations.
-    # Python runs a Ctrl-C handler only between bytecodes, after a long sqlite call returns, so
-    # on a fast machine every SIGINT may come too late; the store must be valid either way.
-    if sig == signal.SIGKILL:
-        assert interrupted >= 1, "no offset landed before the store was complete"
-
-
-@pytest.mark.slow
-def test_a_resume_uses_the_thread_count_the_run_started_with(lab, caplog):
-    """Losses differ in about the 9th digit between 1 and 2 intra-op threads, so a run started
-    with 2 and resumed in a 1-thread process resumes with 2 (its `torch_threads` param), and
-    ends bit-identical to an uninterrupted 2-thread run; the process's count is restored."""
-    import shutil
-
-    import torch
-
-    from training import tracking
-    from training.train import train
-
-    run = [*lab, "train.tokens=4096", "train.save_at_tokens=[2048]"]  # 16 steps, branch at 8
-    torch.set_num_threads(2)
-    try:
-        whole = train(compose(*run, "tracking.experiment=whole-2-threads", "paths.runs_dir=" +
-                              value_of(lab, "paths.runs_dir") + "-whole"))
-        first = train(compose(*run))
-    finally:
-        torch.set_num_threads(1)
-    client = tracking.client(uri_of(lab))
-    assert client.get_run(first.run_id).data.params["torch_threads"] == "2"
-    # Make it an interrupted run: its checkpoint at step 8 becomes last.pt, the run KILLED.
-    rdir = Path(first.run_dir)
-    shutil.copy(rdir / "tokens_2048.pt", rdir / "last.pt")
-    client.set_terminated(first.run_id, "KILLED")
-    with caplog.at_level("WARNING", logger="training.train"):
-        resumed = train(compose(*run))
-    assert resumed.run_id == first.run_id and resumed.status == "FINISHED"
-    assert any("started with 2 threads: resuming with 2" in r.getMessage() for r in caplog.records)
-    assert resumed.final_val_loss == whole.final_val_loss
-    assert torch.get_num_threads() == 1
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("full_at", ["last.pt", "config.yaml"])
 def test_a_full_disk_says_so_and_where(lab, capsys, monkeypatch, full_at):
     """A checkpoint write hitting ENOSPC (a real one: the temporary file's writes go to
-    /dev/full) recorded `RuntimeError: [enforce fail at inline_container.cc:672]`: now the run
-    is FAILED with "no space left on device" and the path, the CLI prints that one line and
-    exits 2, and no temporary file is left. Full already at the run's config.yaml (written
-    before the MLflow run): no run at all, instead of one left RUNNING."""
+    /dev/full; torch.save hides it behind `RuntimeError: [enforce fail ...]`): the run is FAILED
+    with "no space left on device" and the path, the CLI prints that one line and exits 2, and
+    no temporary file is left. Full already at the run's config.yaml (written before the MLflow
+    run): no run at all, instead of one left RUNNING."""
     from training import checkpoint
     from training.train import _main
 
@@ -443,3 +335,4 @@ def test_an_unwritable_folder_is_one_line_naming_it_and_no_run_is_left_running(
     if where != "tracking.uri":
         df = runs_df(lab)
         assert df.empty or "RUNNING" not in set(df["status"])
+
