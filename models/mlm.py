@@ -77,7 +77,7 @@ class MaskedLM(nn.Module):
         return_logits: bool = True,
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """idx (B, T) (masked) token ids -> logits (B, T, vocab) and, given targets (B, T) (the
-        original ids at the selected positions, -100 elsewhere: ``training.objectives``), the
+        original ids at the selected positions, -100 elsewhere: ``training.corruption``), the
         mean cross-entropy over the selected positions. ``return_logits=False`` returns None
         for the logits (they are still computed at every position, as counted)."""
         h = self.mlm_norm(F.gelu(self.mlm_transform(self.hidden(idx, attention_mask))))
