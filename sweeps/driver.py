@@ -82,7 +82,7 @@ def facts(cfg: DictConfig) -> plan.RunFacts:
     config error fails the whole sweep before anything starts."""
     from models import count_params
     from sweeps.job import training_config
-    from training import objective
+    from training import objectives
     from training.config import ConfigError
     from training.spec import resolve_config
 
@@ -94,7 +94,7 @@ def facts(cfg: DictConfig) -> plan.RunFacts:
         raise plan.PlanError(str(e)) from None
     pc = count_params(spec.model)
     seq_len = spec.train.seq_len  # per token as the family's objective counts tokens
-    per_token = objective.for_model(spec.model, seq_len, spec.data).accounting(seq_len)
+    per_token = objectives.for_model(spec.model, seq_len, spec.data).accounting(seq_len)
     six_n = None if spec.model.family == "decoder" else per_token.flops_6nd / seq_len
     return plan.RunFacts(
         run_key=spec.run_key,
