@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.attention import with_key_padding
+from models.block import init_weights
 from models.config import ModelConfig
 from models.loss import cross_entropy
 from models.registry import NORMS, POSITIONS, build_block
@@ -43,19 +44,7 @@ class MaskedLM(nn.Module):
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.bias)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
-        self.reset_parameters()
-
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        std = self.cfg.init_std
-        for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(module.weight, mean=0.0, std=std)
-            if isinstance(module, nn.Linear) and module.bias is not None:
-                nn.init.zeros_(module.bias)
-        for block in self.blocks:
-            for proj in (block.attn.proj, block.mlp.proj):
-                nn.init.normal_(proj.weight, std=std / math.sqrt(2 * self.cfg.n_layers))
+        init_weights(self, cfg.init_std, [self.blocks])
 
     def hidden(self, idx: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """idx (B, T), attention_mask (B, T) (1/True = token, 0 = padding) -> (B, T, d)."""
