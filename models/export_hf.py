@@ -36,8 +36,8 @@ from pathlib import Path
 import torch
 import yaml
 
-from models import hf_layouts
 from models.config import ModelConfig
+from models.hf_layouts import CLASSES, target_config, target_state
 from models.lm import build_model
 
 # What each target needs, per family; checked in this order so the error names the most basic
@@ -119,12 +119,12 @@ def hf_target(cfg: ModelConfig) -> str:
 
 def hf_config(cfg: ModelConfig):
     """The ``transformers`` config (GPT2, Llama, Bert or Marian) with exactly our shape."""
-    return hf_layouts.hf_config(hf_target(cfg), cfg)
+    return target_config(hf_target(cfg), cfg)
 
 
 def hf_state_dict(cfg: ModelConfig, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Our state dict -> the HF model's (contiguous tensors, HF parameter names)."""
-    out = hf_layouts.hf_state(hf_target(cfg), cfg, _plain_names(sd))
+    out = target_state(hf_target(cfg), cfg, _plain_names(sd))
     return {k: v.detach().contiguous() for k, v in out.items()}
 
 
@@ -138,7 +138,7 @@ def to_hf(model: torch.nn.Module, cfg: ModelConfig | None = None):
 
     cfg = cfg or model.cfg
     target = hf_target(cfg)
-    hf = getattr(transformers, hf_layouts.CLASSES[target])(hf_layouts.hf_config(target, cfg))
+    hf = getattr(transformers, CLASSES[target])(target_config(target, cfg))
     missing, unexpected = hf.load_state_dict(hf_state_dict(cfg, model.state_dict()), strict=False)
     tied = {"lm_head.weight", "cls.predictions.decoder.weight"} if cfg.tie_embeddings else set()
     # Marian rebuilds its sinusoidal tables itself (never saved); they are ours permuted

@@ -47,7 +47,7 @@ CLASSES = {
 }
 
 
-def hf_config(target: str, cfg: ModelConfig):
+def target_config(target: str, cfg: ModelConfig):
     """The ``transformers`` config of ``target`` (a key of ``CLASSES``) with exactly our shape."""
     import transformers  # ~8 s: only when exporting, never on `import models`
 
@@ -142,7 +142,7 @@ def _marian_config(cfg: ModelConfig) -> dict:
     )
 
 
-def hf_state(target: str, cfg: ModelConfig, sd: Tensors) -> Tensors:
+def target_state(target: str, cfg: ModelConfig, sd: Tensors) -> Tensors:
     """Our state dict (plain module names) -> the target's, under HF parameter names."""
     return _STATES[target](cfg, sd)
 
