@@ -22,15 +22,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import torch
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobStatus
 from omegaconf import DictConfig, OmegaConf
 
+from models import count_params
 from sweeps import plan, sweep_records, tuning
 from sweeps.job import ENV_GPU_LOCKS, ENV_GPU_POOL, PointInterrupted, training_config
 from sweeps.slurm import JobLost
 from sweeps.sweep_view import SweepProgress, plan_rows, print_plan, print_summary
-from training import tracking
+from training import objectives, tracking
 from training.checkpoint import branch_checkpoint_path
 from training.config import ConfigError, DataConfig
 from training.data import prepare_data
@@ -48,7 +50,7 @@ class Outcome:
     """What happened to a point in this invocation (for the summary table)."""
 
     run: plan.PlannedRun
-    state: str  # finished | done-before | skipped | failed | not-run
+    state: str  # finished | done-before | skipped | failed | not-run | stopped (tuning)
     reason: str = ""
 
 
@@ -88,10 +90,6 @@ def facts(cfg: DictConfig) -> plan.RunFacts:
     resolves it (no data or model built). A model the factory cannot build (e.g. a size the
     ladder cannot reach) raises ValueError: the point is skipped with that reason. Any other
     config error fails the whole sweep before anything starts."""
-    # torch (~2 s) loads with the first point: bad sweep input above fails before it
-    from models import count_params
-    from training import objectives
-
     try:
         spec = resolve_config(training_config(cfg))
     except ConfigError as e:
@@ -458,8 +456,6 @@ def _share_gpus(cfg: DictConfig, jobs: int) -> None:
     if visible is not None:
         pool = [g for g in visible.split(",") if g]
     else:
-        import torch  # ~2 s, only where CUDA_VISIBLE_DEVICES does not name the GPUs
-
         pool = [str(i) for i in range(torch.cuda.device_count())]
     if pool:
         # one slot per concurrent job; with more jobs than GPUs, jobs share GPUs round-robin

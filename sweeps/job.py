@@ -80,7 +80,7 @@ def share_cpu(jobs: int) -> int:
     Returns the thread count (unchanged, 0, for GPU jobs)."""
     if os.environ.get(ENV_GPU_POOL):
         return 0
-    import torch  # ~2 s: the sweep parent imports this module and never needs torch here
+    import torch  # ~2 s: `python -m sweeps.run` imports this module before checking its input
 
     local_jobs = 1 if os.environ.get("SUBMITIT_EXECUTOR") == "slurm" else max(1, jobs)
     threads = max(1, allocated_cpus() // local_jobs)
