@@ -396,6 +396,7 @@ def _candidate(spec: TuneSpec, arm: Arm, i: int, values: dict, default_warmup) -
 def losses_from_mlflow(uri: str, experiment: str) -> LossesOf:
     """The MLflow reader of rung results: the run of each key (`tracking.latest_runs_by_key`),
     its status, final_val_loss and failure reason."""
+
     def losses_of(keys: Sequence[str]) -> dict[str, tuple[str, float | None, str]]:
         client = tracking.client(uri)
         exp = client.get_experiment_by_name(experiment)
@@ -416,6 +417,7 @@ def losses_from_mlflow(uri: str, experiment: str) -> LossesOf:
 
 def tag_chosen_in_mlflow(uri: str, experiment: str) -> Callable[..., None]:
     """Full grid: the best candidate's run is the arm's result; tag it tune_role=chosen."""
+
     def tag(members, chosen: int) -> None:
         client = tracking.client(uri)
         exp = client.get_experiment_by_name(experiment)
