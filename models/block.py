@@ -1,9 +1,14 @@
 """Transformer blocks. Pre-LN and Post-LN differ only in where the norms sit, so they are two
 tiny subclasses of one module holding the same four sublayers. A cross block (the 2017
 decoder's) adds cross-attention over the encoder output between self-attention and MLP, with
-its own norm (Post-LN: a norm after each of the three sublayers)."""
+its own norm (Post-LN: a norm after each of the three sublayers).
+
+``init_weights`` initialises a model of blocks (every family), see ``models.lm``."""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -25,6 +30,10 @@ class Block(nn.Module):
         self.attn = SelfAttention(cfg, layer_idx)
         self.mlp_norm = norm(cfg)
         self.mlp = mlp(cfg)
+
+    def residual_projections(self) -> list[nn.Linear]:
+        """The projections that write into the residual stream, one per residual sublayer."""
+        return [self.attn.proj, self.mlp.proj]
 
 
 class PreNormBlock(Block):
@@ -51,6 +60,9 @@ class CrossBlock(Block):
         self.cross_norm = norm(cfg)
         self.cross_attn = CrossAttention(cfg)
 
+    def residual_projections(self) -> list[nn.Linear]:
+        return [self.attn.proj, self.cross_attn.proj, self.mlp.proj]
+
 
 KV = tuple[torch.Tensor, torch.Tensor]
 
@@ -71,3 +83,22 @@ class PostNormCrossBlock(CrossBlock):
         x = self.attn_norm(x + self.attn(x, pos, cache))
         x = self.cross_norm(x + self.cross_attn(x, memory_kv, memory_mask))
         return self.mlp_norm(x + self.mlp(x))
+
+
+@torch.no_grad()
+def init_weights(model: nn.Module, init_std: float, stacks: Sequence[Sequence[Block]]) -> None:
+    """Every Linear and Embedding weight of ``model`` ~ N(0, init_std), biases 0 (norms keep
+    their gains of 1); then the residual projections of each stack of L blocks with k residual
+    sublayers each ~ N(0, init_std / sqrt(k L)) (GPT-2), so that the residual stream's variance
+    does not grow with depth."""
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=init_std)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+    for stack in stacks:
+        for block in stack:
+            projections = block.residual_projections()
+            std = init_std / math.sqrt(len(projections) * len(stack))
+            for proj in projections:
+                nn.init.normal_(proj.weight, std=std)

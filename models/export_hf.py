@@ -3,25 +3,22 @@
     python -m models.export_hf --checkpoint runs/<run_key>/last.pt --out exported/
     >>> from models import export_hf; export_hf(model, "exported/")
 
-The output (``config.json`` + ``model.safetensors``) loads with
-``transformers.AutoModelForCausalLM.from_pretrained(out)`` and gives our logits (within float32
-rounding), so trained models can be evaluated with the usual tools. Decoder targets:
+The output (``config.json`` + ``model.safetensors``) loads with ``transformers``' Auto classes
+and gives our logits (within float32 rounding), so trained models can be evaluated with the
+usual tools. Targets per family (``models.hf_layouts`` maps our weights onto each):
 
-- ``GPT2LMHeadModel``: pre-LN, LayerNorm, learned positions, MHA, GELU. Our GELU is the exact
-  (erf) one, so ``activation_function="gelu"`` (not GPT-2's default tanh ``gelu_new``). GPT-2's
-  ``Conv1D`` stores weights as (in, out): every Linear weight is transposed. GPT-2 always has
-  biases; a ``bias=False`` model is exported with zero biases (same function).
-- ``LlamaForCausalLM``: pre-LN, RMSNorm, RoPE, SwiGLU, any MHA/GQA/MQA. Our RoPE already uses
-  Llama's rotate-half layout (dimension i pairs with i + head_dim/2), so q/k rows need no
-  permutation; the fused ``qkv`` and ``gate_up`` weights are split into HF's separate matrices.
-
-The other families (``models.export_hf_families``): ``encoder`` -> ``BertForMaskedLM``
-(``AutoModelForMaskedLM``), ``encoder_decoder`` -> ``MarianMTModel`` (``AutoModelForSeq2SeqLM``).
+- ``decoder`` -> ``GPT2LMHeadModel`` (Pre-LN, LayerNorm, learned positions, MHA, GELU) or
+  ``LlamaForCausalLM`` (Pre-LN, RMSNorm, RoPE, SwiGLU, any MHA/GQA/MQA):
+  ``AutoModelForCausalLM``.
+- ``encoder`` -> ``BertForMaskedLM`` (Post-LN, LayerNorm, learned positions, MHA, GELU):
+  ``AutoModelForMaskedLM``.
+- ``encoder_decoder`` -> ``MarianMTModel`` (Post-LN, LayerNorm with eps 1e-5, sinusoidal
+  positions, MHA, GELU): ``AutoModelForSeq2SeqLM``.
 
 Anything else (a Post-LN decoder, sinusoidal/ALiBi/NoPE positions, RMSNorm with learned
-positions, a Pre-LN encoder, ...) raises ``ExportError`` naming the first field that no target
-of the config's family can represent. Dropout is mapped
-where HF has it (GPT-2: all three; Llama: attention only); it does not affect the function.
+positions, a Pre-LN encoder, muP, ...) raises ``ExportError`` naming the first field that no
+target of the config's family can represent. Dropout is mapped where HF has it; it does not
+affect the function.
 
 Checkpoint format read by the CLI (written by ``training.train``; this module reads the torch file
 directly and never imports ``sweeps``): a ``torch.save``'d dict with ``"model"`` (the
@@ -37,9 +34,10 @@ import sys
 from pathlib import Path
 
 import torch
+import yaml
 
 from models.config import ModelConfig
-from models.export_hf_families import bert_config, bert_state, marian_config, marian_state
+from models.hf_layouts import CLASSES, target_config, target_state
 from models.lm import build_model
 
 # What each target needs, per family; checked in this order so the error names the most basic
@@ -86,12 +84,6 @@ _EXPORTABLE = {
     "encoder": "bert (post, layernorm, learned, MHA, gelu)",
     "encoder_decoder": "marian (post, layernorm with eps 1e-5, sinusoidal, MHA, gelu)",
 }
-_CLASSES = {
-    "gpt2": "GPT2LMHeadModel",
-    "llama": "LlamaForCausalLM",
-    "bert": "BertForMaskedLM",
-    "marian": "MarianMTModel",
-}
 
 
 class ExportError(ValueError):
@@ -127,128 +119,26 @@ def hf_target(cfg: ModelConfig) -> str:
 
 def hf_config(cfg: ModelConfig):
     """The ``transformers`` config (GPT2, Llama, Bert or Marian) with exactly our shape."""
-    import transformers
-
-    target = hf_target(cfg)
-    if target == "bert":
-        return bert_config(cfg)
-    if target == "marian":
-        return marian_config(cfg)
-    if target == "gpt2":
-        return transformers.GPT2Config(
-            vocab_size=cfg.vocab_size,
-            n_positions=cfg.max_seq_len,
-            n_embd=cfg.d_model,
-            n_layer=cfg.n_layers,
-            n_head=cfg.n_heads,
-            n_inner=cfg.ffn_dim,
-            activation_function="gelu",  # exact erf GELU, as F.gelu in models/mlp.py
-            resid_pdrop=cfg.dropout,
-            embd_pdrop=cfg.dropout,
-            attn_pdrop=cfg.dropout,
-            layer_norm_epsilon=cfg.norm_eps,
-            initializer_range=cfg.init_std,
-            tie_word_embeddings=cfg.tie_embeddings,
-            bos_token_id=None,
-            eos_token_id=None,
-            architectures=["GPT2LMHeadModel"],
-        )
-    return transformers.LlamaConfig(
-        vocab_size=cfg.vocab_size,
-        hidden_size=cfg.d_model,
-        intermediate_size=cfg.ffn_dim,
-        num_hidden_layers=cfg.n_layers,
-        num_attention_heads=cfg.n_heads,
-        num_key_value_heads=cfg.kv_heads,
-        head_dim=cfg.head_dim,
-        hidden_act="silu",
-        max_position_embeddings=cfg.max_seq_len,
-        initializer_range=cfg.init_std,
-        rms_norm_eps=cfg.norm_eps,
-        rope_parameters={"rope_type": "default", "rope_theta": float(cfg.rope_base)},
-        attention_bias=cfg.bias,
-        mlp_bias=cfg.bias,
-        attention_dropout=cfg.dropout,
-        tie_word_embeddings=cfg.tie_embeddings,
-        bos_token_id=None,
-        eos_token_id=None,
-        architectures=["LlamaForCausalLM"],
-    )
+    return target_config(hf_target(cfg), cfg)
 
 
 def hf_state_dict(cfg: ModelConfig, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Our state dict -> the HF model's (contiguous tensors, HF parameter names)."""
-    sd = {k.removeprefix("_orig_mod."): v for k, v in sd.items()}  # torch.compile'd model
-    mapping = {
-        "gpt2": _gpt2_state,
-        "llama": _llama_state,
-        "bert": bert_state,
-        "marian": marian_state,
-    }
-    out = mapping[hf_target(cfg)](cfg, sd)
+    out = target_state(hf_target(cfg), cfg, _plain_names(sd))
     return {k: v.detach().contiguous() for k, v in out.items()}
 
 
-def _gpt2_state(cfg: ModelConfig, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    def linear(ours: str, theirs: str, out_features: int) -> None:
-        out[f"{theirs}.weight"] = sd[f"{ours}.weight"].t()  # Conv1D: (in, out)
-        out[f"{theirs}.bias"] = sd.get(f"{ours}.bias", torch.zeros(out_features))
-
-    def norm(ours: str, theirs: str) -> None:
-        out[f"{theirs}.weight"] = sd[f"{ours}.weight"]
-        out[f"{theirs}.bias"] = sd.get(f"{ours}.bias", torch.zeros(cfg.d_model))
-
-    out = {
-        "transformer.wte.weight": sd["tok_emb.weight"],
-        "transformer.wpe.weight": sd["pos.table.weight"],
-    }
-    for i in range(cfg.n_layers):
-        a, h = f"blocks.{i}", f"transformer.h.{i}"
-        norm(f"{a}.attn_norm", f"{h}.ln_1")
-        linear(f"{a}.attn.qkv", f"{h}.attn.c_attn", 3 * cfg.d_model)  # [q | k | v] as ours
-        linear(f"{a}.attn.proj", f"{h}.attn.c_proj", cfg.d_model)
-        norm(f"{a}.mlp_norm", f"{h}.ln_2")
-        linear(f"{a}.mlp.fc", f"{h}.mlp.c_fc", cfg.ffn_dim)
-        linear(f"{a}.mlp.proj", f"{h}.mlp.c_proj", cfg.d_model)
-    norm("final_norm", "transformer.ln_f")
-    if not cfg.tie_embeddings:
-        out["lm_head.weight"] = sd["lm_head.weight"]
-    return out
-
-
-def _llama_state(cfg: ModelConfig, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    q, kv, f = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.ffn_dim
-    out = {
-        "model.embed_tokens.weight": sd["tok_emb.weight"],
-        "model.norm.weight": sd["final_norm.weight"],
-    }
-    for i in range(cfg.n_layers):
-        a, h = f"blocks.{i}", f"model.layers.{i}"
-        out[f"{h}.input_layernorm.weight"] = sd[f"{a}.attn_norm.weight"]
-        out[f"{h}.post_attention_layernorm.weight"] = sd[f"{a}.mlp_norm.weight"]
-        splits = {
-            "attn.qkv": (["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"], [q, kv, kv]),
-            "mlp.gate_up": (["mlp.gate_proj", "mlp.up_proj"], [f, f]),
-        }
-        for ours, (names, sizes) in splits.items():
-            for kind in ("weight", "bias") if cfg.bias else ("weight",):
-                for name, part in zip(names, sd[f"{a}.{ours}.{kind}"].split(sizes)):
-                    out[f"{h}.{name}.{kind}"] = part
-        for ours, theirs in (("attn.proj", "self_attn.o_proj"), ("mlp.proj", "mlp.down_proj")):
-            for kind in ("weight", "bias") if cfg.bias else ("weight",):
-                out[f"{h}.{theirs}.{kind}"] = sd[f"{a}.{ours}.{kind}"]
-    if not cfg.tie_embeddings:
-        out["lm_head.weight"] = sd["lm_head.weight"]
-    return out
+def _plain_names(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k.removeprefix("_orig_mod."): v for k, v in sd.items()}  # torch.compile'd model
 
 
 def to_hf(model: torch.nn.Module, cfg: ModelConfig | None = None):
     """A ``transformers`` model (float32, eval mode) holding ``model``'s weights."""
-    import transformers
+    import transformers  # ~8 s: only when exporting, never on `import models`
 
     cfg = cfg or model.cfg
-    hf_cfg = hf_config(cfg)
-    hf = getattr(transformers, _CLASSES[hf_target(cfg)])(hf_cfg)
+    target = hf_target(cfg)
+    hf = getattr(transformers, CLASSES[target])(target_config(target, cfg))
     missing, unexpected = hf.load_state_dict(hf_state_dict(cfg, model.state_dict()), strict=False)
     tied = {"lm_head.weight", "cls.predictions.decoder.weight"} if cfg.tie_embeddings else set()
     # Marian rebuilds its sinusoidal tables itself (never saved); they are ours permuted
@@ -284,16 +174,13 @@ def load_checkpoint_model(checkpoint: Path, config: Path | None = None) -> torch
         config = config or checkpoint.parent / "config.yaml"
         if not config.is_file():
             raise ExportError(f"--config: no config.yaml next to {checkpoint}; pass --config")
-        import yaml
-
         model_cfg = (yaml.safe_load(config.read_text()) or {}).get("model")
         if not isinstance(model_cfg, dict):
             raise ExportError(f"{config}: expected a 'model' section (the resolved model config)")
     cfg = ModelConfig.from_dict({**model_cfg, "size": None})  # the resolved shape, no ladder
     hf_target(cfg)
     model = build_model(cfg)
-    sd = {k.removeprefix("_orig_mod."): v for k, v in state["model"].items()}
-    model.load_state_dict(sd)
+    model.load_state_dict(_plain_names(state["model"]))
     return model.eval()
 
 

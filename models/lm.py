@@ -11,9 +11,10 @@ Parameter names (the layout an exporter maps from):
   ``blocks.{i}.mlp.gate_up`` (fused, see ``SwiGLUMLP``) / ``.proj``.
 - ``final_norm`` (Pre-LN only; Post-LN blocks already end in a norm), ``lm_head`` (no bias).
 
-Initialisation: every Linear and Embedding weight ~ N(0, init_std); the residual output
-projections (``attn.proj``, ``mlp.proj``) ~ N(0, init_std / sqrt(2 * n_layers)) (GPT-2) so the
-residual stream's variance does not grow with depth; biases 0; norm gains 1.
+Initialisation (``models.block.init_weights``, every family): every Linear and Embedding
+weight ~ N(0, init_std); the residual output projections (``attn.proj``, ``mlp.proj``) ~
+N(0, init_std / sqrt(2 * n_layers)) (GPT-2) so the residual stream's variance does not grow
+with depth; biases 0; norm gains 1.
 
 muP (``parametrization: mup``, Yang et al. 2022, Tensor Programs V, table 3 for Adam), with
 m = ``cfg.width_mult`` = d_model / mup_base_width. Hidden matrices (both dimensions grow with
@@ -33,6 +34,7 @@ import torch
 from torch import nn
 
 from models.attention import KVCache
+from models.block import init_weights
 from models.config import ModelConfig
 from models.loss import cross_entropy, linear_cross_entropy
 from models.mlm import MaskedLM
@@ -55,7 +57,9 @@ class TransformerLM(nn.Module):
             self.lm_head.weight = self.tok_emb.weight
         # muP's output multiplier 1/width_mult on the readout's input (1 under SP: skipped).
         self.readout_mult = 1.0 / cfg.width_mult
-        self.reset_parameters()
+        init_weights(self, cfg.init_std, [self.blocks])
+        if cfg.parametrization == "mup":
+            self._init_mup()
 
     def hidden_weights(self) -> list[nn.Parameter]:
         """The matrix-like weights (fan-in and fan-out both grow with d_model): every Linear
@@ -63,21 +67,11 @@ class TransformerLM(nn.Module):
         return [m.weight for m in self.blocks.modules() if isinstance(m, nn.Linear)]
 
     @torch.no_grad()
-    def reset_parameters(self) -> None:
-        std = self.cfg.init_std
-        for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(module.weight, mean=0.0, std=std)
-            if isinstance(module, nn.Linear) and module.bias is not None:
-                nn.init.zeros_(module.bias)
-        for block in self.blocks:
-            for proj in (block.attn.proj, block.mlp.proj):
-                nn.init.normal_(proj.weight, mean=0.0, std=std / math.sqrt(2 * self.cfg.n_layers))
-        if self.cfg.parametrization == "mup":
-            for w in self.hidden_weights():
-                w.mul_(1.0 / math.sqrt(self.cfg.width_mult))  # variance ~ 1/fan_in
-            if not self.cfg.tie_embeddings:
-                nn.init.zeros_(self.lm_head.weight)
+    def _init_mup(self) -> None:
+        for w in self.hidden_weights():
+            w.mul_(1.0 / math.sqrt(self.cfg.width_mult))  # variance ~ 1/fan_in
+        if not self.cfg.tie_embeddings:
+            nn.init.zeros_(self.lm_head.weight)
 
     def _trunk(self, idx: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
         T = idx.shape[1]

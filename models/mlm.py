@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.attention import with_key_padding
+from models.block import init_weights
 from models.config import ModelConfig
 from models.loss import cross_entropy
 from models.registry import NORMS, POSITIONS, build_block
@@ -43,19 +44,7 @@ class MaskedLM(nn.Module):
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.bias)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
-        self.reset_parameters()
-
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        std = self.cfg.init_std
-        for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(module.weight, mean=0.0, std=std)
-            if isinstance(module, nn.Linear) and module.bias is not None:
-                nn.init.zeros_(module.bias)
-        for block in self.blocks:
-            for proj in (block.attn.proj, block.mlp.proj):
-                nn.init.normal_(proj.weight, std=std / math.sqrt(2 * self.cfg.n_layers))
+        init_weights(self, cfg.init_std, [self.blocks])
 
     def hidden(self, idx: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """idx (B, T), attention_mask (B, T) (1/True = token, 0 = padding) -> (B, T, d)."""
@@ -77,7 +66,7 @@ class MaskedLM(nn.Module):
         return_logits: bool = True,
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """idx (B, T) (masked) token ids -> logits (B, T, vocab) and, given targets (B, T) (the
-        original ids at the selected positions, -100 elsewhere: ``training.objectives``), the
+        original ids at the selected positions, -100 elsewhere: ``training.corruption``), the
         mean cross-entropy over the selected positions. ``return_logits=False`` returns None
         for the logits (they are still computed at every position, as counted)."""
         h = self.mlm_norm(F.gelu(self.mlm_transform(self.hidden(idx, attention_mask))))

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from models.attention import Seq2SeqCache, with_key_padding
+from models.block import init_weights
 from models.config import ModelConfig
 from models.loss import cross_entropy, linear_cross_entropy
 from models.registry import NORMS, POSITIONS, build_block
@@ -50,22 +51,7 @@ class EncoderDecoderLM(nn.Module):
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
-        self.reset_parameters()
-
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        std = self.cfg.init_std
-        for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(module.weight, mean=0.0, std=std)
-            if isinstance(module, nn.Linear) and module.bias is not None:
-                nn.init.zeros_(module.bias)
-        for block in self.encoder:
-            for proj in (block.attn.proj, block.mlp.proj):
-                nn.init.normal_(proj.weight, std=std / math.sqrt(2 * len(self.encoder)))
-        for block in self.decoder:
-            for proj in (block.attn.proj, block.cross_attn.proj, block.mlp.proj):
-                nn.init.normal_(proj.weight, std=std / math.sqrt(3 * len(self.decoder)))
+        init_weights(self, cfg.init_std, [self.encoder, self.decoder])  # k = 2, 3
 
     def _embed(self, idx: torch.Tensor, pos: nn.Module, start: int) -> torch.Tensor:
         h = self.tok_emb(idx)  # (B, T, d)

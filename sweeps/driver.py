@@ -18,14 +18,26 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import torch
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.utils import JobStatus
 from omegaconf import DictConfig, OmegaConf
 
-from sweeps import plan, tuning
+from models import count_params
+from sweeps import plan, sweep_records, tuning
+from sweeps.job import ENV_GPU_LOCKS, ENV_GPU_POOL, PointInterrupted, training_config
+from sweeps.slurm import JobLost
 from sweeps.sweep_view import SweepProgress, plan_rows, print_plan, print_summary
+from training import objectives, tracking
+from training.checkpoint import branch_checkpoint_path
+from training.config import ConfigError, DataConfig
+from training.data import prepare_data
+from training.paths import default_cache_dir, default_runs_dir, resolve_dir
+from training.spec import resolve_config
 
 Compose = Callable[[Sequence[str]], DictConfig]
 Launch = Callable[[list[list[str]], int], Sequence[Any]]  # -> hydra JobReturn per job
@@ -38,14 +50,12 @@ class Outcome:
     """What happened to a point in this invocation (for the summary table)."""
 
     run: plan.PlannedRun
-    state: str  # finished | done-before | skipped | failed | not-run
+    state: str  # finished | done-before | skipped | failed | not-run | stopped (tuning)
     reason: str = ""
 
 
 def parse_cli(arguments: Sequence[str]) -> tuple[list[str], dict[str, list[str]], list[str]]:
     """Split command-line overrides into (passed to every job, extra axes from `k=a,b`, keys set)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     fixed, axes, keys = [], {}, []
     for o in OverridesParser.create().parse_overrides(list(arguments)):
         key = o.key_or_group
@@ -80,12 +90,6 @@ def facts(cfg: DictConfig) -> plan.RunFacts:
     resolves it (no data or model built). A model the factory cannot build (e.g. a size the
     ladder cannot reach) raises ValueError: the point is skipped with that reason. Any other
     config error fails the whole sweep before anything starts."""
-    from models import count_params
-    from sweeps.job import training_config
-    from training import objective
-    from training.config import ConfigError
-    from training.spec import resolve_config
-
     try:
         spec = resolve_config(training_config(cfg))
     except ConfigError as e:
@@ -94,7 +98,7 @@ def facts(cfg: DictConfig) -> plan.RunFacts:
         raise plan.PlanError(str(e)) from None
     pc = count_params(spec.model)
     seq_len = spec.train.seq_len  # per token as the family's objective counts tokens
-    per_token = objective.for_model(spec.model, seq_len, spec.data).accounting(seq_len)
+    per_token = objectives.for_model(spec.model, seq_len, spec.data).accounting(seq_len)
     six_n = None if spec.model.family == "decoder" else per_token.flops_6nd / seq_len
     return plan.RunFacts(
         run_key=spec.run_key,
@@ -110,29 +114,50 @@ def facts(cfg: DictConfig) -> plan.RunFacts:
     )
 
 
-def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: Launch) -> list:
-    s = cfg.sweep
-    jobs = int(s.jobs)
-    if jobs < 1:
-        raise plan.PlanError(f"sweep.jobs: expected a positive number of parallel jobs, got {jobs}")
-    fixed_args, cli_axes, cli_keys = parse_cli(arguments)
-    spec = spec_from_config(cfg, cli_axes)
-    spec.check_conflicts(cli_keys)
+@dataclass
+class Sweep:
+    """One invocation of a sweep: its settings (`cfg.sweep`) and spec, the command line's
+    overrides, where its records and checkpoints go, and the composer of its points."""
 
-    from training import tracking
+    cfg: DictConfig  # the composed app config
+    spec: plan.SweepSpec
+    fixed_args: list[str]  # command-line overrides every job gets
+    cli_keys: list[str]  # the keys they set
+    compose: Compose  # cached_compose of the plugin's
+    base: DictConfig  # the config every point starts from (paths, tracking)
+    uri: str
+    experiment: str
+    runs_dir: Path  # where checkpoints go
+    datasets: dict[str, dict] = field(default_factory=dict)  # each distinct data section
 
-    compose_fast = cached_compose(compose)
-    datasets: dict[str, Any] = {}
-    # where records and checkpoints go: the command line and sweep.fixed may set them
-    base = compose_fast([*fixed_args, *(f"{k}={plan.format_value(v)}" for k, v in spec.fixed.items())])
-    tc = base.tracking
-    uri = tracking.resolve_tracking_uri(tc.get("uri"))
-    runs_dir = _runs_dir(base)
+    @classmethod
+    def from_cli(cls, cfg: DictConfig, arguments: Sequence[str], compose: Compose) -> Sweep:
+        jobs = int(cfg.sweep.jobs)
+        if jobs < 1:
+            raise plan.PlanError(
+                f"sweep.jobs: expected a positive number of parallel jobs, got {jobs}"
+            )
+        fixed_args, cli_axes, cli_keys = parse_cli(arguments)
+        spec = spec_from_config(cfg, cli_axes)
+        spec.check_conflicts(cli_keys)
+        compose = cached_compose(compose)
+        # where records and checkpoints go: the command line and sweep.fixed may set them
+        base = compose([*fixed_args, *(f"{k}={plan.format_value(v)}" for k, v in spec.fixed.items())])
+        uri = tracking.resolve_tracking_uri(base.tracking.get("uri"))
+        experiment = str(base.tracking.experiment)
+        return cls(cfg, spec, fixed_args, cli_keys, compose, base, uri, experiment, _runs_dir(base))
 
-    def facts_of(overrides: Sequence[str]) -> plan.RunFacts:
-        cfg_point = compose_fast([*fixed_args, *overrides])
+    @property
+    def jobs(self) -> int:
+        return int(self.cfg.sweep.jobs)
+
+    def config_of(self, overrides: Sequence[str]) -> DictConfig:
+        return self.compose([*self.fixed_args, *overrides])
+
+    def facts_of(self, overrides: Sequence[str]) -> plan.RunFacts:
+        cfg_point = self.config_of(overrides)
         data = OmegaConf.to_container(cfg_point.data, resolve=True)
-        datasets.setdefault(repr(sorted(data.items())), data)
+        self.datasets.setdefault(repr(sorted(data.items())), data)
         try:
             return facts(cfg_point)
         except plan.PlanError:
@@ -142,62 +167,84 @@ def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: L
                 raise plan.PlanError(str(e)) from None  # not a size the ladder cannot reach
             raise
 
-    def checkpoint_path(key: str, tokens: int) -> str:
-        from training.checkpoint import branch_checkpoint_path
+    def checkpoint_path(self, key: str, tokens: int) -> str:
+        return str(branch_checkpoint_path(self.runs_dir, key, tokens))
 
-        return str(branch_checkpoint_path(runs_dir, key, tokens))
-
-    def resolve_points(points: Sequence[plan.Point]) -> list[plan.PlannedRun]:
+    def resolve_points(self, points: Sequence[plan.Point]) -> list[plan.PlannedRun]:
         """Resolved points with their run keys' MLflow state applied (read now)."""
+        throughput = self.cfg.sweep.throughput
         resolved = plan.resolve(
-            spec,
+            self.spec,
             points,
-            facts_of,
-            checkpoint_path,
-            flops_per_sec=float(s.throughput.flops_per_sec),
-            overhead_s=float(s.throughput.overhead_s),
+            self.facts_of,
+            self.checkpoint_path,
+            flops_per_sec=float(throughput.flops_per_sec),
+            overhead_s=float(throughput.overhead_s),
         )
         # never creates the store: a plan that fails (e.g. a tuning stage's bad input) leaves
         # nothing behind; _execute creates it
-        records = _read_records(uri, tc.experiment, create=False)
-        retry = bool(s.retry_failed)
-        return [_apply_record(r, (records or {}).get(r.run_key), retry) for r in resolved]
+        records = _read_records(self.uri, self.experiment) or {}
+        retry = bool(self.cfg.sweep.retry_failed)
+        return [_apply_record(r, records.get(r.run_key), retry) for r in resolved]
 
-    tic = time.perf_counter()
-    runs = resolve_points(tuning.apply_lr_rule(spec.lr_rule, plan.expand(spec), facts_of))
-    tuned, more = None, None
-    if spec.tune:  # the points are arms; what trains are their tuning runs, stage by stage
+    def make_plan(self) -> tuple[list[plan.PlannedRun], tuning.TuningPlan | None]:
+        """The runs of the first wave, and a tuned sweep's plan (its points are arms; what
+        trains are their tuning runs, stage by stage)."""
+        points = tuning.apply_lr_rule(self.spec.lr_rule, plan.expand(self.spec), self.facts_of)
+        runs = self.resolve_points(points)
+        if not self.spec.tune:
+            return runs, None
+        throughput = self.cfg.sweep.throughput
         tuned = tuning.plan_tuning(
-            spec.tune, runs, lambda o: compose_fast([*fixed_args, *o]), checkpoint_path,
-            resolve_points, float(s.throughput.flops_per_sec), float(s.throughput.overhead_s),
-        )  # fmt: skip
-        runs = tuned.first_stage()
-        losses_of = tuning.losses_from_mlflow(uri, str(tc.experiment))
-        tag_chosen = tuning.tag_chosen_in_mlflow(uri, str(tc.experiment))
-        more = lambda outcomes: tuned.next_stage(outcomes, losses_of, tag_chosen)  # noqa: E731
-    plan_s = time.perf_counter() - tic
-    records_read = tracking.sqlite_path(uri) is None or tracking.sqlite_path(uri).exists()
+            self.spec.tune,
+            runs,
+            self.config_of,
+            self.checkpoint_path,
+            self.resolve_points,
+            float(throughput.flops_per_sec),
+            float(throughput.overhead_s),
+        )
+        return tuned.first_stage(), tuned
 
-    if s.dry_run:
-        print_plan(spec, runs, jobs, records_read=records_read, plan_s=plan_s)
-        if spec.lr_rule:
-            tuning.print_lr_rule(spec.lr_rule, runs)
+    def job_overrides(self, run: plan.PlannedRun, parent_run_id: str) -> list[str]:
+        extra = [f"tracking.parent_run_id={parent_run_id}", f"++tracking.tags.sweep={self.spec.name}"]
+        if "train.progress" not in self.cli_keys:
+            extra.append("train.progress=none")  # the sweep bar is the progress display
+        return [*self.fixed_args, *run.overrides, *extra, f"++tracking.tags.variant={run.variant}"]
+
+
+def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: Launch) -> list:
+    sweep = Sweep.from_cli(cfg, arguments, compose)
+    tic = time.perf_counter()
+    runs, tuned = sweep.make_plan()
+    plan_s = time.perf_counter() - tic
+    if cfg.sweep.dry_run:
+        db = tracking.sqlite_path(sweep.uri)
+        records_read = db is None or db.exists()
+        print_plan(sweep.spec, runs, sweep.jobs, records_read=records_read, plan_s=plan_s)
+        if sweep.spec.lr_rule:
+            tuning.print_lr_rule(sweep.spec.lr_rule, runs)
         if tuned:
-            tuning.print_tuning(tuned, jobs)
+            tuning.print_tuning(tuned, sweep.jobs)
         return []
     if tuned and (warning := tuning.early_rungs(tuned)):
         print(warning, flush=True)  # also without a dry run: before anything trains
     if any(not r.skip for r in runs):
-        _prepare_data(cfg, base, list(datasets.values()))
-    return _execute(cfg, spec, runs, fixed_args, cli_keys, uri, str(tc.experiment), launch, more)
+        _prepare_data(cfg, sweep.base, list(sweep.datasets.values()))
+    return _execute(sweep, runs, launch, None if tuned is None else _next_stages(sweep, tuned))
+
+
+def _next_stages(sweep: Sweep, tuned: tuning.TuningPlan) -> Callable[[dict], list]:
+    """A tuned sweep's next stage from the outcomes so far, ranked on MLflow's records."""
+    losses_of = tuning.losses_from_mlflow(sweep.uri, sweep.experiment)
+    tag_chosen = tuning.tag_chosen_in_mlflow(sweep.uri, sweep.experiment)
+    return lambda outcomes: tuned.next_stage(outcomes, losses_of, tag_chosen)
 
 
 def cached_compose(compose: Compose) -> Compose:
     """Hydra-compose each distinct set of group choices (`model=llama`, `sweep=demo`...) once and
     apply plain `key=value` overrides to a copy: the same config a job gets, for a fraction of
     the cost (a 24-point IsoFLOP plan composes a few times instead of 48)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     parser = OverridesParser.create()
     cache: dict[tuple[str, ...], DictConfig] = {}
 
@@ -229,39 +276,27 @@ def _prepare_data(cfg: DictConfig, base: DictConfig, datasets: list[dict]) -> No
     launcher = str(OmegaConf.select(cfg, "hydra.launcher._target_", default=""))
     if "Slurm" in launcher:
         return
-    from training.config import DataConfig
-    from training.data import prepare_data
-    from training.paths import default_cache_dir, resolve_dir
-
     cache_dir = resolve_dir(base.get("paths", {}).get("cache_dir"), default_cache_dir())
     for d in datasets:
         prepare_data(DataConfig.from_dict(d), cache_dir)
 
 
 def _runs_dir(cfg: DictConfig) -> Path:
-    from training.paths import default_runs_dir, resolve_dir
-
     return resolve_dir(cfg.get("paths", {}).get("runs_dir"), default_runs_dir())
 
 
-def _read_records(uri: str, experiment: str, create: bool):
-    """{run_key: RunRecord} of the experiment; None in a dry run on a store that does not exist
-    yet (a dry run never creates anything)."""
-    from sweeps import sweep_records
-    from training import tracking
-
+def _read_records(uri: str, experiment: str):
+    """{run_key: RunRecord} of the experiment, never creating the store; None where it does not
+    exist yet or its server is down (the plan then has no states)."""
     db = tracking.sqlite_path(uri)
-    if not create:
-        if db is not None and not db.exists():
-            return None
-        try:
-            tracking.check_reachable(uri)  # a server that is down: plan without states
-        except tracking.TrackingUnavailable:
-            return None
-        exp = tracking.client(uri).get_experiment_by_name(experiment)
-        return {} if exp is None else sweep_records.latest_by_key(uri, exp.experiment_id)
-    exp_id = tracking.ensure_experiment(uri, experiment)
-    return sweep_records.latest_by_key(uri, exp_id)
+    if db is not None and not db.exists():
+        return None
+    try:
+        tracking.check_reachable(uri)
+    except tracking.TrackingUnavailable:
+        return None
+    exp = tracking.client(uri).get_experiment_by_name(experiment)
+    return {} if exp is None else sweep_records.latest_by_key(uri, exp.experiment_id)
 
 
 def _apply_record(run: plan.PlannedRun, rec, retry_failed: bool) -> plan.PlannedRun:
@@ -277,84 +312,90 @@ def _apply_record(run: plan.PlannedRun, rec, retry_failed: bool) -> plan.Planned
     return run  # RUNNING / KILLED (interrupted) or FAILED to retry: the job resumes it
 
 
-def _execute(cfg, spec, runs, fixed_args, cli_keys, uri, experiment, launch, more=None) -> list:
-    from sweeps import sweep_records
-    from training import tracking
+@dataclass(frozen=True)
+class Parent:
+    """The sweep's MLflow parent run."""
 
-    s = cfg.sweep
-    exp_id = tracking.ensure_experiment(uri, experiment)
-    parent = sweep_records.open_parent(
-        uri,
-        exp_id,
-        spec.name,
-        {"git_commit": tracking.git_commit(), "sweep_kind": spec.kind, "n_points": len(runs)},
-    )
-    sweep_records.log_plan(uri, parent, plan_rows(runs), OmegaConf.to_yaml(cfg.sweep))
-    _share_gpus(cfg, int(s.jobs))
+    experiment_id: str
+    run_id: str
 
-    extra = [f"tracking.parent_run_id={parent}", f"++tracking.tags.sweep={spec.name}"]
-    if "train.progress" not in cli_keys:
-        extra.append("train.progress=none")  # the sweep bar is the progress display
 
-    outcomes: dict[int, Outcome] = {
-        r.index: Outcome(r, "done-before" if r.skip.startswith("done:") else "skipped", r.skip)
-        for r in runs
-        if r.skip
-    }
-    todo = [r for r in runs if not r.skip]
-    progress = SweepProgress(spec.name, todo, uri, exp_id, parent, jobs=int(s.jobs))
-    job_idx, status = 0, "FINISHED"
+def _execute(sweep: Sweep, runs: list[plan.PlannedRun], launch: Launch, more=None) -> list:
+    """Launch every run that is not skipped, wave by wave (then each stage `more` derives),
+    under the sweep's parent run; print the summary and raise SystemExit(1) if a point failed."""
+    exp_id = tracking.ensure_experiment(sweep.uri, sweep.experiment)
+    tags = {"git_commit": tracking.git_commit(), "sweep_kind": sweep.spec.kind, "n_points": len(runs)}
+    parent = Parent(exp_id, sweep_records.open_parent(sweep.uri, exp_id, sweep.spec.name, tags))
+    sweep_yaml = OmegaConf.to_yaml(sweep.cfg.sweep)
+    sweep_records.log_plan(sweep.uri, parent.run_id, plan_rows(runs), sweep_yaml)
+    _share_gpus(sweep.cfg, sweep.jobs)
+    outcomes = {r.index: _skipped(r) for r in runs if r.skip}
+    status = "FINISHED"
     try:
-        with progress:
-            for wave in _waves(todo, runs, outcomes, more, progress):
-                batch = []
-                for r in wave:
-                    stable = r.stable_index
-                    if stable is not None and outcomes.get(stable, Outcome(r, "?")).state not in (
-                        "finished",
-                        "done-before",
-                    ):
-                        outcomes[r.index] = Outcome(
-                            r, "not-run", f"stable run #{stable} did not finish"
-                        )
-                        continue
-                    batch.append(r)
-                if not batch:
-                    continue
-                overrides = [
-                    [*fixed_args, *r.overrides, *extra, f"++tracking.tags.variant={r.variant}"]
-                    for r in batch
-                ]
-                results = launch(overrides, job_idx)
-                job_idx += len(batch)
-                for r, ret in zip(batch, results):
-                    outcomes[r.index] = _outcome(r, ret)
-                    _close_lost_run(uri, exp_id, r, ret)
-                progress.refresh()
+        _run_waves(sweep, runs, outcomes, launch, more, parent)
         if more is not None:  # a tuned sweep's plan is every stage it derived
-            sweep_records.log_plan(uri, parent, plan_rows(runs), OmegaConf.to_yaml(cfg.sweep))
+            sweep_records.log_plan(sweep.uri, parent.run_id, plan_rows(runs), sweep_yaml)
     except BaseException as e:  # Ctrl-C: KILLED; a launcher that breaks: FAILED
         status = "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED"
         raise
     finally:
         if status == "FINISHED" and failed_points(outcomes.values()):
             status = "FAILED"
-        sweep_records.close_parent(uri, parent, status)
+        sweep_records.close_parent(sweep.uri, parent.run_id, status)
     ordered = [outcomes[r.index] if r.index in outcomes else Outcome(r, "not-run") for r in runs]
-    print_summary(spec.name, ordered, uri, parent)
-    _report(cfg, uri, experiment, parent)
-    failed = failed_points(ordered)
-    if failed:
-        before = sum(o.state != "failed" for o in failed)
-        if before:
-            print(
-                f"sweep {spec.name}: {before} point(s) FAILED in an earlier run and were skipped "
-                "(sweep.retry_failed=true retries them): the parent run is FAILED",
-                file=sys.stderr,
-                flush=True,
-            )
-        raise SystemExit(1)  # after the summary and the parent's FAILED status
+    print_summary(sweep.spec.name, ordered, sweep.uri, parent.run_id)
+    _report(sweep.cfg, sweep.uri, sweep.experiment, parent.run_id)
+    _exit_if_failed(sweep.spec.name, ordered)
     return ordered
+
+
+def _skipped(run: plan.PlannedRun) -> Outcome:
+    return Outcome(run, "done-before" if run.skip.startswith("done:") else "skipped", run.skip)
+
+
+def _run_waves(sweep: Sweep, runs, outcomes, launch: Launch, more, parent: Parent) -> None:
+    """Launch each wave's runs whose stable run (if any) finished; record their outcomes."""
+    todo = [r for r in runs if not r.skip]
+    progress = SweepProgress(
+        sweep.spec.name, todo, sweep.uri, parent.experiment_id, parent.run_id, jobs=sweep.jobs
+    )
+    job_idx = 0
+    with progress:
+        for wave in _waves(todo, runs, outcomes, more, progress):
+            batch = []
+            for r in wave:
+                stable = r.stable_index
+                if stable is not None and outcomes.get(stable, Outcome(r, "?")).state not in (
+                    "finished",
+                    "done-before",
+                ):
+                    outcomes[r.index] = Outcome(r, "not-run", f"stable run #{stable} did not finish")
+                    continue
+                batch.append(r)
+            if not batch:
+                continue
+            results = launch([sweep.job_overrides(r, parent.run_id) for r in batch], job_idx)
+            job_idx += len(batch)
+            for r, ret in zip(batch, results):
+                outcomes[r.index] = _outcome(r, ret)
+                _close_lost_run(sweep.uri, parent.experiment_id, r, ret)
+            progress.refresh()
+
+
+def _exit_if_failed(name: str, ordered: list[Outcome]) -> None:
+    """SystemExit(1) after the summary and the parent's FAILED status if any point failed."""
+    failed = failed_points(ordered)
+    if not failed:
+        return
+    before = sum(o.state != "failed" for o in failed)
+    if before:
+        print(
+            f"sweep {name}: {before} point(s) FAILED in an earlier run and were skipped "
+            "(sweep.retry_failed=true retries them): the parent run is FAILED",
+            file=sys.stderr,
+            flush=True,
+        )
+    raise SystemExit(1)
 
 
 def _waves(todo, runs, outcomes, more, progress):
@@ -365,8 +406,7 @@ def _waves(todo, runs, outcomes, more, progress):
         runs.extend(stage)
         for r in stage:
             if r.skip:
-                state = "done-before" if r.skip.startswith("done:") else "skipped"
-                outcomes[r.index] = Outcome(r, state, r.skip)
+                outcomes[r.index] = _skipped(r)
         wave = [r for r in stage if not r.skip]
         progress.add(wave)
         yield wave
@@ -383,13 +423,8 @@ def failed_points(outcomes) -> list[Outcome]:
 
 
 def _outcome(run: plan.PlannedRun, ret: Any) -> Outcome:
-    from hydra.core.utils import JobStatus
-
     if ret.status == JobStatus.COMPLETED:
         return Outcome(run, "finished")
-    from sweeps.job import PointInterrupted
-    from sweeps.slurm import JobLost
-
     err = ret._return_value  # the exception the job raised
     own = isinstance(err, (PointInterrupted, JobLost))  # messages that say what happened
     line = str(err) if own else f"{type(err).__name__}: {err}"
@@ -401,13 +436,9 @@ def _close_lost_run(uri: str, experiment_id: str, run: plan.PlannedRun, ret: Any
     """A job that ended without a result (sweeps.slurm.JobLost: SIGKILLed, node failure, state
     unreadable) may leave its MLflow run RUNNING: mark it KILLED or FAILED with the reason, so
     the record says what happened (the rerun resumes it from its last checkpoint)."""
-    from sweeps.slurm import JobLost
-
     err = getattr(ret, "_return_value", None)
     if not isinstance(err, JobLost):
         return
-    from training import tracking
-
     client = tracking.client(uri)
     found = tracking.find_run_by_key(client, experiment_id, run.run_key)
     if found is None or found.info.status != "RUNNING":
@@ -418,8 +449,6 @@ def _close_lost_run(uri: str, experiment_id: str, run: plan.PlannedRun, ret: Any
 
 def _share_gpus(cfg: DictConfig, jobs: int) -> None:
     """Local launchers: one GPU slot per concurrent job, claimed by each job process (sweeps.job)."""
-    from sweeps.job import ENV_GPU_LOCKS, ENV_GPU_POOL
-
     launcher = str(OmegaConf.select(cfg, "hydra.launcher._target_", default=""))
     if "Slurm" in launcher:
         return  # SLURM allocates GPUs per job
@@ -427,8 +456,6 @@ def _share_gpus(cfg: DictConfig, jobs: int) -> None:
     if visible is not None:
         pool = [g for g in visible.split(",") if g]
     else:
-        import torch
-
         pool = [str(i) for i in range(torch.cuda.device_count())]
     if pool:
         # one slot per concurrent job; with more jobs than GPUs, jobs share GPUs round-robin

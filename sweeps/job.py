@@ -80,7 +80,7 @@ def share_cpu(jobs: int) -> int:
     Returns the thread count (unchanged, 0, for GPU jobs)."""
     if os.environ.get(ENV_GPU_POOL):
         return 0
-    import torch
+    import torch  # ~2 s: `python -m sweeps.run` imports this module before checking its input
 
     local_jobs = 1 if os.environ.get("SUBMITIT_EXECUTOR") == "slurm" else max(1, jobs)
     threads = max(1, allocated_cpus() // local_jobs)
@@ -107,10 +107,10 @@ def run_point(cfg: DictConfig) -> Any:
     if int(os.environ.get("SLURM_NTASKS", "1")) > 1:
         # every SLURM task of a multi-GPU point runs this job: make them one torch.distributed
         # world before the Accelerator is created (hydra#2633)
-        import submitit
+        import submitit  # multi-task SLURM jobs only
 
         submitit.helpers.TorchDistributedEnvironment().export()
-    from training.train import Interrupted, train
+    from training.train import Interrupted, train  # torch: in the job, not the sweep parent
 
     train_cfg = training_config(cfg)
     if on_slurm:  # which SLURM job trained (or is training) the run: scancel, sacct, its log

@@ -17,6 +17,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import hydra
+
+from sweeps.job import run_point
+from training.cli import check_composes
 from training.paths import PROJECT_ROOT
 
 CONF_DIR = PROJECT_ROOT / "conf"
@@ -51,11 +55,6 @@ def check_sweep_name(argv: list[str]) -> None:
 
 
 def main() -> None:
-    import hydra
-
-    from sweeps.job import run_point
-    from training.cli import check_composes
-
     check_sweep_name(sys.argv[1:])
     check_composes(CONF_DIR, "run", sys.argv[1:])  # Hydra's errors: one line, exit 2
     app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="run")(run_point)

@@ -79,7 +79,7 @@ def close_parent(uri: str, run_id: str, status: str) -> None:
 
 def log_plan(uri: str, run_id: str, rows: list[dict[str, Any]], sweep_yaml: str) -> None:
     """plan.csv / plan.json / sweep.yaml as artifacts of the parent (overwritten on rerun)."""
-    import pandas as pd
+    import pandas as pd  # ~1.3 s, only once a sweep runs: a dry run never logs a plan
 
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)

@@ -14,9 +14,11 @@ import time
 from typing import Any
 
 from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TimeRemainingColumn
 from rich.table import Table
 
 from sweeps import plan
+from sweeps.sweep_records import children_by_key
 
 TERMINAL = ("FINISHED", "FAILED")
 
@@ -152,8 +154,6 @@ class SweepProgress:
 
     def __enter__(self):
         if self._tty and self.est:
-            from rich.progress import BarColumn, Progress, TaskProgressColumn, TimeRemainingColumn
-
             # Like a run's bar: name (at most 20 characters), bar, percentage, runs, ETA, which
             # fit 80 columns.
             name = self.name if len(self.name) <= 20 else self.name[:19] + "…"
@@ -195,8 +195,6 @@ class SweepProgress:
                 pass
 
     def refresh(self) -> None:
-        from sweeps.sweep_records import children_by_key
-
         recs = children_by_key(self.uri, self.exp, self.parent)
         with self._lock:
             done = {k for k, r in recs.items() if k in self.est and r.status in TERMINAL}

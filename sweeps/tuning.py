@@ -34,8 +34,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from omegaconf import OmegaConf
+from rich.table import Table
+
 from sweeps import plan
 from sweeps.plan import PlanError, PlannedRun, Point, TuneSpec, format_value
+from sweeps.sweep_view import console
+from training import tracking
+from training.schedules import warmup_steps
 
 WARMUP_KEY = "train.warmup"
 # Keys the tuning runs set themselves; an arm's own value for them is dropped.
@@ -303,69 +309,21 @@ def plan_tuning(
 ) -> TuningPlan:
     """Arms from the untuned plan, candidates per arm; fails (PlanError naming the key) before
     anything trains on a key the config does not have or a rung inside a candidate's warmup."""
-    from omegaconf import OmegaConf
-
-    from training.schedules import warmup_steps
-
-    arms = [r for r in runs if r.facts and not r.skip]
+    runnable = [r for r in runs if r.facts and not r.skip]
     skipped = [r for r in runs if not (r.facts and not r.skip)]
-    if not arms:
+    if not runnable:
         raise PlanError("sweep.tune: no point of the sweep can run, so there is nothing to tune")
     missing = object()
-    composed = config_of(arms[0].overrides)
+    composed = config_of(runnable[0].overrides)
     for key in spec.grid:
         if OmegaConf.select(composed, key, default=missing) is missing:
             raise PlanError(f"sweep.tune.{key}: not a config field (no such key to override)")
-
-    groups: dict[tuple, list[int]] = {}
-    tplan_arms: list[Arm] = []
-    for r in arms:
-        group = (r.variant, *sorted(o for o in r.overrides if _key(o) != plan.TOKENS_KEY))
-        groups.setdefault(group, []).append(len(tplan_arms))
-        tplan_arms.append(Arm(r, group))
-    if spec.at == "smallest_budget":
-        for members in groups.values():
-            smallest = min(members, key=lambda i: tplan_arms[i].tokens)
-            for i in members:
-                if i != smallest:
-                    tplan_arms[i].tuned_at = smallest
-
-    for arm in tplan_arms:
-        bt = arm.run.facts.batch_tokens
-        # every tuned run decays from here: a halving winner, a full-grid run and a transfer
-        # follow the same lr schedule
-        arm.stable = plan.branch_start(arm.tokens, spec.decay, bt)
-        if not arm.tuned:
-            continue
-        steps = math.ceil(arm.tokens / bt)
-        if spec.halving:
-            arm.rungs = tuple(sorted({int(f * arm.stable) // bt * bt for f in spec.rungs} - {0}))
-            if not arm.rungs:
-                raise PlanError(
-                    f"sweep.tune_halving.rungs: arm {arm.id} ({arm.tokens} tokens) is too short for "
-                    f"a rung of whole batches ({bt} tokens) at {list(spec.rungs)} of its stable phase"
-                )
-        default_warmup = OmegaConf.select(config_of(arm.run.overrides), WARMUP_KEY)
-        for i, values in enumerate(spec.candidates):
-            over = [f"{k}={format_value(v)}" for k, v in values.items() if k != WARMUP_KEY]
-            warmup = float(values.get(WARMUP_KEY, default_warmup))
-            if spec.halving:
-                w_steps = warmup_steps(warmup, steps)
-                if w_steps * bt > arm.rungs[0]:
-                    raise PlanError(
-                        f"sweep.tune_halving.rungs: the first rung of arm {arm.id} "
-                        f"({arm.rungs[0]} tokens) ends inside the warmup of candidate "
-                        f"{WARMUP_KEY}={format_value(warmup)} ({w_steps} steps of {bt} tokens); "
-                        "raise the first rung or shorten the warmup"
-                    )
-                over.append(f"{WARMUP_KEY}={w_steps}")
-                arm.warmup_steps = max(arm.warmup_steps, w_steps)
-            elif WARMUP_KEY in values:
-                over.append(f"{WARMUP_KEY}={format_value(warmup)}")
-            arm.candidates.append(Candidate(i, values, tuple(over)))
+    arms = _arms(spec, runnable)
+    for arm in arms:
+        _plan_arm(spec, arm, config_of)
     return TuningPlan(
         spec,
-        tplan_arms,
+        arms,
         skipped,
         resolve_points,
         flops_per_sec,
@@ -375,10 +333,69 @@ def plan_tuning(
     )
 
 
+def _arms(spec: TuneSpec, runs: Sequence[PlannedRun]) -> list[Arm]:
+    """One arm per run; under `tune_at: smallest_budget` every arm but the smallest budget of
+    its variant x size transfers the choice made there."""
+    groups: dict[tuple, list[int]] = {}
+    arms: list[Arm] = []
+    for r in runs:
+        group = (r.variant, *sorted(o for o in r.overrides if _key(o) != plan.TOKENS_KEY))
+        groups.setdefault(group, []).append(len(arms))
+        arms.append(Arm(r, group))
+    if spec.at == "smallest_budget":
+        for members in groups.values():
+            smallest = min(members, key=lambda i: arms[i].tokens)
+            for i in members:
+                if i != smallest:
+                    arms[i].tuned_at = smallest
+    return arms
+
+
+def _plan_arm(spec: TuneSpec, arm: Arm, config_of: ConfigOf) -> None:
+    """The arm's stable phase; a tuned arm's rungs (halving) and candidates."""
+    bt = arm.run.facts.batch_tokens
+    # every tuned run decays from here: a halving winner, a full-grid run and a transfer
+    # follow the same lr schedule
+    arm.stable = plan.branch_start(arm.tokens, spec.decay, bt)
+    if not arm.tuned:
+        return
+    if spec.halving:
+        arm.rungs = tuple(sorted({int(f * arm.stable) // bt * bt for f in spec.rungs} - {0}))
+        if not arm.rungs:
+            raise PlanError(
+                f"sweep.tune_halving.rungs: arm {arm.id} ({arm.tokens} tokens) is too short for "
+                f"a rung of whole batches ({bt} tokens) at {list(spec.rungs)} of its stable phase"
+            )
+    default_warmup = OmegaConf.select(config_of(arm.run.overrides), WARMUP_KEY)
+    for i, values in enumerate(spec.candidates):
+        arm.candidates.append(_candidate(spec, arm, i, values, default_warmup))
+
+
+def _candidate(spec: TuneSpec, arm: Arm, i: int, values: dict, default_warmup) -> Candidate:
+    """Candidate i of a tuned arm. Halving: its warmup as steps (what a run to the arm's budget
+    computes), which must end before the first rung; the arm keeps the longest."""
+    over = [f"{k}={format_value(v)}" for k, v in values.items() if k != WARMUP_KEY]
+    warmup = float(values.get(WARMUP_KEY, default_warmup))
+    if spec.halving:
+        bt = arm.run.facts.batch_tokens
+        w_steps = warmup_steps(warmup, math.ceil(arm.tokens / bt))
+        if w_steps * bt > arm.rungs[0]:
+            raise PlanError(
+                f"sweep.tune_halving.rungs: the first rung of arm {arm.id} "
+                f"({arm.rungs[0]} tokens) ends inside the warmup of candidate "
+                f"{WARMUP_KEY}={format_value(warmup)} ({w_steps} steps of {bt} tokens); "
+                "raise the first rung or shorten the warmup"
+            )
+        over.append(f"{WARMUP_KEY}={w_steps}")
+        arm.warmup_steps = max(arm.warmup_steps, w_steps)
+    elif WARMUP_KEY in values:
+        over.append(f"{WARMUP_KEY}={format_value(warmup)}")
+    return Candidate(i, values, tuple(over))
+
+
 def losses_from_mlflow(uri: str, experiment: str) -> LossesOf:
     """The MLflow reader of rung results: the run of each key (`tracking.latest_runs_by_key`),
     its status, final_val_loss and failure reason."""
-    from training import tracking
 
     def losses_of(keys: Sequence[str]) -> dict[str, tuple[str, float | None, str]]:
         client = tracking.client(uri)
@@ -400,7 +417,6 @@ def losses_from_mlflow(uri: str, experiment: str) -> LossesOf:
 
 def tag_chosen_in_mlflow(uri: str, experiment: str) -> Callable[..., None]:
     """Full grid: the best candidate's run is the arm's result; tag it tune_role=chosen."""
-    from training import tracking
 
     def tag(members, chosen: int) -> None:
         client = tracking.client(uri)
@@ -449,10 +465,6 @@ def _packed(seconds: list[float], jobs: int) -> float:
 def print_tuning(tp: TuningPlan, jobs: int) -> None:
     """The dry run's tuning table: per arm its role, candidates, rungs, runs and compute
     against the untuned run and the full grid; then the sweep's totals."""
-    from rich.table import Table
-
-    from sweeps.sweep_view import console
-
     spec = tp.spec
     how = "successive halving" if spec.halving else "full grid"
     title = (
@@ -495,10 +507,7 @@ def print_tuning(tp: TuningPlan, jobs: int) -> None:
 
 # Fewer steps than this between a candidate's warmup and the first rung, and halving ranks
 # lrs on their early progress, where a higher lr looks better (the short-horizon bias; Wu et al.
-# 2018). Measured here: a 76K ladder arm ranked at 15 steps after warmup chose 1.6e-2 and
-# trained 0.5-0.9 nats worse than its neighbours (results/ref_ladder_tuned); the demo's arms
-# ranked 4-19 steps after warmup chose the full grid's value at 2 of 6 and cost the 2017 block
-# up to 1.22 nats (results/demo/halving_check.md, `python -m analysis.tuning_check`).
+# 2018; measured in results/ref_ladder_tuned and results/demo/halving_check.md).
 EARLY_RUNG_STEPS = 100
 
 
@@ -553,8 +562,6 @@ def apply_lr_rule(
 
 def print_lr_rule(rule: plan.LrRule, runs: Sequence[PlannedRun]) -> None:
     """The dry run's line for `sweep.lr_rule`: the rule, where it came from, the lr per N."""
-    from sweeps.sweep_view import console
-
     by_n = sorted({r.n: rule.lr(r.n) for r in runs if r.facts and r.n})
     lrs = ", ".join(f"N {plan.format_count(n)}: {rule.lr(n):.3g}" for n in by_n)
     console().print(

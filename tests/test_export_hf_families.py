@@ -13,7 +13,7 @@ import yaml
 import models
 from models import ExportError, ModelConfig, build_model
 from models.export_hf import hf_target, main
-from models.export_hf_families import marian_permutation
+from models.hf_layouts import marian_permutation
 from models.positions import sinusoidal_table
 
 transformers = pytest.importorskip("transformers")

@@ -1,9 +1,15 @@
-"""GPU slots of local sweep jobs: each live process holds one slot; jobs beyond the GPUs share."""
+"""A sweep job's share of the machine (sweeps.job): each live process holds one GPU slot (jobs
+beyond the GPUs share), and its torch threads follow its CPU allocation."""
 
 import os
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
 
 HOLD = (
     "import os, sys, time; from sweeps.job import claim_gpu; g = claim_gpu(); "
@@ -35,3 +41,37 @@ def test_each_job_process_claims_its_own_gpu_slot(tmp_path):
     for p, _ in holders:
         p.kill()
         p.wait()
+
+
+THREADS = """
+import os, sys, torch
+from sweeps.job import allocated_cpus, share_cpu
+if sys.argv[1] == "pin":
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+share_cpu(int(sys.argv[2]))
+print(allocated_cpus(), torch.get_num_threads(), os.environ["RAYON_NUM_THREADS"])
+"""
+
+
+@pytest.mark.parametrize(
+    "pin, jobs, env, expect",
+    [
+        ("pin", 1, {}, lambda cpus: (1, 1)),  # the affinity mask, not os.cpu_count()
+        ("all", 1, {"SLURM_CPUS_PER_TASK": "1"}, lambda cpus: (1, 1)),  # the SLURM allocation
+        ("all", 2, {}, lambda cpus: (cpus, max(1, cpus // 2))),  # 2 local jobs share the cores
+        # a SLURM job's allocation is its own: sweep.jobs does not divide it
+        ("all", 2, {"SUBMITIT_EXECUTOR": "slurm"}, lambda cpus: (cpus, cpus)),
+    ],
+)
+def test_threads_follow_the_allocation(pin, jobs, env, expect):
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SUBMITIT_"))}
+    base.pop("RAYON_NUM_THREADS", None)
+    base.pop("SCALING_LAB_GPU_POOL", None)
+    out = subprocess.run(
+        [sys.executable, "-c", THREADS, pin, str(jobs)],
+        env={**base, **env, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    cpus = len(os.sched_getaffinity(0))
+    allocated, threads, rayon = map(int, out.stdout.split())
+    assert (allocated, threads) == expect(cpus) and rayon == threads

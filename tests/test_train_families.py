@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from train_helpers import compose, history, runs_df, uri_of, value_of
 
 from models import build_model, count_params, flops_per_sequence, flops_per_token
-from training import objective as objectives
+from training import objectives
 from training.config import ConfigError
 from training.spec import resolve_config
 

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from train_helpers import compose, history, runs_df, uri_of
 
 from models import ModelConfig, build_model, count_params, flops_per_sequence
-from training import objective as objectives
+from training import objectives
 from training.config import ConfigError, DataConfig
 from training.data import PairSplit, load_pairs, load_tokenizer, prepare_data
 from training.spec import resolve_config

@@ -1,129 +1,378 @@
-"""Training objectives of the non-decoder families, as pure functions of token ids.
+"""What each model family trains on: a registry from `model.family` to its objective.
 
-- ``mask_tokens``: BERT's masked LM (Devlin et al. 2019, sec. 3.1): each eligible position is
-  selected with probability 15%; a selected token becomes ``mask_id`` with probability 80%, a
-  uniformly random token with 10%, and stays itself with 10%. Labels hold the original token at
-  the selected positions and -100 elsewhere, so ``MaskedLM``'s loss covers the selected tokens
-  only (all three kinds, as in BERT).
-- ``span_corruption``: T5's objective (Raffel et al. 2020, sec. 3.1.4): 15% of a sequence's
-  tokens, in spans of mean length 3, are each replaced in the input by one sentinel token; the
-  target lists every sentinel followed by the tokens it hid. ``reconstruct`` inverts it.
-- ``shift_right``: the decoder input for a target (teacher forcing behind a start token).
+An objective turns the sampler's token windows (the same corpus, the same `BatchSampler`, for
+every family) into model inputs and a loss, fixes the validation batches, and knows its
+accounting (what D counts, FLOPs per token):
 
-Every random draw comes from the caller's ``torch.Generator``, so a seed fixes the batch. The
-special ids (mask, sentinels, start, padding) are the caller's: they must lie outside the
-tokenizer's ids, in a vocabulary enlarged to hold them.
+- ``decoder`` -> ``NextToken``: next-token prediction on the windows as they are
+  (``training.step.loss`` / ``evaluate``).
+- ``encoder`` -> ``MaskedLMObjective``: BERT's masked LM (``corruption.mask_tokens``) on each
+  window of ``seq_len`` tokens; the loss covers the selected tokens only. One extra id, [MASK].
+  D counts input tokens (every token of the window; the loss reads about 15% of them).
+- ``encoder_decoder`` -> ``SpanCorruption``: T5's span corruption (``corruption.
+  span_corruption``) of each window of ``seq_len`` text tokens into a source of ``src_len``
+  and a target of ``tgt_len`` tokens (fixed for a fixed ``seq_len``, so rows stack). Extra ids:
+  one sentinel per span and a decoder start id. D counts the text tokens of the windows
+  (``seq_len`` per sequence, what the corpus supplies); compute counts both stacks
+  (``flops_per_sequence`` over ``src_len`` and ``tgt_len``), so C is not 6 x N x D here.
+
+- ``encoder_decoder`` on a paired corpus (``data.kind=pairs``) -> ``PairedSeq2Seq``:
+  teacher-forced cross-entropy on the target tokens only. Each pair fills ``seq_len``
+  positions: a source of ``src_len`` (``data.src_len``, default ``seq_len // 2``) and a target
+  of ``tgt_len = seq_len - src_len``; each side is truncated to its length less one and ends in
+  end-of-text, sources are padded (and masked in the encoder), targets padded with -100 (no
+  loss). One extra id: the decoder start. D counts the positions of the padded pairs (source +
+  target, ``seq_len`` per pair, padding included: what the model computes on); compute as for
+  span corruption, both stacks over ``src_len`` and ``tgt_len``. Pairs are drawn uniformly
+  with replacement by the sampler's seeded generator (its state resumes them).
+
+Masking and corruption draw from a generator seeded by one draw of the sampler's own generator
+per micro-batch (plus the rank), so the checkpointed sampler state fixes them and a resumed run
+is bit-identical. Validation batches are corrupted once with ``VAL_SEED``, independent of
+``train.seed``: every run of a family on a corpus sees the same validation inputs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
 
-IGNORE_INDEX = -100
+from models import count_params, flops_per_sequence, flops_per_token
+from training.config import ConfigError
+from training.corruption import IGNORE_INDEX, mask_tokens, shift_right, span_corruption
+from training.step import evaluate
+
+MASK_PROB = 0.15  # BERT (Devlin et al. 2019, sec. 3.1)
+NOISE_DENSITY, MEAN_SPAN = 0.15, 3.0  # T5 (Raffel et al. 2020, sec. 3.1.4)
+VAL_SEED = 1234  # the validation batches' masking/corruption: the same for every run
 
 
-def mask_tokens(
-    tokens: torch.Tensor,
-    *,
-    mask_id: int,
-    vocab_size: int,
-    generator: torch.Generator,
-    mask_prob: float = 0.15,
-    eligible: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """tokens (B, T) -> (inputs, labels), both (B, T); see the module docstring.
+@dataclass(frozen=True)
+class Accounting:
+    """Compute of training on `tokens` tokens (as the objective counts them)."""
 
-    ``eligible`` (B, T) bool marks the positions that may be selected (False for padding or
-    other special tokens); default every position. Random replacements are uniform over
-    ``[0, vocab_size)``."""
-    if not 0.0 < mask_prob < 1.0:
-        raise ValueError(f"mask_prob must be in (0, 1), got {mask_prob!r}")
-    if not 0 <= mask_id < vocab_size:
-        raise ValueError(f"mask_id must be in [0, vocab_size={vocab_size}), got {mask_id!r}")
-    shape, device = tokens.shape, tokens.device
-    selected = torch.rand(shape, generator=generator, device=device) < mask_prob
-    if eligible is not None:
-        selected &= eligible.bool()
-    labels = torch.where(selected, tokens, IGNORE_INDEX)
-    kind = torch.rand(shape, generator=generator, device=device)  # < .8 mask, < .9 random
-    random_ids = torch.randint(vocab_size, shape, generator=generator, device=device)
-    inputs = torch.where(selected & (kind < 0.8), mask_id, tokens)
-    inputs = torch.where(selected & (kind >= 0.8) & (kind < 0.9), random_ids, inputs)
-    return inputs, labels
+    flops_6nd: float
+    flops_exact: float
+    flops_per_token_exact: float  # exact, per counted token (MFU)
 
 
-def _split(n: int, parts: int, generator: torch.Generator) -> list[int]:
-    """A uniformly random composition of n into ``parts`` positive lengths."""
-    cuts = (torch.randperm(n - 1, generator=generator)[: parts - 1] + 1).sort().values.tolist()
-    bounds = [0, *cuts, n]
-    return [b - a for a, b in zip(bounds[:-1], bounds[1:])]
+class NextToken:
+    """Decoder: next-token prediction."""
+
+    family = "decoder"
+    extra_ids = 0
+
+    def __init__(self, model_cfg, tokenizer_vocab: int, seq_len: int):
+        self.cfg, self.seq_len = model_cfg, seq_len
+
+    @staticmethod
+    def key_fields(seq_len: int) -> dict[str, Any]:
+        return {}  # a decoder's run key holds no objective fields
+
+    def params(self) -> dict[str, Any]:
+        return {}
+
+    def wrap(self, sampler):
+        return sampler  # (x, y) windows, used as they are
+
+    def accounting(self, tokens: int) -> Accounting:
+        fl = flops_per_token(self.cfg, self.seq_len).exact
+        return Accounting(6 * count_params(self.cfg).non_embedding * tokens, fl * tokens, fl)
+
+    def val_batches(self, windows: np.ndarray):
+        return windows  # (n, T + 1): training.step.evaluate shifts them itself
+
+    def evaluate(self, model, val, micro_batch: int, accelerator) -> float:
+        return evaluate(model, val, micro_batch, accelerator)
 
 
-def span_corruption(
-    tokens: torch.Tensor,
-    *,
-    sentinel_ids: Sequence[int],
-    generator: torch.Generator,
-    noise_density: float = 0.15,
-    mean_span: float = 3.0,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """tokens (T,) -> (inputs, targets), 1-D. As T5's ``random_spans_noise_mask``:
-    round(T * noise_density) noise tokens in round(noise / mean_span) spans (at least 1), noise
-    and kept lengths each a random composition, kept and noise spans alternating from a kept
-    one. inputs: the kept tokens with span i replaced by ``sentinel_ids[i]``; targets:
-    ``sentinel_ids[i]`` then span i's tokens, for every span."""
-    if tokens.ndim != 1:
-        raise ValueError(f"tokens must be 1-D (one sequence), got shape {tuple(tokens.shape)}")
-    if not 0.0 < noise_density < 1.0:
-        raise ValueError(f"noise_density must be in (0, 1), got {noise_density!r}")
-    if not mean_span >= 1.0:
-        raise ValueError(f"mean_span must be >= 1, got {mean_span!r}")
-    length = tokens.shape[0]
-    if length < 2:
-        raise ValueError(f"tokens: span corruption needs at least 2 tokens, got {length}")
-    n_noise = min(max(round(length * noise_density), 1), length - 1)
-    n_spans = max(round(n_noise / mean_span), 1)
-    n_spans = min(n_spans, n_noise, length - n_noise)
-    if n_spans > len(sentinel_ids):
-        raise ValueError(
-            f"sentinel_ids: {n_spans} spans need {n_spans} sentinels, got {len(sentinel_ids)}"
+class _Objective:
+    """Shared by the non-decoder objectives: the seeded wrapper and the evaluation loop."""
+
+    family = ""
+
+    def wrap(self, sampler) -> _Batches:
+        return _Batches(sampler, self)
+
+    def evaluate(self, model, val: list[torch.Tensor], micro_batch: int, accelerator) -> float:
+        """Token-weighted mean loss over the fixed validation batches (split across
+        processes); ``model`` is the plain module (see ``training.step.evaluate``)."""
+        mine = [t[accelerator.process_index :: accelerator.num_processes] for t in val]
+        total = torch.zeros(2, device=accelerator.device, dtype=torch.float64)
+        model.eval()
+        with torch.no_grad(), accelerator.autocast():
+            for i in range(0, len(mine[0]), micro_batch):
+                batch = [t[i : i + micro_batch].to(accelerator.device) for t in mine]
+                n = (batch[-1] != IGNORE_INDEX).sum()  # the labels are last
+                mean = self.loss(model, *batch).double()  # 0/0 where a slice selects none
+                total[0] += torch.where(n > 0, mean * n, 0.0)
+                total[1] += n
+        model.train()
+        total = accelerator.reduce(total, "sum")
+        return (total[0] / total[1]).item()
+
+    def val_batches(self, windows: np.ndarray) -> list[torch.Tensor]:
+        g = torch.Generator().manual_seed(VAL_SEED)
+        return list(self.corrupt(torch.from_numpy(windows[:, :-1]), g))
+
+    def params(self) -> dict[str, Any]:
+        return {f"objective.{k}": v for k, v in self.key_fields(self.seq_len).items()}
+
+
+class MaskedLMObjective(_Objective):
+    """Encoder: BERT's masked LM; [MASK] is the id after the tokenizer's."""
+
+    family = "encoder"
+    extra_ids = 1
+
+    def __init__(self, model_cfg, tokenizer_vocab: int, seq_len: int):
+        self.cfg, self.seq_len = model_cfg, seq_len
+        self.mask_id = tokenizer_vocab
+
+    @staticmethod
+    def key_fields(seq_len: int) -> dict[str, Any]:
+        return {"name": "mlm", "mask_prob": MASK_PROB, "tokens_counted": "input"}
+
+    def corrupt(self, x: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, ...]:
+        """Random replacements are uniform over the model's vocabulary, as in BERT. A batch
+        with no token selected (0.85^(B T): likely over a long run of short windows) would
+        give a 0/0 loss: it is drawn again from the same generator (still deterministic)."""
+        while True:
+            inputs, labels = mask_tokens(
+                x, mask_id=self.mask_id, vocab_size=self.mask_id + 1, generator=g
+            )
+            if (labels != IGNORE_INDEX).any():  # on the host: the sampler's CPU tensors
+                return inputs, labels
+
+    def loss(self, model, inputs, labels):
+        return model(inputs, labels, return_logits=False)[1]  # mean over selected tokens
+
+    accounting = NextToken.accounting  # one stack over every input token, as the decoder
+
+
+class _EncoderDecoderObjective(_Objective):
+    """Shared by the encoder-decoder objectives: `tokens` fill tokens / seq_len sequences of
+    `src_len` source and `tgt_len` target positions, each position through one stack."""
+
+    cfg: Any
+    seq_len: int
+    src_len: int
+    tgt_len: int
+
+    def accounting(self, tokens: int) -> Accounting:
+        fl = flops_per_sequence(self.cfg, self.tgt_len, src_len=self.src_len)
+        sequences = tokens / self.seq_len
+        return Accounting(fl.six_n * sequences, fl.exact * sequences, fl.exact / self.seq_len)
+
+
+class SpanCorruption(_EncoderDecoderObjective):
+    """Encoder-decoder: T5's span corruption; ids after the tokenizer's: the sentinels, then
+    the decoder's start id."""
+
+    family = "encoder_decoder"
+
+    def __init__(self, model_cfg, tokenizer_vocab: int, seq_len: int):
+        self.cfg, self.seq_len = model_cfg, seq_len
+        n_spans, self.src_len, self.tgt_len = span_lengths(seq_len)
+        self.sentinel_ids = list(range(tokenizer_vocab, tokenizer_vocab + n_spans))
+        self.start_id = tokenizer_vocab + n_spans
+
+    @staticmethod
+    def extra_ids_for(seq_len: int) -> int:
+        return span_lengths(seq_len)[0] + 1  # sentinels + start
+
+    @staticmethod
+    def key_fields(seq_len: int) -> dict[str, Any]:
+        _, src_len, tgt_len = span_lengths(seq_len)
+        return {
+            "name": "span_corruption", "noise_density": NOISE_DENSITY, "mean_span": MEAN_SPAN,
+            "tokens_counted": "text", "src_len": src_len, "tgt_len": tgt_len,
+        }  # fmt: skip
+
+    def corrupt(self, x: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, ...]:
+        pairs = [span_corruption(row, sentinel_ids=self.sentinel_ids, generator=g) for row in x]
+        src = torch.stack([p[0] for p in pairs])  # (B, src_len)
+        tgt = torch.stack([p[1] for p in pairs])  # (B, tgt_len)
+        return src, shift_right(tgt, self.start_id), tgt
+
+    def loss(self, model, src, decoder_inputs, targets):
+        return model(src, decoder_inputs, targets, return_logits=False)[1]
+
+
+def span_lengths(seq_len: int) -> tuple[int, int, int]:
+    """(spans, source length, target length) of span-corrupting a window of ``seq_len``
+    tokens: ``span_corruption``'s lengths depend on the length alone, found by running it."""
+    g = torch.Generator().manual_seed(0)
+    src, tgt = span_corruption(
+        torch.zeros(seq_len, dtype=torch.long), sentinel_ids=range(1, seq_len + 1), generator=g
+    )
+    n_spans = (len(src) + len(tgt) - seq_len) // 2
+    return n_spans, len(src), len(tgt)
+
+
+class PairedSeq2Seq(_EncoderDecoderObjective):
+    """Encoder-decoder on (source, target) pairs; the decoder's start id is the id after the
+    tokenizer's."""
+
+    family = "encoder_decoder"
+    extra_ids = 1
+
+    def __init__(self, model_cfg, tokenizer_vocab: int, seq_len: int, src_len: int):
+        self.cfg, self.seq_len = model_cfg, seq_len
+        self.src_len, self.tgt_len = src_len, seq_len - src_len
+        self.start_id = tokenizer_vocab
+
+    @staticmethod
+    def pair_key_fields(seq_len: int, src_len: int) -> dict[str, Any]:
+        return {
+            "name": "seq2seq_pairs", "tokens_counted": "source+target",
+            "src_len": src_len, "tgt_len": seq_len - src_len,
+        }  # fmt: skip
+
+    def params(self) -> dict[str, Any]:
+        fields = self.pair_key_fields(self.seq_len, self.src_len)
+        return {f"objective.{k}": v for k, v in fields.items()}
+
+    def collate(self, split, indices) -> tuple[torch.Tensor, ...]:
+        """(src, src_mask, decoder_inputs, targets) of the pairs `indices` of a PairSplit:
+        src, src_mask (B, src_len); decoder_inputs, targets (B, tgt_len)."""
+        S, T, eot = self.src_len, self.tgt_len, split.eot_id
+        src = np.full((len(indices), S), eot, dtype=np.int64)  # padding: masked, never read
+        mask = np.zeros((len(indices), S), dtype=bool)
+        tgt = np.full((len(indices), T), IGNORE_INDEX, dtype=np.int64)
+        for row, i in enumerate(indices):
+            source, target = split.pair(i)
+            source, target = source[: S - 1], target[: T - 1]  # room for end-of-text
+            src[row, : len(source)], src[row, len(source)] = source, eot
+            mask[row, : len(source) + 1] = True
+            tgt[row, : len(target)], tgt[row, len(target)] = target, eot
+        targets = torch.from_numpy(tgt)
+        return (torch.from_numpy(src), torch.from_numpy(mask),
+                shift_right(targets, self.start_id), targets)  # fmt: skip
+
+    def sampler(self, split, micro_batch: int, seed: int, rank: int = 0, world_size: int = 1):
+        return PairSampler(self, split, micro_batch, seed, rank, world_size)
+
+    def val_batches(self, split) -> list[torch.Tensor]:
+        return list(self.collate(split, range(len(split))))  # every pair, in order
+
+    def loss(self, model, src, src_mask, decoder_inputs, targets):
+        """Mean cross-entropy over the target tokens (padding is -100)."""
+        return model(src, decoder_inputs, targets, src_mask=src_mask, return_logits=False)[1]
+
+
+class PairSampler:
+    """Random training pairs from a seeded `torch.Generator`, as `BatchSampler` draws windows:
+    every micro-step draws the indices of the GLOBAL micro-batch and each rank takes its slice.
+    The generator state is the data position saved in checkpoints."""
+
+    def __init__(self, objective: PairedSeq2Seq, split, micro_batch: int, seed: int,
+                 rank: int = 0, world_size: int = 1):  # fmt: skip
+        self.objective, self.split, self.micro_batch = objective, split, micro_batch
+        self.rank, self.world_size = rank, world_size
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def next(self) -> tuple[torch.Tensor, ...]:
+        drawn = torch.randint(len(self.split), (self.world_size * self.micro_batch,),
+                              generator=self.generator)  # fmt: skip
+        mine = drawn[self.rank * self.micro_batch : (self.rank + 1) * self.micro_batch]
+        return self.objective.collate(self.split, mine.tolist())
+
+    def state_dict(self) -> dict:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])
+
+
+class _Batches:
+    """A `BatchSampler` whose windows come out corrupted by `objective`; its state (all a
+    checkpoint needs) is the sampler's."""
+
+    def __init__(self, sampler, objective: _Objective):
+        self.sampler, self.objective = sampler, objective
+
+    def next(self) -> tuple[torch.Tensor, ...]:
+        x, _ = self.sampler.next()  # (B, T): the window's first T tokens
+        seed = torch.randint(2**62, (1,), generator=self.sampler.generator).item()
+        g = torch.Generator().manual_seed(seed + self.sampler.rank)  # ranks mask differently
+        return self.objective.corrupt(x, g)
+
+    def state_dict(self) -> dict:
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.load_state_dict(state)
+
+
+OBJECTIVES: dict[str, type] = {
+    "decoder": NextToken,
+    "encoder": MaskedLMObjective,
+    "encoder_decoder": SpanCorruption,
+}
+
+
+def pair_lengths(data, seq_len: int) -> tuple[int, int] | None:
+    """(source, target) positions per pair of a paired corpus (`data.kind=pairs`), else None."""
+    if data is None or data.kind != "pairs":
+        return None
+    src_len = seq_len // 2 if data.src_len is None else data.src_len
+    return src_len, seq_len - src_len
+
+
+def extra_ids(family: str, seq_len: int, data=None) -> int:
+    """Ids the family's objective adds after the tokenizer's ([MASK]; sentinels and start; the
+    start alone on pairs). `data`: the DataConfig (its kind picks the objective)."""
+    if pair_lengths(data, seq_len) is not None:
+        return PairedSeq2Seq.extra_ids
+    if family == "encoder_decoder":
+        return SpanCorruption.extra_ids_for(seq_len)
+    return OBJECTIVES[family].extra_ids if family in OBJECTIVES else 0
+
+
+def key_fields(family: str, seq_len: int, data=None) -> dict[str, Any]:
+    if (lengths := pair_lengths(data, seq_len)) is not None:
+        return PairedSeq2Seq.pair_key_fields(seq_len, lengths[0])
+    return OBJECTIVES[family].key_fields(seq_len)
+
+
+def build(model_cfg, tokenizer_vocab: int, seq_len: int, data=None):
+    """The objective of `model_cfg.family` (and of `data.kind`) for a tokenizer of
+    `tokenizer_vocab` ids."""
+    if (lengths := pair_lengths(data, seq_len)) is not None:
+        return PairedSeq2Seq(model_cfg, tokenizer_vocab, seq_len, lengths[0])
+    return OBJECTIVES[model_cfg.family](model_cfg, tokenizer_vocab, seq_len)
+
+
+def for_model(model_cfg, seq_len: int, data=None):
+    """The objective of a resolved model config (its vocabulary holds the extra ids), for its
+    accounting: what run records and sweep plans count."""
+    tokenizer_vocab = model_cfg.vocab_size - extra_ids(model_cfg.family, seq_len, data)
+    return build(model_cfg, tokenizer_vocab, seq_len, data)
+
+
+def check(model_cfg, train, data=None) -> None:
+    """Config errors of a family's objective, raised before any work (one line, the field)."""
+    if model_cfg.family != "decoder" and train.label_smoothing:
+        raise ConfigError(
+            f"train.label_smoothing: {train.label_smoothing} applies to the decoder family "
+            f"only (model.family={model_cfg.family}); use 0"
         )
-    noise_lengths = _split(n_noise, n_spans, generator)
-    kept_lengths = _split(length - n_noise, n_spans, generator)
-    inputs: list[torch.Tensor] = []
-    targets: list[torch.Tensor] = []
-    start = 0
-    for i, (kept, noise) in enumerate(zip(kept_lengths, noise_lengths)):
-        sentinel = tokens.new_tensor([sentinel_ids[i]])
-        inputs += [tokens[start : start + kept], sentinel]
-        targets += [sentinel, tokens[start + kept : start + kept + noise]]
-        start += kept + noise
-    return torch.cat(inputs), torch.cat(targets)
-
-
-def reconstruct(
-    inputs: torch.Tensor, targets: torch.Tensor, sentinel_ids: Sequence[int]
-) -> torch.Tensor:
-    """The original sequence from ``span_corruption``'s inputs and targets."""
-    sentinels = set(sentinel_ids)
-    spans: dict[int, list[int]] = {}
-    current = None
-    for t in targets.tolist():
-        if t in sentinels:
-            current = spans.setdefault(t, [])
-        elif current is not None:
-            current.append(t)
-    out: list[int] = []
-    for t in inputs.tolist():
-        out.extend(spans.get(t, []) if t in sentinels else [t])
-    return inputs.new_tensor(out)
-
-
-def shift_right(targets: torch.Tensor, start_id: int) -> torch.Tensor:
-    """(B, T) targets -> (B, T) decoder inputs: ``start_id`` then targets[:, :-1]. Label
-    padding (-100) in the shifted part becomes ``start_id``, which no loss reads."""
-    start = torch.full_like(targets[:, :1], start_id)
-    shifted = torch.cat([start, targets[:, :-1]], dim=1)
-    return shifted.masked_fill(shifted == IGNORE_INDEX, start_id)
+    if (lengths := pair_lengths(data, train.seq_len)) is not None:
+        if model_cfg.family != "encoder_decoder":
+            raise ConfigError(
+                f"data.kind: pairs train model.family=encoder_decoder only, got "
+                f"model.family={model_cfg.family} (use model=vanilla_seq2seq, or data.kind=text)"
+            )
+        src_len, tgt_len = lengths
+        if min(src_len, tgt_len) < 2:
+            raise ConfigError(
+                f"data.src_len: {src_len} source and {tgt_len} target positions of "
+                f"train.seq_len={train.seq_len}; each side needs >= 2 (a token and end-of-text)"
+            )
+        return
+    if model_cfg.family == "encoder_decoder" and train.seq_len < 4:
+        raise ConfigError(f"train.seq_len: span corruption needs >= 4 tokens, got {train.seq_len}")

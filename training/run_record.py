@@ -92,7 +92,7 @@ def describe(
     spec: RunSpec, model_cfg, geo: Geometry, data, objective, branched_from: str | None
 ) -> RunDescription:
     """The run's record: `model_cfg` as built for the data's vocabulary, `data` the prepared
-    corpus, `objective` the family's (training.objective), `branched_from` the run key of a
+    corpus, `objective` the family's (training.objectives), `branched_from` the run key of a
     branch's checkpoint."""
     resolved = spec.to_dict()
     resolved["model"].update(model_cfg.to_dict())

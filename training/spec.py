@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from models.config import ModelConfig
 from models.ladder import model_config
-from training import objective
+from training import objectives as objective
 from training.checkpoint import identity
 from training.config import SECTIONS, ConfigError, DataConfig, RunSpec, TrainConfig
 from training.data import source_fingerprint

@@ -32,8 +32,7 @@ import torch
 from accelerate import Accelerator, PartialState
 
 from models import build_model
-from training import checkpoint, hostmem, run_record, tracking
-from training import objective as objectives
+from training import checkpoint, hostmem, objectives, run_record, tracking
 from training.config import ConfigError
 from training.data import BatchSampler, prepare_data, val_pairs, val_windows
 from training.monitor import Progress, format_si, measured_peak_flops

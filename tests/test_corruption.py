@@ -1,4 +1,4 @@
-"""training.objectives: BERT masking statistics and T5 span corruption (round trip, lengths),
+"""training.corruption: BERT masking statistics and T5 span corruption (round trip, lengths),
 all seeded."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from training.objectives import mask_tokens, reconstruct, shift_right, span_corruption
+from training.corruption import mask_tokens, reconstruct, shift_right, span_corruption
 
 MASK, V = 0, 1000
 
