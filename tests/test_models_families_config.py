@@ -146,7 +146,7 @@ def test_vanilla_seq2seq_preset_is_the_2017_model_at_any_size():
 
 @pytest.mark.parametrize(("family", "extra"), [("encoder", 1), ("encoder_decoder", 2 + 1)])
 def test_training_enlarges_the_vocabulary_by_the_objectives_ids(family, extra, tmp_path):
-    """Training gives a family its objective (training/objective.py), whose special ids follow
+    """Training gives a family its objective (training/objectives.py), whose special ids follow
     the tokenizer's: [MASK]; or one sentinel per span (seq_len 32: round(0.15 * 32) = 5 noise
     tokens in round(5 / 3) = 2 spans) and a start id."""
     corpus = tmp_path / "corpus"

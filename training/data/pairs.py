@@ -2,7 +2,7 @@
 files or derived from the stdlib (training/example_pairs.py), split by a hash of each pair's
 text, each side tokenized with one tokenizer (BPE trained on both sides of the train split) and
 stored untruncated as one token stream with pair offsets; the objective
-(training/objective.py, PairedSeq2Seq) truncates and pads them per batch. Paired corpora are
+(training/objectives.py, PairedSeq2Seq) truncates and pads them per batch. Paired corpora are
 small (records are checked at config time), so they are held in memory while built.
 """
 
