@@ -30,7 +30,9 @@ from analysis.bootstrap import intervals, resample_counts
 from analysis.envelope import envelope, envelope_report, padded, resampled_envelopes
 from analysis.families import check_one_family, with_family
 from analysis.isoflop import budget_groups, isoflop_groups, isoflop_report
+from analysis.laws import chinchilla
 from analysis.laws import cli as law_cli
+from analysis.laws.chinchilla import FlopsPerToken, Parametric
 from analysis.load import (
     InputError,
     add_selection_args,
@@ -38,13 +40,6 @@ from analysis.load import (
     check_out_dir,
     load_selected,
     with_total_params,
-)
-from analysis.parametric import (
-    FIXABLE,
-    FlopsPerToken,
-    Parametric,
-    fit_parametric,
-    parametric_report,
 )
 from analysis.powerlaw import PowerLaw, fit_power_laws, theta_of
 
@@ -179,7 +174,7 @@ def extrapolation_section(
         return {**section, "skipped": str(err)}
     if test.empty:
         return {**section, "skipped": "no runs at or above the threshold"}
-    law = fit_parametric(train["N"], train["D"], train["loss"], fixed=fixed)
+    law = chinchilla.fit(train["N"], train["D"], train["loss"], fixed=fixed)
     pred = law.predict(test["N"], test["D"])
     rel = (pred - test["loss"].to_numpy()) / test["loss"].to_numpy()
     section["fit"] = {k: getattr(law, k) for k in ("E", "A", "B", "alpha", "beta")}
@@ -265,7 +260,7 @@ def fit_all(
     `compute`: "6nd" (C = 6 N D, Kaplan's and Chinchilla's convention) or "exact" (C = the
     runs' exact training FLOPs, column C_exact, which count the head, embedding side and
     attention): every C below, budgets included, is then exact, and approach 3's allocation
-    minimises L under C = f(N) D with f fitted to the runs (`parametric.FlopsPerToken`).
+    minimises L under C = f(N) D with f fitted to the runs (`chinchilla.FlopsPerToken`).
     Approach 2 then uses only budgets that are iso in exact FLOPs (`budget_flops: exact` plans).
     `fixed` holds approach-3 parameters at given values (e.g. {"E": 1.7}), reported as fixed.
     `tuned`: the `tuning` section of `tuning.select` when `runs` are the arms' results; the
@@ -285,7 +280,7 @@ def fit_all(
     iso = isoflop_report(runs, n_boot, seed, k=k) if isoflop else {"skipped": NOT_ISO}
     if compute == "exact" and not isoflop:
         iso = {"skipped": NOT_ISO_EXACT}
-    law, parametric = parametric_report(runs, budgets, n_boot, seed, fixed=fixed, flops=flops, k=k)
+    law, parametric, _ = chinchilla.section(runs, budgets, n_boot, seed, fixed, flops, k)
     points = runs[["run_id", "N", "D", "C", "loss"]]
     fronts = final_point_envelopes(runs, n_boot, seed)  # approach 1 and L(C) alike
     with_curves = intermediate and curves is not None and not curves.empty
@@ -451,7 +446,7 @@ def add_fit_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fix", action="append", default=[], metavar="NAME=VALUE",
         help="hold an approach-3 parameter fixed instead of fitting it, e.g. --fix E=1.7 "
-             f"(one of {', '.join(FIXABLE)}); repeatable",
+             f"(one of {', '.join(chinchilla.THETA)}); repeatable",
     )  # fmt: skip
 
 
@@ -461,15 +456,15 @@ def parse_fixed(items: list[str]) -> dict[str, float]:
     for item in items:
         name, sep, value = item.partition("=")
         name = name.strip()
-        if not sep or name not in FIXABLE:
+        if not sep or name not in chinchilla.THETA:
             raise InputError(
-                f"--fix {item}: expected NAME=VALUE with NAME one of {', '.join(FIXABLE)}"
+                f"--fix {item}: expected NAME=VALUE with NAME one of {', '.join(chinchilla.THETA)}"
             )
         try:
             number = float(value)
         except ValueError:
             raise InputError(f"--fix {item}: '{value}' is not a number") from None
-        log_scale = FIXABLE[name][1]
+        log_scale = chinchilla.LAW.is_log(name)
         if not np.isfinite(number) or (log_scale and number <= 0) or number < 0:
             raise InputError(f"--fix {item}: {name} must be a finite, positive number")
         if name in fixed:

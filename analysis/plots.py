@@ -17,7 +17,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from analysis.isoflop import isoflop_profiles  # noqa: E402
-from analysis.parametric import Parametric, allocation  # noqa: E402
+from analysis.laws.chinchilla import Parametric, allocation  # noqa: E402
 
 SVG_META = {"Date": None, "Creator": None}
 PNG_META = {"Software": None}
