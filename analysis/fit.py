@@ -28,6 +28,7 @@ from analysis import compute_factor, identification, tuning
 from analysis import laws as law_forms  # --law: the parametric form (analysis/laws/)
 from analysis.bootstrap import intervals, resample_counts
 from analysis.envelope import envelope, envelope_report, padded, resampled_envelopes
+from analysis.estimate import cell
 from analysis.families import check_one_family, with_family
 from analysis.isoflop import budget_groups, isoflop_groups, isoflop_report
 from analysis.laws import chinchilla
@@ -355,44 +356,29 @@ def dumps(result: dict) -> str:
 # ---------------------------------------------------------------- readable summary
 
 
-def _ci(section: dict, key: str, fmt: str = ".4g", name: str | None = None) -> str:
-    """'value [lo, hi]', or 'value (fixed)' / 'value (not identified)' where that applies.
-    `name` is the key in the section's ci95 and not_identified lists (default: key)."""
-    name = name or key
-    if key in section.get("fixed", {}):
-        return f"{section[key]:{fmt}} (fixed)"
-    value = section[key]
-    text = "nan" if value is None else f"{value:{fmt}}"
-    if name in section.get("not_identified", []):
-        return f"{text} (not identified)"
-    lo_hi = section.get("ci95", {}).get(name)
-    interval = f" [{lo_hi[0]:{fmt}}, {lo_hi[1]:{fmt}}]" if lo_hi else " [no interval]"
-    return text + interval + identification.clip_note(section, name)
-
-
 def summary(result: dict, title: str = "") -> str:
     p = result["parametric"]
     lines = [f"== {title or 'fit'}: {result['n_runs']} runs, 95% bootstrap intervals"]
     if p.get("law", "chinchilla") != "chinchilla":  # --law NAME: its own parameters
         return "\n".join([*lines, law_forms.summary(p)])
     lines.append(
-        f"approach 3: L = {_ci(p, 'E')} + {_ci(p, 'A')} / N^{_ci(p, 'alpha')}"
-        f" + {_ci(p, 'B')} / D^{_ci(p, 'beta')}"
+        f"approach 3: L = {cell(p, 'E', console=True)} + {cell(p, 'A', console=True)} / N^{cell(p, 'alpha', console=True)}"
+        f" + {cell(p, 'B', console=True)} / D^{cell(p, 'beta', console=True)}"
     )
-    lines.append(f"  N_opt ~ C^a, a = {_ci(p, 'a', '.3f')};  D_opt ~ C^b, b = {_ci(p, 'b', '.3f')}")
+    lines.append(f"  N_opt ~ C^a, a = {cell(p, 'a', '.3f', console=True)};  D_opt ~ C^b, b = {cell(p, 'b', '.3f', console=True)}")
     conv = convention(p)
     for row in p["allocation"]:
         tag = f"@{row['C']:.3g}"
         q = {**p, **{k: row[k] for k in ("N_opt", "D_opt", "tokens_per_param")}}
-        cell = {k: _ci(q, k, ".3g", f"{k}{tag}") for k in ("N_opt", "D_opt", "tokens_per_param")}
+        cells = {k: cell(q, k, ".3g", f"{k}{tag}", console=True) for k in ("N_opt", "D_opt", "tokens_per_param")}
         lines.append(
-            f"  C = {row['C']:.3g} ({conv}): N_opt = {cell['N_opt']}, "
-            f"D_opt = {cell['D_opt']}, D/N = {cell['tokens_per_param']}"
+            f"  C = {row['C']:.3g} ({conv}): N_opt = {cells['N_opt']}, "
+            f"D_opt = {cells['D_opt']}, D/N = {cells['tokens_per_param']}"
         )
     for name, key in (("approach 2 (IsoFLOP)", "isoflop"), ("approach 1 (envelope)", "envelope")):
         s = result.get(key)
         if s and "a" in s:
-            lines.append(f"{name}: a = {_ci(s, 'a', '.3f')}, b = {_ci(s, 'b', '.3f')}")
+            lines.append(f"{name}: a = {cell(s, 'a', '.3f', console=True)}, b = {cell(s, 'b', '.3f', console=True)}")
     if p.get("not_identified"):
         lines.append("not identified by these runs (approach 3):")
         lines += [f"  {k}: {why}" for k, why in p["why_not_identified"].items() if "@" not in k]
@@ -417,7 +403,7 @@ def tuning_summary(section: dict, rule: dict | None) -> list[str]:
     lines += [f"  widen the grid: {a['arm']} best at the {', '.join(f'{v} {k}' for k, v in a['edge'].items())}"
               for a in edge]  # fmt: skip
     if rule is not None:
-        lines.append(f"  {rule['key']}_opt = {_ci(rule, 'scale', '.3g')} * N^{_ci(rule, 'exponent', '.3f')}"
+        lines.append(f"  {rule['key']}_opt = {cell(rule, 'scale', '.3g', console=True)} * N^{cell(rule, 'exponent', '.3f', console=True)}"
                      f" ({rule['n_arms']} arms)")  # fmt: skip
     return lines
 

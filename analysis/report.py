@@ -22,28 +22,31 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import compare_laws, compute_factor, epochs, tuning, tuning_report
+from analysis import compare_laws, compute_factor, epochs, families_report, tuning, tuning_report
 from analysis import summary as headline
 from analysis.ablation import compare_variants
-from analysis.families import check_one_family
+from analysis.estimate import cell, est, fmt
+from analysis.families import check_one_family, ordered, with_family
 from analysis.fit import (
     Fits,
     add_fit_args,
     check_exact_compute,
     check_fit_args,
     convention,
+    default_budgets,
     dumps,
     fit_all,
     summary,
 )
 from analysis.load import (
     InputError,
+    Runs,
     add_selection_args,
     check_fittable,
     check_out_dir,
+    load_curves,
     load_selected,
 )
-from analysis.summary import cell, est, fmt
 
 # ---------------------------------------------------------------- content as blocks
 
@@ -619,9 +622,7 @@ def main(argv: list[str] | None = None) -> int:
         check_out_dir(Path(args.out))
         loaded = load_selected(args)
         if args.group == "family":
-            from analysis import families_report
-
-            return families_report.main(args, loaded)
+            return families_main(args, loaded)
         check_one_family(loaded.frame, "the selection", "report one family at a time, or one "
                          "section per family: --group family")  # fmt: skip
         an = analyse(loaded.frame, args)
@@ -644,6 +645,53 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def families_main(args, loaded: Runs) -> int:
+    """The families report (--group family, `analysis.families_report`); InputError before
+    anything is written."""
+    frame = with_family(loaded.frame)
+    present = ordered(frame["family"])
+    frames = {f: frame[frame["family"] == f] for f in present}
+    for f, g in frames.items():  # one k per family, before any fitting
+        compute_factor.of_runs(g, f"family {f}")
+    top = frame.assign(C=frame["C_exact"]) if args.compute == "exact" else frame
+    budgets = args.budget or default_budgets(top)  # the same budgets C for every family
+
+    def curves_of(runs: pd.DataFrame) -> pd.DataFrame | None:
+        curves = _curves(args, runs)
+        return None if curves is None else curves[curves["run_id"].isin(runs["run_id"])]
+
+    analyses = {f: analyse(g, args, budgets, curves_of) for f, g in frames.items()}
+    title = args.title or default_title(args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    pd.concat([an.exported for an in analyses.values()]).to_csv(out / "runs.csv", index=False)
+    curves = [an.curves for an in analyses.values() if an.curves is not None and not an.curves.empty]
+    if curves:
+        pd.concat(curves).to_csv(out / "curves.csv", index=False)
+    n_runs = sum(len(an.exported) for an in analyses.values())
+    blocks: list[tuple] = [("h1", f"Scaling-law report by model family: {title}")]
+    blocks.append(("p", f"{n_runs} finished runs of {len(analyses)} families "
+                        f"({', '.join(f'{f} {len(an.exported)}' for f, an in analyses.items())}); "
+                        f"{len(loaded.excluded)} excluded. Every estimate carries a 95% bootstrap "
+                        f"percentile interval over runs ({args.bootstrap} replicates)."))  # fmt: skip
+    blocks += families_report.comparison_blocks(analyses, budgets, bool(args.budget))
+    if len(loaded.excluded):
+        blocks.append(("h2", "Excluded runs"))
+        blocks.append(("table", ["excluded run", "status", "reason"], loaded.excluded.values.tolist()))
+    for f, an in analyses.items():
+        section = report_blocks(an, loaded.excluded.iloc[0:0], out / "figures" / families_report.folder(f), f"{title}, {f}",
+                                loaded.source, args)  # fmt: skip
+        blocks += families_report.family_blocks(f, section)
+    fit_json = {"group_by": "family", "budgets": budgets, "comparison": families_report.comparison(analyses),
+                "groups": {f: an.fit_json() for f, an in analyses.items()}}  # fmt: skip
+    write_report(out, blocks, title, fit_json)
+    for f, an in analyses.items():
+        if an.result is not None:
+            print(summary(an.result, f"family={f}"))
+    print(f"wrote {out}/report.md, report.html, fit.json, runs.csv, figures/ ({len(analyses)} families)")
+    return 0
+
+
 def default_title(args) -> str:
     names = args.experiment or [Path(c).parent.name or Path(c).stem for c in args.csv]
     return " + ".join(names)
@@ -662,8 +710,6 @@ def _curves(args, runs: pd.DataFrame) -> pd.DataFrame | None:
             parts.append(curves)
         return parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
     if args.experiment:
-        from analysis.load import load_curves
-
         return load_curves(runs["run_id"], args.tracking_uri)
     return None
 

@@ -7,10 +7,10 @@ import pytest
 from analysis import envelope, identification, isoflop
 from analysis.ablation import compare_variants
 from analysis.bootstrap import resample_counts
+from analysis.estimate import cell
 from analysis.laws import chinchilla
 from analysis.lbfgs import minimize_batched
 from analysis.powerlaw import fit_power_law
-from analysis.summary import cell
 from analysis.synthetic import HOFFMANN, isoflop_runs
 
 TRUTH = chinchilla.Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
