@@ -76,15 +76,13 @@ FIGURE_SECTION = {
 SUMMARY = "Summary"
 
 
-def build_blocks(
-    runs, excluded, result, ablation, figures, title, source="", tuned=None, rule=None,
-    law_comparison=(),
-) -> list[tuple]:
+def build_blocks(an: Analysis, excluded, figures, title, source="") -> list[tuple]:
     """The report as ('h1'|'h2', text) / ('p', text) / ('list', [text]) / ('table', header, rows)
     / ('fig', stem, caption): the summary first (the answer, its figure), then one section per
     approach with its own figures; every h2 after the summary is a collapsible detail in HTML.
-    `tuned` (all arms) and `rule` (the baseline's lr rule): a tuned sweep's section.
-    `law_comparison`: `compare_laws.report_blocks` of the fitted runs (after the fits)."""
+    A tuned sweep's section shows every arm and the baseline's lr rule; the laws compared on
+    held-out runs (`compare_laws.report_blocks`) come after the fits."""
+    runs, result, ablation, tuned, rule = an.runs, an.result, an.ablation, an.tuned, an.rule
     figs = dict(figures)
     b: list[tuple] = [("h1", f"Scaling-law report: {title}")]
     n_boot = result["parametric"]["n_boot"] if result else (ablation or {}).get("n_boot", "")
@@ -111,18 +109,12 @@ def build_blocks(
     notes = (tuning_report.summary_sentences(tuned, rule) if tuned else []) + epochs.summary_sentence(runs)
     if notes:
         b.append(("list", notes))
-    sources, repeats = _source_blocks(runs, source), epochs.blocks(runs)
-    if sources or len(excluded) or repeats:
-        b.append(("h2", "Runs"))
-        b.extend(sources)
-        if len(excluded):
-            b.append(("table", ["excluded run", "status", "reason"], excluded.values.tolist()))
-        b.extend(repeats)
+    b.extend(_runs_blocks(runs, excluded, source))
     if tuned:
         b.extend(tuning_report.blocks(tuned, rule))
     if result is not None:
         b.extend(_fit_blocks(result))
-        b.extend(law_comparison)
+        b.extend(an.law_comparison)
     else:
         b.append(("h2", "Baseline law"))
         b.append(("p", "The baseline has one token budget, so no L(N, D) law is fitted: this is "
@@ -137,6 +129,17 @@ def build_blocks(
     for stem, caption in figs.items():
         _place(b, sections.get(stem, SUMMARY), ("fig", stem, caption))
     return b
+
+
+def _runs_blocks(runs: pd.DataFrame, excluded, source: str) -> list[tuple]:
+    """The Runs section: where they came from, the excluded ones, repeated data; [] if empty."""
+    sources, repeats = _source_blocks(runs, source), epochs.blocks(runs)
+    if not (sources or len(excluded) or repeats):
+        return []
+    b = [("h2", "Runs"), *sources]
+    if len(excluded):
+        b.append(("table", ["excluded run", "status", "reason"], excluded.values.tolist()))
+    return b + repeats
 
 
 def _place(blocks: list[tuple], heading: str, block: tuple) -> None:
@@ -401,13 +404,11 @@ def render_html(blocks, fig_dir: Path, title: str) -> str:
 # ---------------------------------------------------------------- pipeline
 
 
-def make_figures(
-    runs, curves, fits: Fits | None, ablation, fig_dir: Path, compute: str = "6nd", all_runs=None,
-    tuned=None, tuned_runs=None,
-) -> list[tuple[str, str]]:
-    """Figures of the baseline `runs` (and, with several variants in `all_runs`, per variant);
-    with `tuned` (the tuning section of `tuned_runs`, every run of the grid) loss vs the first
-    tuned key."""
+def make_figures(an: Analysis, fig_dir: Path, compute: str = "6nd") -> list[tuple[str, str]]:
+    """Figures of the baseline's runs (and, with several variants, per variant); when tuned,
+    loss vs the first tuned key over every run of the grid."""
+    runs, curves, fits, ablation = an.base, an.curves, an.fits, an.ablation
+    all_runs, tuned, tuned_runs = an.runs, an.tuned, an.grid_runs
     from analysis import plots  # lazy: seaborn ~3 s
 
     plots.setup()
@@ -602,10 +603,8 @@ def analyse(frame: pd.DataFrame, args, budgets: list[float] | None = None,
 
 def report_blocks(an: Analysis, excluded, fig_dir: Path, title: str, source: str, args) -> list[tuple]:
     """The figures (written to `fig_dir`) and the blocks of one analysis."""
-    figures = make_figures(an.base, an.curves, an.fits, an.ablation, fig_dir, args.compute,
-                           all_runs=an.runs, tuned=an.tuned, tuned_runs=an.grid_runs)  # fmt: skip
-    return build_blocks(an.runs, excluded, an.result, an.ablation, figures, title, source,
-                        tuned=an.tuned, rule=an.rule, law_comparison=an.law_comparison)  # fmt: skip
+    figures = make_figures(an, fig_dir, args.compute)
+    return build_blocks(an, excluded, figures, title, source)
 
 
 def write_report(out: Path, blocks: list[tuple], title: str, fit_json: dict) -> None:

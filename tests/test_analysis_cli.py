@@ -347,7 +347,9 @@ def test_isoflop_figure_names_the_profiles_of_the_table(ladders):
         frames.append(ladder.assign(sweep=sweep, run_id=sweep + "-" + ladder["run_id"]))
     runs = pd.concat(frames, ignore_index=True)
     fits = fit.fit_all(runs, n_boot=20, seed=0, holdout_threshold=1e30)
-    blocks = report.build_blocks(runs, pd.DataFrame(), fits.as_dict(), None, [], "t")
+    an = report.Analysis(runs=runs, grid_runs=None, base=runs, curves=None, fits=fits,
+                         law_comparison=[], ablation=None, tuned=None, rule=None)
+    blocks = report.build_blocks(an, pd.DataFrame(), [], "t")
     start = blocks.index(("h2", "Approach 2: IsoFLOP profiles"))
     _, header, rows = next(b for b in blocks[start:] if b[0] == "table")
     sweep, budget = header.index("sweep"), header.index("C (6ND)")
