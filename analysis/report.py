@@ -193,6 +193,13 @@ def _matched_loss_blocks(runs: pd.DataFrame, baseline: str) -> list[tuple]:
 
 
 def _fit_blocks(result) -> list[tuple]:
+    """Every fit's section: approaches 3, 2, 1, the single-variable laws, the extrapolation."""
+    return [*_approach3_blocks(result), *_approach12_blocks(result), *_kaplan_blocks(result),
+            *_extrapolation_blocks(result)]
+
+
+def _approach3_blocks(result) -> list[tuple]:
+    """Approach 3: the method, its estimates and the allocation at every budget."""
     p = result["parametric"]
     b: list[tuple] = []
     b.append(("h2", "Approach 3: parametric fit L(N, D) = E + A/N^alpha + B/D^beta"))
@@ -218,6 +225,13 @@ def _fit_blocks(result) -> list[tuple]:
         b.append(("p", "Allocation under exact training FLOPs: L(N, C / f(N)) minimised over N, "
                        f"with f(N) = {six_n} + {f['c']:.3g} N^{f['q']:.3f} fitted to the runs' exact "
                        "FLOPs per token; a and b are the 6ND exponents it approaches at large N."))  # fmt: skip
+    return b
+
+
+def _approach12_blocks(result) -> list[tuple]:
+    """Approaches 2 and 1: allocation exponents, per-budget optima or why they were skipped."""
+    b: list[tuple] = []
+    conv = convention(result)
     for key, name in (("isoflop", "Approach 2: IsoFLOP profiles"),
                       ("envelope", "Approach 1: lower envelope of loss vs compute")):  # fmt: skip
         s = result.get(key)
@@ -251,6 +265,12 @@ def _fit_blocks(result) -> list[tuple]:
                 " plus intermediate evaluations (valid only for schedules that do not depend "
                 "on run length)." if s["uses_intermediate_points"] else
                 ": a cosine run's intermediate losses are not those of a run planned that short.")))  # fmt: skip
+    return b
+
+
+def _kaplan_blocks(result) -> list[tuple]:
+    """The single-variable laws L(N), L(D) and the frontier L(C)."""
+    b: list[tuple] = []
     b.append(("h2", "Single-variable laws (Kaplan style), y = E + A x^-alpha"))
     k = result["kaplan"]
     rows, notes = [], []
@@ -269,6 +289,13 @@ def _fit_blocks(result) -> list[tuple]:
                    "its intervals resample runs and recompute the frontier in each replicate."))  # fmt: skip
     if notes:
         b.append(("p", "Not identified by these runs: " + "; ".join(notes) + "."))
+    return b
+
+
+def _extrapolation_blocks(result) -> list[tuple]:
+    """Approach 3 fitted below a compute threshold, checked on the larger runs."""
+    b: list[tuple] = []
+    conv = convention(result)
     ext = result["extrapolation"]
     b.append(("h2", "Extrapolation check"))
     if "runs" not in ext:
