@@ -237,37 +237,46 @@ class Fits:
         }
 
 
-def fit_all(
-    runs: pd.DataFrame,
-    *,
-    n_boot: int = 1000,
-    seed: int = 0,
-    budgets: list[float] | None = None,
-    curves: pd.DataFrame | None = None,
-    intermediate: bool = False,
-    holdout_threshold: float | None = None,
-    isoflop: bool = True,
-    compute: str = "6nd",
-    fixed: dict[str, float] | None = None,
-    tuned: dict | None = None,
-) -> Fits:
+@dataclass(frozen=True)
+class FitOptions:
+    """How `fit_all` fits: bootstrap size and seed, budgets (default: `default_budgets`),
+    extrapolation threshold, whether approach 2 runs, what C counts, fixed parameters."""
+
+    n_boot: int = 1000
+    seed: int = 0
+    budgets: list[float] | None = None
+    holdout_threshold: float | None = None
+    isoflop: bool = True
+    compute: str = "6nd"
+    fixed: dict[str, float] | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, **overrides) -> FitOptions:
+        return cls(**{**dict(n_boot=args.bootstrap, seed=args.seed, budgets=args.budget,
+                             holdout_threshold=args.holdout_above, compute=args.compute,
+                             fixed=args.fixed), **overrides})
+
+
+def fit_all(runs: pd.DataFrame, options: FitOptions = FitOptions(), *, curves: pd.DataFrame | None = None,
+            intermediate: bool = False, tuned: dict | None = None) -> Fits:
     """Every law the runs support, fitted (runs validated with `check_fittable`).
 
     `curves` (run_id, tokens, val_loss) with `intermediate=True` adds every logged evaluation to
     approach 1. Only valid when the learning-rate schedule does not depend on the run length
     (e.g. constant): a cosine run's intermediate losses sit above those of a run planned for
     that many tokens, so by default only the final point of each run is used.
-    `isoflop=False` skips approach 2 (its budgets are not iso in the compute being fitted).
-    `compute`: "6nd" (C = 6 N D, Kaplan's and Chinchilla's convention) or "exact" (C = the
-    runs' exact training FLOPs, column C_exact, which count the head, embedding side and
+    `options.isoflop=False` skips approach 2 (its budgets are not iso in the compute fitted).
+    `options.compute`: "6nd" (C = 6 N D, Kaplan's and Chinchilla's convention) or "exact" (C =
+    the runs' exact training FLOPs, column C_exact, which count the head, embedding side and
     attention): every C below, budgets included, is then exact, and approach 3's allocation
     minimises L under C = f(N) D with f fitted to the runs (`chinchilla.FlopsPerToken`).
     Approach 2 then uses only budgets that are iso in exact FLOPs (`budget_flops: exact` plans).
-    `fixed` holds approach-3 parameters at given values (e.g. {"E": 1.7}), reported as fixed.
+    `options.fixed` holds approach-3 parameters at given values (e.g. {"E": 1.7}).
     `tuned`: the `tuning` section of `tuning.select` when `runs` are the arms' results; the
     fit then carries the arms of these runs and the lr rule fitted to them.
     """
     check_fittable(runs)
+    n_boot, seed, compute = options.n_boot, options.seed, options.compute
     k = compute_factor.of_runs(runs)  # C = k 6ND: every conversion between C and D uses it
     section = None if tuned is None else tuning.for_runs(tuned, runs["run_id"])
     flops = None
@@ -275,22 +284,12 @@ def fit_all(
         check_exact_compute(runs)
         runs = runs.assign(C=runs["C_exact"].astype(float))
         flops = FlopsPerToken.fit(runs["N"], runs["C"], runs["D"], k)
-    budgets = budgets or default_budgets(runs)
-    if compute == "exact" and not _planned_exact(runs):
-        isoflop = False  # a 6ND profile is not iso in exact FLOPs (its small sizes cost more)
-    iso = isoflop_report(runs, n_boot, seed, k=k) if isoflop else {"skipped": NOT_ISO}
-    if compute == "exact" and not isoflop:
-        iso = {"skipped": NOT_ISO_EXACT}
-    law, parametric, _ = chinchilla.section(runs, budgets, n_boot, seed, fixed, flops, k)
-    points = runs[["run_id", "N", "D", "C", "loss"]]
+    budgets = options.budgets or default_budgets(runs)
+    iso = _isoflop_section(runs, options, k)
+    law, parametric, _ = chinchilla.section(runs, budgets, n_boot, seed, options.fixed, flops, k)
     fronts = final_point_envelopes(runs, n_boot, seed)  # approach 1 and L(C) alike
     with_curves = intermediate and curves is not None and not curves.empty
-    if with_curves:
-        # an evaluation after `tokens` tokens cost the run's FLOPs per token (C / D) times that
-        extra = curves.merge(runs.assign(per_token=runs["C"] / runs["D"])[["run_id", "N", "per_token"]], on="run_id")
-        extra = extra.assign(D=extra["tokens"], C=extra["per_token"] * extra["tokens"],
-                             loss=extra["val_loss"])  # fmt: skip
-        points = pd.concat([points, extra[["run_id", "N", "D", "C", "loss"]]], ignore_index=True)
+    points = _with_evaluations(runs, curves) if with_curves else runs[["run_id", "N", "D", "C", "loss"]]
     return Fits(
         law=law,
         flops=flops,
@@ -305,12 +304,31 @@ def fit_all(
             "uses_intermediate_points": bool(intermediate and curves is not None),
         },
         kaplan=kaplan_section(runs, n_boot, seed, fronts),
-        extrapolation=extrapolation_section(runs, holdout_threshold, fixed),
+        extrapolation=extrapolation_section(runs, options.holdout_threshold, options.fixed),
         tuning=section,
         lr_rule=None if section is None else tuning.lr_rule(section, n_boot, seed, k),
         k=k,
         family=str(with_family(runs)["family"].iloc[0]),
     )
+
+
+def _isoflop_section(runs: pd.DataFrame, options: FitOptions, k: float) -> dict:
+    """Approach 2, or why it is skipped: its budgets must be iso in the compute being fitted."""
+    isoflop = options.isoflop
+    if options.compute == "exact" and not _planned_exact(runs):
+        isoflop = False  # a 6ND profile is not iso in exact FLOPs (its small sizes cost more)
+    if isoflop:
+        return isoflop_report(runs, options.n_boot, options.seed, k=k)
+    return {"skipped": NOT_ISO_EXACT if options.compute == "exact" else NOT_ISO}
+
+
+def _with_evaluations(runs: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
+    """The runs' final points plus every logged evaluation, as (run_id, N, D, C, loss)."""
+    # an evaluation after `tokens` tokens cost the run's FLOPs per token (C / D) times that
+    extra = curves.merge(runs.assign(per_token=runs["C"] / runs["D"])[["run_id", "N", "per_token"]], on="run_id")
+    extra = extra.assign(D=extra["tokens"], C=extra["per_token"] * extra["tokens"], loss=extra["val_loss"])
+    return pd.concat([runs[["run_id", "N", "D", "C", "loss"]], extra[["run_id", "N", "D", "C", "loss"]]],
+                     ignore_index=True)
 
 
 def _planned_exact(runs: pd.DataFrame) -> bool:
@@ -472,18 +490,14 @@ def fit_groups(runs: pd.DataFrame, group: str | None, args: argparse.Namespace) 
     tuned = None
     if getattr(args, "tune", None):
         runs, tuned = tuning.select(runs, args.tune)  # the arms' results: every fit uses them
-    kwargs = dict(
-        n_boot=args.bootstrap, seed=args.seed, budgets=args.budget,
-        holdout_threshold=args.holdout_above, isoflop=getattr(args, "params", "") != "total",
-        compute=args.compute, fixed=args.fixed, tuned=tuned,
-    )  # fmt: skip
+    options = FitOptions.from_args(args, isoflop=getattr(args, "params", "") != "total")
     runs = with_family(runs)  # losses of different families' objectives never share a law
     if group is None:
         check_one_family(runs, "the selection", "fit one law per family with --group family")
         compute_factor.of_runs(runs, "the selection")  # one k: before any work
         if args.compute == "exact":
             check_exact_compute(runs)  # before any work
-        return fit_all(runs, **kwargs).as_dict()
+        return fit_all(runs, options, tuned=tuned).as_dict()
     if group not in runs.columns:
         raise InputError(f"--group: no column '{group}'; columns: {sorted(map(str, runs.columns))}")
     groups = {str(k): g for k, g in runs.groupby(group, sort=True)}
@@ -493,7 +507,7 @@ def fit_groups(runs: pd.DataFrame, group: str | None, args: argparse.Namespace) 
         check_fittable(g, f"group {group}={name}")
         if args.compute == "exact":
             check_exact_compute(g)
-    fitted = {k: fit_all(g, **kwargs).as_dict() for k, g in groups.items()}
+    fitted = {k: fit_all(g, options, tuned=tuned).as_dict() for k, g in groups.items()}
     return {"group_by": group, "groups": fitted}
 
 

@@ -28,6 +28,7 @@ from analysis.ablation import compare_variants
 from analysis.estimate import cell, est, fmt
 from analysis.families import check_one_family, ordered, with_family
 from analysis.fit import (
+    FitOptions,
     Fits,
     add_fit_args,
     check_exact_compute,
@@ -605,10 +606,8 @@ def analyse(frame: pd.DataFrame, args, budgets: list[float] | None = None,
     curves = (curves_of or (lambda r: _curves(args, r)))(runs if grid_runs is None else grid_runs)
     fits = None
     if chosen.law_fit:
-        fits = fit_all(base, n_boot=args.bootstrap, seed=args.seed, budgets=budgets or args.budget,
-                       curves=curves, intermediate=args.intermediate,
-                       holdout_threshold=args.holdout_above, compute=args.compute,
-                       fixed=args.fixed, tuned=tuned)  # fmt: skip
+        options = FitOptions.from_args(args, budgets=budgets or args.budget)
+        fits = fit_all(base, options, curves=curves, intermediate=args.intermediate, tuned=tuned)
     # every law form the columns allow, judged on the runs above the hold-out threshold
     # (nothing when the runs are too few); 200 refits at most: it refits four laws
     law_comparison = compare_laws.report_blocks(

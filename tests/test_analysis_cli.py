@@ -47,7 +47,7 @@ def test_fit_all_returns_the_fitted_law_that_fit_json_describes(runs_csv, tmp_pa
     from the JSON) next to the sections, and fit.json is exactly those sections."""
     runs = load_selected(argparse.Namespace(csv=[str(runs_csv)], experiment=None, sweep=None,
                                             tracking_uri=None)).frame  # fmt: skip
-    fits = fit.fit_all(runs, n_boot=20, seed=0)
+    fits = fit.fit_all(runs, fit.FitOptions(n_boot=20, seed=0))
     p = fits.parametric
     assert isinstance(fits.law, Parametric) and fits.flops is None
     assert fits.law.n_points == p["n_points"] == 12 and fits.law.objective == p["objective"]
@@ -346,7 +346,7 @@ def test_isoflop_figure_names_the_profiles_of_the_table(ladders):
         ladder = isoflop_runs(LAW, budgets=budgets, sizes_per_budget=4, noise=0.005, seed=seed)
         frames.append(ladder.assign(sweep=sweep, run_id=sweep + "-" + ladder["run_id"]))
     runs = pd.concat(frames, ignore_index=True)
-    fits = fit.fit_all(runs, n_boot=20, seed=0, holdout_threshold=1e30)
+    fits = fit.fit_all(runs, fit.FitOptions(n_boot=20, seed=0, holdout_threshold=1e30))
     an = report.Analysis(runs=runs, grid_runs=None, base=runs, curves=None, fits=fits,
                          law_comparison=[], ablation=None, tuned=None, rule=None)
     blocks = report.build_blocks(an, pd.DataFrame(), [], "t")
