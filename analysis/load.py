@@ -13,6 +13,9 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import tempfile
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -336,9 +339,7 @@ def _plan_run_keys(sweep: str, tracking_uri: str | None) -> dict[str, str] | Non
     """Run keys in the `plan.csv` artifact of sweep parent run `sweep` (sweeps.run rewrites it
     on every rerun, so it is the latest plan), each with the convention its IsoFLOP budget was
     planned in (`budget_flops`: 6nd | exact, '' for plans without it); None without a plan."""
-    import tempfile
-
-    from mlflow.artifacts import download_artifacts
+    from mlflow.artifacts import download_artifacts  # lazy: mlflow ~2.5 s
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one small file
     with tempfile.TemporaryDirectory() as tmp:
@@ -395,7 +396,7 @@ def load_curves(run_ids, tracking_uri: str | None = None, metric: str = "val_los
 
     One `get_metric_history` call per run (MLflow's public client has no bulk history call).
     """
-    from mlflow import MlflowClient
+    from mlflow import MlflowClient  # lazy: mlflow ~2.5 s
 
     client = MlflowClient(tracking_uri=tracking_uri)
     parts = []
@@ -471,9 +472,6 @@ def check_server(uri: str, timeout_s: float = 5.0) -> None:
     """An InputError in seconds if the MLflow server at `uri` does not answer `/health`
     (MLflow's client retries with backoff for minutes, then raises a traceback). Its own copy
     of `training.tracking.check_reachable`: analysis never imports training or sweeps."""
-    import urllib.error
-    import urllib.request
-
     url = uri.rstrip("/") + "/health"
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as resp:
@@ -500,7 +498,7 @@ def _once(values: list[str] | None, flag: str) -> list[str]:
 
 def _sweep_experiments(sweeps: list[str], experiments: list[str], tracking_uri: str) -> dict:
     """{sweep parent run id: name of the selected experiment that holds it}."""
-    from mlflow import MlflowClient
+    from mlflow import MlflowClient  # lazy: mlflow ~2.5 s
     from mlflow.exceptions import MlflowException
 
     client = MlflowClient(tracking_uri=tracking_uri)

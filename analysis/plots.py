@@ -270,3 +270,21 @@ def loss_vs_hyperparameter(points: pd.DataFrame, key: str):
     first.legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def law_errors(result: dict):
+    """Mean and worst |relative error| per law, with their intervals."""
+    rows = [r for r in result["rows"] if "skipped" not in r]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    x = np.arange(len(rows))
+    for offset, key, label in ((-0.2, "mean_rel_error", "mean"), (0.2, "worst_rel_error", "worst")):
+        vals = np.array([100 * r[key] for r in rows])
+        cis = [r["ci95"][key] for r in rows]
+        lo = np.array([v - 100 * c[0] if c else 0 for v, c in zip(vals, cis)])
+        hi = np.array([100 * c[1] - v if c else 0 for v, c in zip(vals, cis)])
+        ax.bar(x + offset, vals, 0.4, yerr=np.clip([lo, hi], 0, None), capsize=3, label=label)
+    ax.set_xticks(x, [f"{r['law']}\n({r['n_params']} params)" for r in rows])
+    ax.set_ylabel("|relative error| on held-out runs (%)")
+    ax.legend()
+    fig.tight_layout()
+    return fig
