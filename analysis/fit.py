@@ -217,9 +217,8 @@ class Fits:
     family: str = "decoder"
 
     def as_dict(self) -> dict:
-        """fit.json's content for these runs (`tuning` and `lr_rule` only for tuned runs, so an
-        untuned fit.json is what it was before tuning existed; `compute_convention` only where
-        C is not 6 N D)."""
+        """fit.json's content for these runs (`tuning` and `lr_rule` only for tuned runs;
+        `compute_convention` only where C is not 6 N D)."""
         tuned = {} if self.tuning is None else {"tuning": self.tuning, "lr_rule": self.lr_rule}
         counts = {} if self.k == 1.0 else {
             "compute_convention": compute_factor.section(self.k, self.family)}  # fmt: skip

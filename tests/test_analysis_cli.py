@@ -338,7 +338,7 @@ def test_report_over_an_isoflop_sweep_and_a_token_grid(tmp_path):
 def test_isoflop_figure_names_the_profiles_of_the_table(ladders):
     """The IsoFLOP figure's legend names the profiles approach 2's table lists, each with its
     sweep and budget, in the table's order: also when the token grid, the only other sweep,
-    holds no profile (the figure used to drop the sweep names then)."""
+    holds no profile."""
     from analysis import plots
 
     frames = [_token_grid(LAW, 1e18, seed=9)]
