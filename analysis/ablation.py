@@ -122,14 +122,7 @@ def compare_variants(
     if baseline not in variants:
         raise ValueError(f"baseline variant '{baseline}' not among variants {variants}")
     per_variant = {v: runs[runs["variant"] == v].reset_index(drop=True) for v in variants}
-    laws, reps = {}, {}
-    for i, (v, r) in enumerate(per_variant.items()):
-        laws[v] = _frontier_laws(r, None, irreducible)
-        warm = theta_of(PowerLaw(*laws[v][0])) if irreducible else None
-        # Not stratified by budget: with one or two runs per budget (the demo, two seeds) a
-        # within-budget resample barely varies, and the intervals collapse onto the estimate.
-        counts = resample_counts(len(r), n_boot, seed + i)
-        reps[v] = _frontier_laws(r, counts, irreducible, warm)
+    laws, reps = _fit_variants(per_variant, n_boot, seed, irreducible)
     top = float(runs["C"].max())
     extrapolate_to = extrapolate_to or [10 * top, 100 * top]
     out: dict = {"baseline": baseline, "irreducible": irreducible, "variants": {}}
@@ -140,23 +133,10 @@ def compare_variants(
         point = _multiplier(laws[baseline], laws[v], budgets)[0]
         boot = _multiplier(reps[baseline], reps[v], budgets)
         problem = _law_problem(laws[baseline]) or _law_problem(laws[v])
-        rows = []
-        for k, C in enumerate(budgets):
-            ci = percentile_interval(boot[:, k])
-            row = {
-                "C": float(C),
-                "measured": bool(k < measured.size),
-                "multiplier": float(point[k]),
-                "ci95": ci,
-                "p": percentile_p(point[k], boot[:, k]) if problem is None else float("nan"),
-                "p_holm": float("nan"),
-                "why_not_identified": problem,
-                "verdict": None,  # measured budgets only, after the Holm step below
-                "separable": None,
-            }  # fmt: skip
-            if row["measured"] and v != baseline:
-                cells.append((row, int(np.isfinite(boot[:, k]).sum())))
-            rows.append(row)
+        rows = [_multiplier_row(C, k < measured.size, point[k], boot[:, k], problem)
+                for k, C in enumerate(budgets)]
+        cells += [(row, int(np.isfinite(boot[:, k]).sum())) for k, row in enumerate(rows)
+                  if row["measured"] and v != baseline]
         A, gamma, E = laws[v][0]
         out["variants"][v] = {
             "n_runs": int(len(per_variant[v])),
@@ -170,6 +150,48 @@ def compare_variants(
             "why_not_identified": {} if problem is None else {"multipliers": problem},
             "multipliers": rows,
         }
+    adjusted = _holm_verdicts(cells, n_boot)
+    out["n_comparisons"] = int(np.isfinite(adjusted).sum())
+    out["family_level"] = FAMILY_LEVEL
+    spread = seed_spread(runs)
+    out["seed_spread"] = spread.to_dict(orient="records")
+    out["seed_std_median"] = {
+        v: float(g["std"].median()) for v, g in spread.groupby("variant", sort=True)
+    }
+    return out
+
+
+def _fit_variants(per_variant: dict, n_boot: int, seed: int, irreducible: bool):
+    """({variant: frontier law (1, 3)}, {variant: bootstrap laws (R, 3)})."""
+    laws, reps = {}, {}
+    for i, (v, r) in enumerate(per_variant.items()):
+        laws[v] = _frontier_laws(r, None, irreducible)
+        warm = theta_of(PowerLaw(*laws[v][0])) if irreducible else None
+        # Not stratified by budget: with one or two runs per budget (the demo, two seeds) a
+        # within-budget resample barely varies, and the intervals collapse onto the estimate.
+        counts = resample_counts(len(r), n_boot, seed + i)
+        reps[v] = _frontier_laws(r, counts, irreducible, warm)
+    return laws, reps
+
+
+def _multiplier_row(C: float, measured: bool, point: float, boot: np.ndarray, problem) -> dict:
+    """One budget of one variant: the multiplier, its interval and p (verdicts come later)."""
+    return {
+        "C": float(C),
+        "measured": bool(measured),
+        "multiplier": float(point),
+        "ci95": percentile_interval(boot),
+        "p": percentile_p(point, boot) if problem is None else float("nan"),
+        "p_holm": float("nan"),
+        "why_not_identified": problem,
+        "verdict": None,  # measured budgets only, after the Holm step
+        "separable": None,
+    }
+
+
+def _holm_verdicts(cells: list[tuple[dict, int]], n_boot: int) -> np.ndarray:
+    """Holm-adjust the p of every measured (row, finite replicates) and write each verdict into
+    its row; returns the adjusted p."""
     adjusted = holm_adjust(np.array([row["p"] for row, _ in cells]))
     for (row, finite), p_holm in zip(cells, adjusted):
         row["p_holm"] = float(p_holm)
@@ -185,11 +207,4 @@ def compare_variants(
         else:
             row["verdict"] = "cannot tell"
         row["separable"] = None if not np.isfinite(p_holm) else bool(p_holm < FAMILY_LEVEL)
-    out["n_comparisons"] = int(np.isfinite(adjusted).sum())
-    out["family_level"] = FAMILY_LEVEL
-    spread = seed_spread(runs)
-    out["seed_spread"] = spread.to_dict(orient="records")
-    out["seed_std_median"] = {
-        v: float(g["std"].median()) for v, g in spread.groupby("variant", sort=True)
-    }
-    return out
+    return adjusted

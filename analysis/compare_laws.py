@@ -174,26 +174,6 @@ def report_blocks(
     ]
 
 
-def figure(result: dict):
-    """Mean and worst |relative error| per law, with their intervals."""
-    import matplotlib.pyplot as plt
-
-    rows = [r for r in result["rows"] if "skipped" not in r]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    x = np.arange(len(rows))
-    for offset, key, label in ((-0.2, "mean_rel_error", "mean"), (0.2, "worst_rel_error", "worst")):
-        vals = np.array([100 * r[key] for r in rows])
-        cis = [r["ci95"][key] for r in rows]
-        lo = np.array([v - 100 * c[0] if c else 0 for v, c in zip(vals, cis)])
-        hi = np.array([100 * c[1] - v if c else 0 for v, c in zip(vals, cis)])
-        ax.bar(x + offset, vals, 0.4, yerr=np.clip([lo, hi], 0, None), capsize=3, label=label)
-    ax.set_xticks(x, [f"{r['law']}\n({r['n_params']} params)" for r in rows])
-    ax.set_ylabel("|relative error| on held-out runs (%)")
-    ax.legend()
-    fig.tight_layout()
-    return fig
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.compare_laws", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -220,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    from analysis import plots
+    from analysis import plots  # lazy: seaborn ~3 s, only once the input is valid
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -232,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     pd.DataFrame(flat).to_csv(out / "compare_laws.csv", index=False)
     plots.setup()
     if any("skipped" not in r for r in result["rows"]):
-        plots.save(figure(result), out, "compare_laws")
+        plots.save(plots.law_errors(result), out, "compare_laws")
     print(table + f"wrote {out}/compare_laws.{{md,csv,json,png,svg}}")
     return 0
 

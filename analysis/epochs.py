@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.summary import fmt
+from analysis.estimate import fmt
 
 REPEAT_TOL = 1.001  # above this many epochs a run saw some training tokens twice
 

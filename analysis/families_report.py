@@ -15,16 +15,8 @@ family's runs, so the report regenerates from them.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pandas as pd
-
 from analysis import compute_factor
-from analysis.families import ordered, with_family
-from analysis.fit import default_budgets, summary
-from analysis.load import Runs
-from analysis.report import Analysis, _curves, analyse, default_title, report_blocks, write_report
-from analysis.summary import cell
+from analysis.estimate import cell
 
 # What D counts in each family (fit.json's compute_convention says it for k != 1 as well)
 D_COUNTS = {
@@ -41,7 +33,7 @@ NOT_COMPARED = (
 ALLOCATION = ("N_opt", "D_opt", "tokens_per_param")
 
 
-def comparison(analyses: dict[str, Analysis]) -> dict:
+def comparison(analyses: dict) -> dict:
     """fit.json's `comparison`: per family what is comparable across families (approach 3's
     allocation exponents and its allocation at the common budgets), with intervals and flags."""
     out = {}
@@ -64,7 +56,7 @@ def comparison(analyses: dict[str, Analysis]) -> dict:
     return out
 
 
-def comparison_blocks(analyses: dict[str, Analysis], budgets: list[float], given: bool) -> list[tuple]:
+def comparison_blocks(analyses: dict, budgets: list[float], given: bool) -> list[tuple]:
     """The summary: allocation exponents and the allocation at `budgets` (`given` by --budget,
     else the largest measured C of any family and 100x it) per family, and what C, D count."""
     conv = {f: an.fits.k if an.fits else compute_factor.of_runs(an.base) for f, an in analyses.items()}
@@ -120,51 +112,3 @@ def family_blocks(family: str, blocks: list[tuple]) -> list[tuple]:
         else:
             out.append(block)
     return out
-
-
-def main(args, loaded: Runs) -> int:
-    """The families report (called by `analysis.report.main` with --group family); InputError
-    before anything is written."""
-    frame = with_family(loaded.frame)
-    present = ordered(frame["family"])
-    frames = {f: frame[frame["family"] == f] for f in present}
-    for f, g in frames.items():  # one k per family, before any fitting
-        compute_factor.of_runs(g, f"family {f}")
-    top = frame.assign(C=frame["C_exact"]) if args.compute == "exact" else frame
-    budgets = args.budget or default_budgets(top)  # the same budgets C for every family
-
-    def curves_of(runs: pd.DataFrame) -> pd.DataFrame | None:
-        curves = _curves(args, runs)
-        return None if curves is None else curves[curves["run_id"].isin(runs["run_id"])]
-
-    analyses = {f: analyse(g, args, budgets, curves_of) for f, g in frames.items()}
-    title = args.title or default_title(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    pd.concat([an.exported for an in analyses.values()]).to_csv(out / "runs.csv", index=False)
-    curves = [an.curves for an in analyses.values() if an.curves is not None and not an.curves.empty]
-    if curves:
-        pd.concat(curves).to_csv(out / "curves.csv", index=False)
-    n_runs = sum(len(an.exported) for an in analyses.values())
-    blocks: list[tuple] = [("h1", f"Scaling-law report by model family: {title}")]
-    blocks.append(("p", f"{n_runs} finished runs of {len(analyses)} families "
-                        f"({', '.join(f'{f} {len(an.exported)}' for f, an in analyses.items())}); "
-                        f"{len(loaded.excluded)} excluded. Every estimate carries a 95% bootstrap "
-                        f"percentile interval over runs ({args.bootstrap} replicates)."))  # fmt: skip
-    blocks += comparison_blocks(analyses, budgets, bool(args.budget))
-    if len(loaded.excluded):
-        blocks.append(("h2", "Excluded runs"))
-        blocks.append(("table", ["excluded run", "status", "reason"], loaded.excluded.values.tolist()))
-    for f, an in analyses.items():
-        section = report_blocks(an, loaded.excluded.iloc[0:0], out / "figures" / folder(f), f"{title}, {f}",
-                                loaded.source, args)  # fmt: skip
-        blocks += family_blocks(f, section)
-    fit_json = {"group_by": "family", "budgets": budgets, "comparison": comparison(analyses),
-                "groups": {f: an.fit_json() for f, an in analyses.items()}}  # fmt: skip
-    write_report(out, blocks, title, fit_json)
-    for f, an in analyses.items():
-        if an.result is not None:
-            print(summary(an.result, f"family={f}"))
-    print(f"wrote {out}/report.md, report.html, fit.json, runs.csv, figures/ ({len(analyses)} families)")
-    return 0
-

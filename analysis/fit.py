@@ -28,9 +28,12 @@ from analysis import compute_factor, identification, tuning
 from analysis import laws as law_forms  # --law: the parametric form (analysis/laws/)
 from analysis.bootstrap import intervals, resample_counts
 from analysis.envelope import envelope, envelope_report, padded, resampled_envelopes
+from analysis.estimate import cell
 from analysis.families import check_one_family, with_family
 from analysis.isoflop import budget_groups, isoflop_groups, isoflop_report
+from analysis.laws import chinchilla
 from analysis.laws import cli as law_cli
+from analysis.laws.chinchilla import FlopsPerToken, Parametric
 from analysis.load import (
     InputError,
     add_selection_args,
@@ -38,13 +41,6 @@ from analysis.load import (
     check_out_dir,
     load_selected,
     with_total_params,
-)
-from analysis.parametric import (
-    FIXABLE,
-    FlopsPerToken,
-    Parametric,
-    fit_parametric,
-    parametric_report,
 )
 from analysis.powerlaw import PowerLaw, fit_power_laws, theta_of
 
@@ -179,7 +175,7 @@ def extrapolation_section(
         return {**section, "skipped": str(err)}
     if test.empty:
         return {**section, "skipped": "no runs at or above the threshold"}
-    law = fit_parametric(train["N"], train["D"], train["loss"], fixed=fixed)
+    law = chinchilla.fit(train["N"], train["D"], train["loss"], fixed=fixed)
     pred = law.predict(test["N"], test["D"])
     rel = (pred - test["loss"].to_numpy()) / test["loss"].to_numpy()
     section["fit"] = {k: getattr(law, k) for k in ("E", "A", "B", "alpha", "beta")}
@@ -221,9 +217,8 @@ class Fits:
     family: str = "decoder"
 
     def as_dict(self) -> dict:
-        """fit.json's content for these runs (`tuning` and `lr_rule` only for tuned runs, so an
-        untuned fit.json is what it was before tuning existed; `compute_convention` only where
-        C is not 6 N D)."""
+        """fit.json's content for these runs (`tuning` and `lr_rule` only for tuned runs;
+        `compute_convention` only where C is not 6 N D)."""
         tuned = {} if self.tuning is None else {"tuning": self.tuning, "lr_rule": self.lr_rule}
         counts = {} if self.k == 1.0 else {
             "compute_convention": compute_factor.section(self.k, self.family)}  # fmt: skip
@@ -241,37 +236,46 @@ class Fits:
         }
 
 
-def fit_all(
-    runs: pd.DataFrame,
-    *,
-    n_boot: int = 1000,
-    seed: int = 0,
-    budgets: list[float] | None = None,
-    curves: pd.DataFrame | None = None,
-    intermediate: bool = False,
-    holdout_threshold: float | None = None,
-    isoflop: bool = True,
-    compute: str = "6nd",
-    fixed: dict[str, float] | None = None,
-    tuned: dict | None = None,
-) -> Fits:
+@dataclass(frozen=True)
+class FitOptions:
+    """How `fit_all` fits: bootstrap size and seed, budgets (default: `default_budgets`),
+    extrapolation threshold, whether approach 2 runs, what C counts, fixed parameters."""
+
+    n_boot: int = 1000
+    seed: int = 0
+    budgets: list[float] | None = None
+    holdout_threshold: float | None = None
+    isoflop: bool = True
+    compute: str = "6nd"
+    fixed: dict[str, float] | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, **overrides) -> FitOptions:
+        return cls(**{**dict(n_boot=args.bootstrap, seed=args.seed, budgets=args.budget,
+                             holdout_threshold=args.holdout_above, compute=args.compute,
+                             fixed=args.fixed), **overrides})
+
+
+def fit_all(runs: pd.DataFrame, options: FitOptions = FitOptions(), *, curves: pd.DataFrame | None = None,
+            intermediate: bool = False, tuned: dict | None = None) -> Fits:
     """Every law the runs support, fitted (runs validated with `check_fittable`).
 
     `curves` (run_id, tokens, val_loss) with `intermediate=True` adds every logged evaluation to
     approach 1. Only valid when the learning-rate schedule does not depend on the run length
     (e.g. constant): a cosine run's intermediate losses sit above those of a run planned for
     that many tokens, so by default only the final point of each run is used.
-    `isoflop=False` skips approach 2 (its budgets are not iso in the compute being fitted).
-    `compute`: "6nd" (C = 6 N D, Kaplan's and Chinchilla's convention) or "exact" (C = the
-    runs' exact training FLOPs, column C_exact, which count the head, embedding side and
+    `options.isoflop=False` skips approach 2 (its budgets are not iso in the compute fitted).
+    `options.compute`: "6nd" (C = 6 N D, Kaplan's and Chinchilla's convention) or "exact" (C =
+    the runs' exact training FLOPs, column C_exact, which count the head, embedding side and
     attention): every C below, budgets included, is then exact, and approach 3's allocation
-    minimises L under C = f(N) D with f fitted to the runs (`parametric.FlopsPerToken`).
+    minimises L under C = f(N) D with f fitted to the runs (`chinchilla.FlopsPerToken`).
     Approach 2 then uses only budgets that are iso in exact FLOPs (`budget_flops: exact` plans).
-    `fixed` holds approach-3 parameters at given values (e.g. {"E": 1.7}), reported as fixed.
+    `options.fixed` holds approach-3 parameters at given values (e.g. {"E": 1.7}).
     `tuned`: the `tuning` section of `tuning.select` when `runs` are the arms' results; the
     fit then carries the arms of these runs and the lr rule fitted to them.
     """
     check_fittable(runs)
+    n_boot, seed, compute = options.n_boot, options.seed, options.compute
     k = compute_factor.of_runs(runs)  # C = k 6ND: every conversion between C and D uses it
     section = None if tuned is None else tuning.for_runs(tuned, runs["run_id"])
     flops = None
@@ -279,22 +283,12 @@ def fit_all(
         check_exact_compute(runs)
         runs = runs.assign(C=runs["C_exact"].astype(float))
         flops = FlopsPerToken.fit(runs["N"], runs["C"], runs["D"], k)
-    budgets = budgets or default_budgets(runs)
-    if compute == "exact" and not _planned_exact(runs):
-        isoflop = False  # a 6ND profile is not iso in exact FLOPs (its small sizes cost more)
-    iso = isoflop_report(runs, n_boot, seed, k=k) if isoflop else {"skipped": NOT_ISO}
-    if compute == "exact" and not isoflop:
-        iso = {"skipped": NOT_ISO_EXACT}
-    law, parametric = parametric_report(runs, budgets, n_boot, seed, fixed=fixed, flops=flops, k=k)
-    points = runs[["run_id", "N", "D", "C", "loss"]]
+    budgets = options.budgets or default_budgets(runs)
+    iso = _isoflop_section(runs, options, k)
+    law, parametric, _ = chinchilla.section(runs, budgets, n_boot, seed, options.fixed, flops, k)
     fronts = final_point_envelopes(runs, n_boot, seed)  # approach 1 and L(C) alike
     with_curves = intermediate and curves is not None and not curves.empty
-    if with_curves:
-        # an evaluation after `tokens` tokens cost the run's FLOPs per token (C / D) times that
-        extra = curves.merge(runs.assign(per_token=runs["C"] / runs["D"])[["run_id", "N", "per_token"]], on="run_id")
-        extra = extra.assign(D=extra["tokens"], C=extra["per_token"] * extra["tokens"],
-                             loss=extra["val_loss"])  # fmt: skip
-        points = pd.concat([points, extra[["run_id", "N", "D", "C", "loss"]]], ignore_index=True)
+    points = _with_evaluations(runs, curves) if with_curves else runs[["run_id", "N", "D", "C", "loss"]]
     return Fits(
         law=law,
         flops=flops,
@@ -309,12 +303,31 @@ def fit_all(
             "uses_intermediate_points": bool(intermediate and curves is not None),
         },
         kaplan=kaplan_section(runs, n_boot, seed, fronts),
-        extrapolation=extrapolation_section(runs, holdout_threshold, fixed),
+        extrapolation=extrapolation_section(runs, options.holdout_threshold, options.fixed),
         tuning=section,
         lr_rule=None if section is None else tuning.lr_rule(section, n_boot, seed, k),
         k=k,
         family=str(with_family(runs)["family"].iloc[0]),
     )
+
+
+def _isoflop_section(runs: pd.DataFrame, options: FitOptions, k: float) -> dict:
+    """Approach 2, or why it is skipped: its budgets must be iso in the compute being fitted."""
+    isoflop = options.isoflop
+    if options.compute == "exact" and not _planned_exact(runs):
+        isoflop = False  # a 6ND profile is not iso in exact FLOPs (its small sizes cost more)
+    if isoflop:
+        return isoflop_report(runs, options.n_boot, options.seed, k=k)
+    return {"skipped": NOT_ISO_EXACT if options.compute == "exact" else NOT_ISO}
+
+
+def _with_evaluations(runs: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
+    """The runs' final points plus every logged evaluation, as (run_id, N, D, C, loss)."""
+    # an evaluation after `tokens` tokens cost the run's FLOPs per token (C / D) times that
+    extra = curves.merge(runs.assign(per_token=runs["C"] / runs["D"])[["run_id", "N", "per_token"]], on="run_id")
+    extra = extra.assign(D=extra["tokens"], C=extra["per_token"] * extra["tokens"], loss=extra["val_loss"])
+    return pd.concat([runs[["run_id", "N", "D", "C", "loss"]], extra[["run_id", "N", "D", "C", "loss"]]],
+                     ignore_index=True)
 
 
 def _planned_exact(runs: pd.DataFrame) -> bool:
@@ -360,44 +373,29 @@ def dumps(result: dict) -> str:
 # ---------------------------------------------------------------- readable summary
 
 
-def _ci(section: dict, key: str, fmt: str = ".4g", name: str | None = None) -> str:
-    """'value [lo, hi]', or 'value (fixed)' / 'value (not identified)' where that applies.
-    `name` is the key in the section's ci95 and not_identified lists (default: key)."""
-    name = name or key
-    if key in section.get("fixed", {}):
-        return f"{section[key]:{fmt}} (fixed)"
-    value = section[key]
-    text = "nan" if value is None else f"{value:{fmt}}"
-    if name in section.get("not_identified", []):
-        return f"{text} (not identified)"
-    lo_hi = section.get("ci95", {}).get(name)
-    interval = f" [{lo_hi[0]:{fmt}}, {lo_hi[1]:{fmt}}]" if lo_hi else " [no interval]"
-    return text + interval + identification.clip_note(section, name)
-
-
 def summary(result: dict, title: str = "") -> str:
     p = result["parametric"]
     lines = [f"== {title or 'fit'}: {result['n_runs']} runs, 95% bootstrap intervals"]
     if p.get("law", "chinchilla") != "chinchilla":  # --law NAME: its own parameters
         return "\n".join([*lines, law_forms.summary(p)])
     lines.append(
-        f"approach 3: L = {_ci(p, 'E')} + {_ci(p, 'A')} / N^{_ci(p, 'alpha')}"
-        f" + {_ci(p, 'B')} / D^{_ci(p, 'beta')}"
+        f"approach 3: L = {cell(p, 'E', console=True)} + {cell(p, 'A', console=True)} / N^{cell(p, 'alpha', console=True)}"
+        f" + {cell(p, 'B', console=True)} / D^{cell(p, 'beta', console=True)}"
     )
-    lines.append(f"  N_opt ~ C^a, a = {_ci(p, 'a', '.3f')};  D_opt ~ C^b, b = {_ci(p, 'b', '.3f')}")
+    lines.append(f"  N_opt ~ C^a, a = {cell(p, 'a', '.3f', console=True)};  D_opt ~ C^b, b = {cell(p, 'b', '.3f', console=True)}")
     conv = convention(p)
     for row in p["allocation"]:
         tag = f"@{row['C']:.3g}"
         q = {**p, **{k: row[k] for k in ("N_opt", "D_opt", "tokens_per_param")}}
-        cell = {k: _ci(q, k, ".3g", f"{k}{tag}") for k in ("N_opt", "D_opt", "tokens_per_param")}
+        cells = {k: cell(q, k, ".3g", f"{k}{tag}", console=True) for k in ("N_opt", "D_opt", "tokens_per_param")}
         lines.append(
-            f"  C = {row['C']:.3g} ({conv}): N_opt = {cell['N_opt']}, "
-            f"D_opt = {cell['D_opt']}, D/N = {cell['tokens_per_param']}"
+            f"  C = {row['C']:.3g} ({conv}): N_opt = {cells['N_opt']}, "
+            f"D_opt = {cells['D_opt']}, D/N = {cells['tokens_per_param']}"
         )
     for name, key in (("approach 2 (IsoFLOP)", "isoflop"), ("approach 1 (envelope)", "envelope")):
         s = result.get(key)
         if s and "a" in s:
-            lines.append(f"{name}: a = {_ci(s, 'a', '.3f')}, b = {_ci(s, 'b', '.3f')}")
+            lines.append(f"{name}: a = {cell(s, 'a', '.3f', console=True)}, b = {cell(s, 'b', '.3f', console=True)}")
     if p.get("not_identified"):
         lines.append("not identified by these runs (approach 3):")
         lines += [f"  {k}: {why}" for k, why in p["why_not_identified"].items() if "@" not in k]
@@ -422,7 +420,7 @@ def tuning_summary(section: dict, rule: dict | None) -> list[str]:
     lines += [f"  widen the grid: {a['arm']} best at the {', '.join(f'{v} {k}' for k, v in a['edge'].items())}"
               for a in edge]  # fmt: skip
     if rule is not None:
-        lines.append(f"  {rule['key']}_opt = {_ci(rule, 'scale', '.3g')} * N^{_ci(rule, 'exponent', '.3f')}"
+        lines.append(f"  {rule['key']}_opt = {cell(rule, 'scale', '.3g', console=True)} * N^{cell(rule, 'exponent', '.3f', console=True)}"
                      f" ({rule['n_arms']} arms)")  # fmt: skip
     return lines
 
@@ -451,7 +449,7 @@ def add_fit_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fix", action="append", default=[], metavar="NAME=VALUE",
         help="hold an approach-3 parameter fixed instead of fitting it, e.g. --fix E=1.7 "
-             f"(one of {', '.join(FIXABLE)}); repeatable",
+             f"(one of {', '.join(chinchilla.THETA)}); repeatable",
     )  # fmt: skip
 
 
@@ -461,15 +459,15 @@ def parse_fixed(items: list[str]) -> dict[str, float]:
     for item in items:
         name, sep, value = item.partition("=")
         name = name.strip()
-        if not sep or name not in FIXABLE:
+        if not sep or name not in chinchilla.THETA:
             raise InputError(
-                f"--fix {item}: expected NAME=VALUE with NAME one of {', '.join(FIXABLE)}"
+                f"--fix {item}: expected NAME=VALUE with NAME one of {', '.join(chinchilla.THETA)}"
             )
         try:
             number = float(value)
         except ValueError:
             raise InputError(f"--fix {item}: '{value}' is not a number") from None
-        log_scale = FIXABLE[name][1]
+        log_scale = chinchilla.LAW.is_log(name)
         if not np.isfinite(number) or (log_scale and number <= 0) or number < 0:
             raise InputError(f"--fix {item}: {name} must be a finite, positive number")
         if name in fixed:
@@ -491,18 +489,14 @@ def fit_groups(runs: pd.DataFrame, group: str | None, args: argparse.Namespace) 
     tuned = None
     if getattr(args, "tune", None):
         runs, tuned = tuning.select(runs, args.tune)  # the arms' results: every fit uses them
-    kwargs = dict(
-        n_boot=args.bootstrap, seed=args.seed, budgets=args.budget,
-        holdout_threshold=args.holdout_above, isoflop=getattr(args, "params", "") != "total",
-        compute=args.compute, fixed=args.fixed, tuned=tuned,
-    )  # fmt: skip
+    options = FitOptions.from_args(args, isoflop=getattr(args, "params", "") != "total")
     runs = with_family(runs)  # losses of different families' objectives never share a law
     if group is None:
         check_one_family(runs, "the selection", "fit one law per family with --group family")
         compute_factor.of_runs(runs, "the selection")  # one k: before any work
         if args.compute == "exact":
             check_exact_compute(runs)  # before any work
-        return fit_all(runs, **kwargs).as_dict()
+        return fit_all(runs, options, tuned=tuned).as_dict()
     if group not in runs.columns:
         raise InputError(f"--group: no column '{group}'; columns: {sorted(map(str, runs.columns))}")
     groups = {str(k): g for k, g in runs.groupby(group, sort=True)}
@@ -512,7 +506,7 @@ def fit_groups(runs: pd.DataFrame, group: str | None, args: argparse.Namespace) 
         check_fittable(g, f"group {group}={name}")
         if args.compute == "exact":
             check_exact_compute(g)
-    fitted = {k: fit_all(g, **kwargs).as_dict() for k, g in groups.items()}
+    fitted = {k: fit_all(g, options, tuned=tuned).as_dict() for k, g in groups.items()}
     return {"group_by": group, "groups": fitted}
 
 

@@ -52,27 +52,32 @@ def exponent_problem(name: str, value: float) -> str | None:
     return None
 
 
-def parametric(
-    point: dict, ci: dict, converged: np.ndarray, loss_min: float, fixed: dict
-) -> dict[str, str]:
-    """Approach 3: E, A, B, alpha, beta, a, b and every allocation quantity (`name@C`)."""
-    reasons: dict[str, str] = {}
+def law_reasons(law, point: dict, ci: dict, converged: np.ndarray, loss_min: float,
+                fixed: dict | None = None) -> dict[str, str]:
+    """Every quantity of a fitted law (`analysis.laws.base.Law`): its parameters, then derived
+    ones (a, b, `name@C` allocations). In order: too few converged refits; the irreducible
+    loss on its bound, implausible exponents and unusable intervals; scales that trade off
+    against an unidentified exponent; derived quantities built from an unidentified
+    exponent (or other shape parameter), and allocations from an unidentified scale."""
+    fixed = fixed or {}
     n_ok, n_all = int(np.sum(converged)), int(np.size(converged))
     if n_all and n_ok < MIN_CONVERGED * n_all:
         failed = f"only {n_ok} of {n_all} bootstrap refits converged"
         return {k: failed for k in point if k not in fixed}
-    for name in ("E", "alpha", "beta"):
-        if name in fixed:
+    reasons: dict[str, str] = {}
+    for name in law.params:
+        if name in fixed or name in law.tradeoffs:
             continue
-        why = _interval(point[name], ci.get(name))
-        if name == "E" and np.isfinite(point["E"]) and point["E"] < E_ZERO_FRACTION * loss_min:
-            why = (f"E = {point['E']:.2g} sits on its lower bound 0 (the runs do not show the "
-                   f"loss levelling off); {E_ADVICE}")  # fmt: skip
-        elif name != "E":
-            why = exponent_problem(name, point[name]) or why
+        why, value = _interval(point[name], ci.get(name)), point[name]
+        if name == law.irreducible and np.isfinite(value) and value < E_ZERO_FRACTION * loss_min:
+            why = (f"{name} = {value:.2g} sits on its lower bound 0 (the runs do not show the "
+                   f"loss levelling off); {E_ADVICE}")
+        elif name in law.exponents:
+            shown = f"{'-' if law.exponents[name] < 0 else ''}{name}"
+            why = exponent_problem(shown, law.exponents[name] * value) or why
         if why:
             reasons[name] = why
-    for scale, exponent in (("A", "alpha"), ("B", "beta")):
+    for scale, exponent in law.tradeoffs.items():
         if scale in fixed:
             continue
         why = _interval(point[scale], ci.get(scale))
@@ -80,13 +85,13 @@ def parametric(
             why = f"it trades off against {exponent}, which is not identified"
         if why:
             reasons[scale] = why
-    bad_exponents = [k for k in ("alpha", "beta") if k in reasons]
-    for name in [k for k in point if k in ("a", "b") or "@" in k]:
+    shapes = [k for k in law.params if k in reasons and k not in law.tradeoffs and k != law.irreducible]
+    for name in [k for k in point if k not in law.params]:
         why = _interval(point[name], ci.get(name))
-        if bad_exponents:
-            why = f"it depends on {' and '.join(bad_exponents)}, not identified"
-        elif "@" in name and ("A" in reasons or "B" in reasons):
-            why = "it depends on A and B, not identified"
+        if shapes:
+            why = f"it depends on {' and '.join(shapes)}, not identified"
+        elif "@" in name and any(k in reasons for k in law.tradeoffs):
+            why = f"it depends on {' and '.join(law.tradeoffs)}, not identified"
         if why:
             reasons[name] = why
     return reasons

@@ -36,17 +36,36 @@ class BatchResult:
     status: np.ndarray  # (S,) why the row stopped: GTOL, FTOL, LINE_SEARCH_FAILED, ...
 
 
+@dataclass(frozen=True)
+class Settings:
+    """L-BFGS knobs shared by every row: curvature pairs kept, tolerances, backtracking."""
+
+    history: int = 10
+    ftol: float = 1e-12  # relative change of the objective that counts as converged
+    gtol: float = 1e-10  # max-abs gradient that counts as converged
+    max_backtracks: int = 30
+    stall_gtol: float = 1e-6  # a failed line search at this gradient is a numerical minimum
+
+
+@dataclass
+class _State:
+    """Every row's iterate, objective, gradient, curvature history and flags."""
+
+    x: np.ndarray
+    f: np.ndarray
+    g: np.ndarray
+    s_hist: np.ndarray  # steps x_{k+1} - x_k, ring buffer (S, history, P)
+    y_hist: np.ndarray  # gradient changes
+    rho: np.ndarray  # 1 / (s . y); 0 marks an empty slot
+    n_iter: np.ndarray
+    active: np.ndarray
+    converged: np.ndarray
+    status: np.ndarray
+
+
 def minimize_batched(
-    fun: Objective,
-    x0: np.ndarray,
-    *,
-    history: int = 10,
-    max_iter: int = 500,
-    ftol: float = 1e-12,
-    gtol: float = 1e-10,
-    max_backtracks: int = 30,
-    stall_gtol: float = 1e-6,
-    free: np.ndarray | None = None,
+    fun: Objective, x0: np.ndarray, *, max_iter: int = 500, free: np.ndarray | None = None,
+    settings: Settings = Settings(),
 ) -> BatchResult:
     """L-BFGS with Armijo backtracking, independently per row of `x0` (S, P).
 
@@ -56,9 +75,6 @@ def minimize_batched(
     rounding, not a bad direction, defeats the search), else it is reported as not converged.
     `free` (P,) bool keeps the parameters marked False at their starting values (fixed).
     """
-    x = np.array(x0, dtype=float, copy=True)
-    n_starts, n_par = x.shape
-    all_rows = np.arange(n_starts)
     if free is not None:  # a zero gradient component never moves its parameter
         mask = np.asarray(free, dtype=float)
         inner = fun
@@ -67,74 +83,91 @@ def minimize_batched(
             f, g = inner(x, rows)
             return f, g * mask
 
-    f, g = fun(x, all_rows)
-    s_hist = np.zeros((n_starts, history, n_par))  # steps x_{k+1} - x_k, ring buffer
-    y_hist = np.zeros((n_starts, history, n_par))  # gradient changes
-    rho = np.zeros((n_starts, history))  # 1 / (s . y); 0 marks an empty slot
-    n_iter = np.zeros(n_starts, dtype=int)
-    active = np.isfinite(f) & (np.abs(g).max(axis=1) > gtol)
+    st = _start(fun, x0, settings)
+    for it in range(max_iter):
+        rows = np.flatnonzero(st.active)
+        if rows.size == 0:
+            break
+        _iterate(fun, st, rows, it, settings)
+    return BatchResult(x=st.x, fun=st.f, n_iter=st.n_iter, converged=st.converged, status=st.status)
+
+
+def _start(fun: Objective, x0: np.ndarray, settings: Settings) -> _State:
+    x = np.array(x0, dtype=float, copy=True)
+    n_starts, n_par = x.shape
+    f, g = fun(x, np.arange(n_starts))
+    active = np.isfinite(f) & (np.abs(g).max(axis=1) > settings.gtol)
     converged = ~active & np.isfinite(f)
     status = np.full(n_starts, MAX_ITER, dtype=object)
     status[converged] = GTOL
     status[~np.isfinite(f)] = NOT_FINITE
+    return _State(x, f, g, np.zeros((n_starts, settings.history, n_par)),
+                  np.zeros((n_starts, settings.history, n_par)),
+                  np.zeros((n_starts, settings.history)), np.zeros(n_starts, dtype=int),
+                  active, converged, status)
 
-    for it in range(max_iter):
-        rows = np.flatnonzero(active)
-        if rows.size == 0:
+
+def _iterate(fun: Objective, st: _State, rows: np.ndarray, it: int, settings: Settings) -> None:
+    """One L-BFGS step of the active `rows`, in place."""
+    history = settings.history
+    g = st.g
+    p = -_two_loop(g[rows], st.s_hist[rows], st.y_hist[rows], st.rho[rows], (it - 1) % history)
+    slope = np.einsum("kp,kp->k", p, g[rows])
+    bad = ~(slope < 0)  # not a descent direction: fall back to steepest descent
+    p[bad] = -g[rows][bad]
+    slope[bad] = -np.einsum("kp,kp->k", g[rows][bad], g[rows][bad])
+    # First iteration has no curvature information: take a step of unit length.
+    step = np.where(
+        st.rho[rows].any(axis=1), 1.0, 1.0 / np.maximum(np.linalg.norm(p, axis=1), 1e-12)
+    )
+    x_new, f_new, g_new = _line_search(fun, st, rows, p, slope, step, settings.max_backtracks)
+
+    moved = np.isfinite(f_new)
+    stalled = rows[~moved]  # line search failed: no decrease along the direction
+    st.active[stalled] = False
+    st.converged[stalled] = np.abs(g[stalled]).max(axis=1) <= settings.stall_gtol
+    st.status[stalled] = LINE_SEARCH_FAILED
+    rows, x_new, f_new, g_new = rows[moved], x_new[moved], f_new[moved], g_new[moved]
+
+    s = x_new - st.x[rows]
+    y = g_new - g[rows]
+    sy = np.einsum("kp,kp->k", s, y)
+    slot = it % history
+    keep = sy > 1e-20  # skip updates that would break positive definiteness
+    st.s_hist[rows[keep], slot] = s[keep]
+    st.y_hist[rows[keep], slot] = y[keep]
+    st.rho[rows[keep], slot] = 1.0 / sy[keep]
+    st.rho[rows[~keep], slot] = 0.0
+
+    f_change = np.abs(st.f[rows] - f_new)
+    st.x[rows], st.f[rows], g[rows] = x_new, f_new, g_new
+    st.n_iter[rows] += 1
+    small_g = np.abs(g_new).max(axis=1) <= settings.gtol
+    small_f = f_change <= settings.ftol * np.maximum(np.abs(f_new), 1.0)
+    stop = small_g | small_f
+    st.active[rows[stop]] = False
+    st.converged[rows[stop]] = True
+    st.status[rows[small_f]] = FTOL
+    st.status[rows[small_g]] = GTOL
+
+
+def _line_search(fun: Objective, st: _State, rows, p, slope, step, max_backtracks: int):
+    """Armijo backtracking along p from every row: (x, f, g) at the accepted step, f = inf
+    where none was found."""
+    x, f = st.x, st.f
+    x_new, f_new, g_new = x[rows].copy(), np.full(rows.size, np.inf), st.g[rows].copy()
+    todo = np.arange(rows.size)
+    for _ in range(max_backtracks):
+        trial = x[rows[todo]] + step[todo, None] * p[todo]
+        ft, gt = fun(trial, rows[todo])
+        ok = np.isfinite(ft) & (ft <= f[rows[todo]] + 1e-4 * step[todo] * slope[todo])
+        done = todo[ok]
+        x_new[done], f_new[done], g_new[done] = trial[ok], ft[ok], gt[ok]
+        todo = todo[~ok]
+        if todo.size == 0:
             break
-        p = -_two_loop(g[rows], s_hist[rows], y_hist[rows], rho[rows], (it - 1) % history)
-        slope = np.einsum("kp,kp->k", p, g[rows])
-        bad = ~(slope < 0)  # not a descent direction: fall back to steepest descent
-        p[bad] = -g[rows][bad]
-        slope[bad] = -np.einsum("kp,kp->k", g[rows][bad], g[rows][bad])
-        # First iteration has no curvature information: take a step of unit length.
-        step = np.where(
-            rho[rows].any(axis=1), 1.0, 1.0 / np.maximum(np.linalg.norm(p, axis=1), 1e-12)
-        )
-
-        x_new, f_new, g_new = x[rows].copy(), np.full(rows.size, np.inf), g[rows].copy()
-        todo = np.arange(rows.size)
-        for _ in range(max_backtracks):
-            trial = x[rows[todo]] + step[todo, None] * p[todo]
-            ft, gt = fun(trial, rows[todo])
-            ok = np.isfinite(ft) & (ft <= f[rows[todo]] + 1e-4 * step[todo] * slope[todo])
-            done = todo[ok]
-            x_new[done], f_new[done], g_new[done] = trial[ok], ft[ok], gt[ok]
-            todo = todo[~ok]
-            if todo.size == 0:
-                break
-            step[todo] *= 0.5
-
-        moved = np.isfinite(f_new)
-        stalled = rows[~moved]  # line search failed: no decrease along the direction
-        active[stalled] = False
-        at_minimum = np.abs(g[stalled]).max(axis=1) <= stall_gtol
-        converged[stalled] = at_minimum
-        status[stalled] = LINE_SEARCH_FAILED
-        rows, x_new, f_new, g_new = rows[moved], x_new[moved], f_new[moved], g_new[moved]
-
-        s = x_new - x[rows]
-        y = g_new - g[rows]
-        sy = np.einsum("kp,kp->k", s, y)
-        slot = it % history
-        keep = sy > 1e-20  # skip updates that would break positive definiteness
-        s_hist[rows[keep], slot] = s[keep]
-        y_hist[rows[keep], slot] = y[keep]
-        rho[rows[keep], slot] = 1.0 / sy[keep]
-        rho[rows[~keep], slot] = 0.0
-
-        f_change = np.abs(f[rows] - f_new)
-        x[rows], f[rows], g[rows] = x_new, f_new, g_new
-        n_iter[rows] += 1
-        small_g = np.abs(g_new).max(axis=1) <= gtol
-        small_f = f_change <= ftol * np.maximum(np.abs(f_new), 1.0)
-        stop = small_g | small_f
-        active[rows[stop]] = False
-        converged[rows[stop]] = True
-        status[rows[small_f]] = FTOL
-        status[rows[small_g]] = GTOL
-
-    return BatchResult(x=x, fun=f, n_iter=n_iter, converged=converged, status=status)
+        step[todo] *= 0.5
+    return x_new, f_new, g_new
 
 
 def _two_loop(g, s_hist, y_hist, rho, newest):

@@ -13,6 +13,9 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import tempfile
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -246,13 +249,7 @@ def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | N
     # A sweep's plan names its points by run key: select those, wherever they were trained.
     # Without a plan artifact (a parent not written by sweeps.run): the parent's children.
     query = f"tags.mlflow.parentRunId = '{sweep}'" if sweep and plan_keys is None else ""
-    found, token = [], None
-    while True:
-        page = client.search_runs([exp.experiment_id], query, max_results=1000, page_token=token)
-        found.extend(page)
-        token = page.token
-        if not token:
-            break
+    found = _search_all(client, exp.experiment_id, query)
     if sweep is None:  # sweep parent runs and anything else that is not a training run
         found = [run for run in found if "n_params_nonembed" in run.data.params]
     found = _latest_attempts(found, plan_keys)
@@ -261,50 +258,11 @@ def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | N
     budget_keys = plan_keys if sweep else _parents_plan_keys(found, tracking_uri)
     rows, excluded = [], []
     for run in found:
-        p, t, m = run.data.params, run.data.tags, run.data.metrics
-        reason = None
-        if run.info.status != "FINISHED":
-            reason = t.get("failure_reason", f"status {run.info.status}")
-        elif "final_val_loss" not in m:
-            reason = "no final_val_loss metric"
-        elif "n_params_nonembed" not in p or trained_tokens(p) is None:
-            reason = "missing param n_params_nonembed or tokens"
+        reason = _exclusion(run)
         if reason:
-            excluded.append(
-                {"run_id": run.info.run_id, "status": run.info.status, "reason": reason}
-            )
-            continue
-        N, D = float(p["n_params_nonembed"]), trained_tokens(p)
-        k = compute_factor(p, N)  # C as the run logs it: both stacks of an encoder_decoder
-        row = {
-            "run_id": run.info.run_id,
-            "run_key": t.get("run_key", ""),
-            "arch": t.get("arch", ""),
-            "variant": t.get("variant", "base"),
-            "sweep": t.get("sweep", ""),
-            "seed": _number(p.get("train.seed", np.nan)),
-            "N": N,
-            "N_total": float(p.get("n_params", np.nan)),
-            "D": D,
-            "C": k * 6.0 * N * D,  # k = 1.0 exactly for a decoder: the same float as 6 N D
-            "C_exact": exact_flops(p, D),
-            "loss": float(m["final_val_loss"]),
-        }
-        if k != 1.0:  # only where C is not 6 N D: decoder runs.csv files keep their columns
-            row[K_COLUMN] = k
-        if budget_keys and budget_keys.get(row["run_key"]):
-            row["budget_flops"] = budget_keys[row["run_key"]]  # what its planned budget C counts
-        # a tuned sweep: its arm and role tags (analysis.tuning groups and selects by them)
-        row.update({k: t[k] for k in TUNING_TAGS if k in t})
-        if "epochs" in m:  # tokens consumed / training-split tokens, logged at the end
-            row["epochs"] = float(m["epochs"])
-        if "data_train_tokens" in p:
-            row["data_train_tokens"] = float(p["data_train_tokens"])
-        row.update({k: _number(v) for k, v in sorted(p.items()) if k.startswith(CONFIG_COLUMNS)})
-        # a tuned run's tuned keys as the sweep's grid wrote them: halving hands a fractional
-        # warmup to its segments as steps (train.warmup=10 for 0.02), and a grid is one scale
-        row.update(written_values(t.get("tune_values", "")))
-        rows.append(row)
+            excluded.append({"run_id": run.info.run_id, "status": run.info.status, "reason": reason})
+        else:
+            rows.append(_row(run, budget_keys))
     where = f"experiment '{experiment}'" + (f", sweep parent run {sweep}" if sweep else "")
     if not rows:
         raise InputError(
@@ -318,13 +276,70 @@ def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | N
     return Runs(frame=frame.reset_index(drop=True), excluded=excluded_frame, source=where)
 
 
+def _search_all(client, experiment_id: str, query: str) -> list:
+    """Every run of the experiment matching `query`, page by page."""
+    found, token = [], None
+    while True:
+        page = client.search_runs([experiment_id], query, max_results=1000, page_token=token)
+        found.extend(page)
+        token = page.token
+        if not token:
+            return found
+
+
+def _exclusion(run) -> str | None:
+    """Why a run cannot be fitted (not FINISHED, no final loss, no size or tokens), or None."""
+    p, t, m = run.data.params, run.data.tags, run.data.metrics
+    if run.info.status != "FINISHED":
+        return t.get("failure_reason", f"status {run.info.status}")
+    if "final_val_loss" not in m:
+        return "no final_val_loss metric"
+    if "n_params_nonembed" not in p or trained_tokens(p) is None:
+        return "missing param n_params_nonembed or tokens"
+    return None
+
+
+def _row(run, budget_keys: dict | None) -> dict:
+    """One finished run as a row of runs.csv."""
+    p, t, m = run.data.params, run.data.tags, run.data.metrics
+    N, D = float(p["n_params_nonembed"]), trained_tokens(p)
+    k = compute_factor(p, N)  # C as the run logs it: both stacks of an encoder_decoder
+    row = {
+        "run_id": run.info.run_id,
+        "run_key": t.get("run_key", ""),
+        "arch": t.get("arch", ""),
+        "variant": t.get("variant", "base"),
+        "sweep": t.get("sweep", ""),
+        "seed": _number(p.get("train.seed", np.nan)),
+        "N": N,
+        "N_total": float(p.get("n_params", np.nan)),
+        "D": D,
+        "C": k * 6.0 * N * D,  # k = 1.0 exactly for a decoder: the same float as 6 N D
+        "C_exact": exact_flops(p, D),
+        "loss": float(m["final_val_loss"]),
+    }
+    if k != 1.0:  # only where C is not 6 N D: decoder runs.csv files keep their columns
+        row[K_COLUMN] = k
+    if budget_keys and budget_keys.get(row["run_key"]):
+        row["budget_flops"] = budget_keys[row["run_key"]]  # what its planned budget C counts
+    # a tuned sweep: its arm and role tags (analysis.tuning groups and selects by them)
+    row.update({k: t[k] for k in TUNING_TAGS if k in t})
+    if "epochs" in m:  # tokens consumed / training-split tokens, logged at the end
+        row["epochs"] = float(m["epochs"])
+    if "data_train_tokens" in p:
+        row["data_train_tokens"] = float(p["data_train_tokens"])
+    row.update({k: _number(v) for k, v in sorted(p.items()) if k.startswith(CONFIG_COLUMNS)})
+    # a tuned run's tuned keys as the sweep's grid wrote them: halving hands a fractional
+    # warmup to its segments as steps (train.warmup=10 for 0.02), and a grid is one scale
+    row.update(written_values(t.get("tune_values", "")))
+    return row
+
+
 def _plan_run_keys(sweep: str, tracking_uri: str | None) -> dict[str, str] | None:
     """Run keys in the `plan.csv` artifact of sweep parent run `sweep` (sweeps.run rewrites it
     on every rerun, so it is the latest plan), each with the convention its IsoFLOP budget was
     planned in (`budget_flops`: 6nd | exact, '' for plans without it); None without a plan."""
-    import tempfile
-
-    from mlflow.artifacts import download_artifacts
+    from mlflow.artifacts import download_artifacts  # lazy: mlflow ~2.5 s
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one small file
     with tempfile.TemporaryDirectory() as tmp:
@@ -381,7 +396,7 @@ def load_curves(run_ids, tracking_uri: str | None = None, metric: str = "val_los
 
     One `get_metric_history` call per run (MLflow's public client has no bulk history call).
     """
-    from mlflow import MlflowClient
+    from mlflow import MlflowClient  # lazy: mlflow ~2.5 s
 
     client = MlflowClient(tracking_uri=tracking_uri)
     parts = []
@@ -457,9 +472,6 @@ def check_server(uri: str, timeout_s: float = 5.0) -> None:
     """An InputError in seconds if the MLflow server at `uri` does not answer `/health`
     (MLflow's client retries with backoff for minutes, then raises a traceback). Its own copy
     of `training.tracking.check_reachable`: analysis never imports training or sweeps."""
-    import urllib.error
-    import urllib.request
-
     url = uri.rstrip("/") + "/health"
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as resp:
@@ -486,7 +498,7 @@ def _once(values: list[str] | None, flag: str) -> list[str]:
 
 def _sweep_experiments(sweeps: list[str], experiments: list[str], tracking_uri: str) -> dict:
     """{sweep parent run id: name of the selected experiment that holds it}."""
-    from mlflow import MlflowClient
+    from mlflow import MlflowClient  # lazy: mlflow ~2.5 s
     from mlflow.exceptions import MlflowException
 
     client = MlflowClient(tracking_uri=tracking_uri)

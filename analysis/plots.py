@@ -17,7 +17,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from analysis.isoflop import isoflop_profiles  # noqa: E402
-from analysis.parametric import Parametric, allocation  # noqa: E402
+from analysis.laws.chinchilla import Parametric, allocation  # noqa: E402
 
 SVG_META = {"Date": None, "Creator": None}
 PNG_META = {"Software": None}
@@ -268,5 +268,23 @@ def loss_vs_hyperparameter(points: pd.DataFrame, key: str):
         ax.set_ylabel("final validation loss")
     first = next(ax for ax in axes.ravel() if ax.get_visible())
     first.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def law_errors(result: dict):
+    """Mean and worst |relative error| per law, with their intervals."""
+    rows = [r for r in result["rows"] if "skipped" not in r]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    x = np.arange(len(rows))
+    for offset, key, label in ((-0.2, "mean_rel_error", "mean"), (0.2, "worst_rel_error", "worst")):
+        vals = np.array([100 * r[key] for r in rows])
+        cis = [r["ci95"][key] for r in rows]
+        lo = np.array([v - 100 * c[0] if c else 0 for v, c in zip(vals, cis)])
+        hi = np.array([100 * c[1] - v if c else 0 for v, c in zip(vals, cis)])
+        ax.bar(x + offset, vals, 0.4, yerr=np.clip([lo, hi], 0, None), capsize=3, label=label)
+    ax.set_xticks(x, [f"{r['law']}\n({r['n_params']} params)" for r in rows])
+    ax.set_ylabel("|relative error| on held-out runs (%)")
+    ax.legend()
     fig.tight_layout()
     return fig

@@ -22,28 +22,32 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import compare_laws, compute_factor, epochs, tuning, tuning_report
+from analysis import compare_laws, compute_factor, epochs, families_report, tuning, tuning_report
 from analysis import summary as headline
 from analysis.ablation import compare_variants
-from analysis.families import check_one_family
+from analysis.estimate import cell, est, fmt
+from analysis.families import check_one_family, ordered, with_family
 from analysis.fit import (
+    FitOptions,
     Fits,
     add_fit_args,
     check_exact_compute,
     check_fit_args,
     convention,
+    default_budgets,
     dumps,
     fit_all,
     summary,
 )
 from analysis.load import (
     InputError,
+    Runs,
     add_selection_args,
     check_fittable,
     check_out_dir,
+    load_curves,
     load_selected,
 )
-from analysis.summary import cell, est, fmt
 
 # ---------------------------------------------------------------- content as blocks
 
@@ -73,15 +77,13 @@ FIGURE_SECTION = {
 SUMMARY = "Summary"
 
 
-def build_blocks(
-    runs, excluded, result, ablation, figures, title, source="", tuned=None, rule=None,
-    law_comparison=(),
-) -> list[tuple]:
+def build_blocks(an: Analysis, excluded, figures, title, source="") -> list[tuple]:
     """The report as ('h1'|'h2', text) / ('p', text) / ('list', [text]) / ('table', header, rows)
     / ('fig', stem, caption): the summary first (the answer, its figure), then one section per
     approach with its own figures; every h2 after the summary is a collapsible detail in HTML.
-    `tuned` (all arms) and `rule` (the baseline's lr rule): a tuned sweep's section.
-    `law_comparison`: `compare_laws.report_blocks` of the fitted runs (after the fits)."""
+    A tuned sweep's section shows every arm and the baseline's lr rule; the laws compared on
+    held-out runs (`compare_laws.report_blocks`) come after the fits."""
+    runs, result, ablation, tuned, rule = an.runs, an.result, an.ablation, an.tuned, an.rule
     figs = dict(figures)
     b: list[tuple] = [("h1", f"Scaling-law report: {title}")]
     n_boot = result["parametric"]["n_boot"] if result else (ablation or {}).get("n_boot", "")
@@ -108,18 +110,12 @@ def build_blocks(
     notes = (tuning_report.summary_sentences(tuned, rule) if tuned else []) + epochs.summary_sentence(runs)
     if notes:
         b.append(("list", notes))
-    sources, repeats = _source_blocks(runs, source), epochs.blocks(runs)
-    if sources or len(excluded) or repeats:
-        b.append(("h2", "Runs"))
-        b.extend(sources)
-        if len(excluded):
-            b.append(("table", ["excluded run", "status", "reason"], excluded.values.tolist()))
-        b.extend(repeats)
+    b.extend(_runs_blocks(runs, excluded, source))
     if tuned:
         b.extend(tuning_report.blocks(tuned, rule))
     if result is not None:
         b.extend(_fit_blocks(result))
-        b.extend(law_comparison)
+        b.extend(an.law_comparison)
     else:
         b.append(("h2", "Baseline law"))
         b.append(("p", "The baseline has one token budget, so no L(N, D) law is fitted: this is "
@@ -134,6 +130,17 @@ def build_blocks(
     for stem, caption in figs.items():
         _place(b, sections.get(stem, SUMMARY), ("fig", stem, caption))
     return b
+
+
+def _runs_blocks(runs: pd.DataFrame, excluded, source: str) -> list[tuple]:
+    """The Runs section: where they came from, the excluded ones, repeated data; [] if empty."""
+    sources, repeats = _source_blocks(runs, source), epochs.blocks(runs)
+    if not (sources or len(excluded) or repeats):
+        return []
+    b = [("h2", "Runs"), *sources]
+    if len(excluded):
+        b.append(("table", ["excluded run", "status", "reason"], excluded.values.tolist()))
+    return b + repeats
 
 
 def _place(blocks: list[tuple], heading: str, block: tuple) -> None:
@@ -187,6 +194,13 @@ def _matched_loss_blocks(runs: pd.DataFrame, baseline: str) -> list[tuple]:
 
 
 def _fit_blocks(result) -> list[tuple]:
+    """Every fit's section: approaches 3, 2, 1, the single-variable laws, the extrapolation."""
+    return [*_approach3_blocks(result), *_approach12_blocks(result), *_kaplan_blocks(result),
+            *_extrapolation_blocks(result)]
+
+
+def _approach3_blocks(result) -> list[tuple]:
+    """Approach 3: the method, its estimates and the allocation at every budget."""
     p = result["parametric"]
     b: list[tuple] = []
     b.append(("h2", "Approach 3: parametric fit L(N, D) = E + A/N^alpha + B/D^beta"))
@@ -212,6 +226,13 @@ def _fit_blocks(result) -> list[tuple]:
         b.append(("p", "Allocation under exact training FLOPs: L(N, C / f(N)) minimised over N, "
                        f"with f(N) = {six_n} + {f['c']:.3g} N^{f['q']:.3f} fitted to the runs' exact "
                        "FLOPs per token; a and b are the 6ND exponents it approaches at large N."))  # fmt: skip
+    return b
+
+
+def _approach12_blocks(result) -> list[tuple]:
+    """Approaches 2 and 1: allocation exponents, per-budget optima or why they were skipped."""
+    b: list[tuple] = []
+    conv = convention(result)
     for key, name in (("isoflop", "Approach 2: IsoFLOP profiles"),
                       ("envelope", "Approach 1: lower envelope of loss vs compute")):  # fmt: skip
         s = result.get(key)
@@ -245,6 +266,12 @@ def _fit_blocks(result) -> list[tuple]:
                 " plus intermediate evaluations (valid only for schedules that do not depend "
                 "on run length)." if s["uses_intermediate_points"] else
                 ": a cosine run's intermediate losses are not those of a run planned that short.")))  # fmt: skip
+    return b
+
+
+def _kaplan_blocks(result) -> list[tuple]:
+    """The single-variable laws L(N), L(D) and the frontier L(C)."""
+    b: list[tuple] = []
     b.append(("h2", "Single-variable laws (Kaplan style), y = E + A x^-alpha"))
     k = result["kaplan"]
     rows, notes = [], []
@@ -263,6 +290,13 @@ def _fit_blocks(result) -> list[tuple]:
                    "its intervals resample runs and recompute the frontier in each replicate."))  # fmt: skip
     if notes:
         b.append(("p", "Not identified by these runs: " + "; ".join(notes) + "."))
+    return b
+
+
+def _extrapolation_blocks(result) -> list[tuple]:
+    """Approach 3 fitted below a compute threshold, checked on the larger runs."""
+    b: list[tuple] = []
+    conv = convention(result)
     ext = result["extrapolation"]
     b.append(("h2", "Extrapolation check"))
     if "runs" not in ext:
@@ -398,13 +432,11 @@ def render_html(blocks, fig_dir: Path, title: str) -> str:
 # ---------------------------------------------------------------- pipeline
 
 
-def make_figures(
-    runs, curves, fits: Fits | None, ablation, fig_dir: Path, compute: str = "6nd", all_runs=None,
-    tuned=None, tuned_runs=None,
-) -> list[tuple[str, str]]:
-    """Figures of the baseline `runs` (and, with several variants in `all_runs`, per variant);
-    with `tuned` (the tuning section of `tuned_runs`, every run of the grid) loss vs the first
-    tuned key."""
+def make_figures(an: Analysis, fig_dir: Path, compute: str = "6nd") -> list[tuple[str, str]]:
+    """Figures of the baseline's runs (and, with several variants, per variant); when tuned,
+    loss vs the first tuned key over every run of the grid."""
+    runs, curves, fits, ablation = an.base, an.curves, an.fits, an.ablation
+    all_runs, tuned, tuned_runs = an.runs, an.tuned, an.grid_runs
     from analysis import plots  # lazy: seaborn ~3 s
 
     plots.setup()
@@ -574,10 +606,8 @@ def analyse(frame: pd.DataFrame, args, budgets: list[float] | None = None,
     curves = (curves_of or (lambda r: _curves(args, r)))(runs if grid_runs is None else grid_runs)
     fits = None
     if chosen.law_fit:
-        fits = fit_all(base, n_boot=args.bootstrap, seed=args.seed, budgets=budgets or args.budget,
-                       curves=curves, intermediate=args.intermediate,
-                       holdout_threshold=args.holdout_above, compute=args.compute,
-                       fixed=args.fixed, tuned=tuned)  # fmt: skip
+        options = FitOptions.from_args(args, budgets=budgets or args.budget)
+        fits = fit_all(base, options, curves=curves, intermediate=args.intermediate, tuned=tuned)
     # every law form the columns allow, judged on the runs above the hold-out threshold
     # (nothing when the runs are too few); 200 refits at most: it refits four laws
     law_comparison = compare_laws.report_blocks(
@@ -599,10 +629,8 @@ def analyse(frame: pd.DataFrame, args, budgets: list[float] | None = None,
 
 def report_blocks(an: Analysis, excluded, fig_dir: Path, title: str, source: str, args) -> list[tuple]:
     """The figures (written to `fig_dir`) and the blocks of one analysis."""
-    figures = make_figures(an.base, an.curves, an.fits, an.ablation, fig_dir, args.compute,
-                           all_runs=an.runs, tuned=an.tuned, tuned_runs=an.grid_runs)  # fmt: skip
-    return build_blocks(an.runs, excluded, an.result, an.ablation, figures, title, source,
-                        tuned=an.tuned, rule=an.rule, law_comparison=an.law_comparison)  # fmt: skip
+    figures = make_figures(an, fig_dir, args.compute)
+    return build_blocks(an, excluded, figures, title, source)
 
 
 def write_report(out: Path, blocks: list[tuple], title: str, fit_json: dict) -> None:
@@ -619,9 +647,7 @@ def main(argv: list[str] | None = None) -> int:
         check_out_dir(Path(args.out))
         loaded = load_selected(args)
         if args.group == "family":
-            from analysis import families_report
-
-            return families_report.main(args, loaded)
+            return families_main(args, loaded)
         check_one_family(loaded.frame, "the selection", "report one family at a time, or one "
                          "section per family: --group family")  # fmt: skip
         an = analyse(loaded.frame, args)
@@ -644,6 +670,53 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def families_main(args, loaded: Runs) -> int:
+    """The families report (--group family, `analysis.families_report`); InputError before
+    anything is written."""
+    frame = with_family(loaded.frame)
+    present = ordered(frame["family"])
+    frames = {f: frame[frame["family"] == f] for f in present}
+    for f, g in frames.items():  # one k per family, before any fitting
+        compute_factor.of_runs(g, f"family {f}")
+    top = frame.assign(C=frame["C_exact"]) if args.compute == "exact" else frame
+    budgets = args.budget or default_budgets(top)  # the same budgets C for every family
+
+    def curves_of(runs: pd.DataFrame) -> pd.DataFrame | None:
+        curves = _curves(args, runs)
+        return None if curves is None else curves[curves["run_id"].isin(runs["run_id"])]
+
+    analyses = {f: analyse(g, args, budgets, curves_of) for f, g in frames.items()}
+    title = args.title or default_title(args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    pd.concat([an.exported for an in analyses.values()]).to_csv(out / "runs.csv", index=False)
+    curves = [an.curves for an in analyses.values() if an.curves is not None and not an.curves.empty]
+    if curves:
+        pd.concat(curves).to_csv(out / "curves.csv", index=False)
+    n_runs = sum(len(an.exported) for an in analyses.values())
+    blocks: list[tuple] = [("h1", f"Scaling-law report by model family: {title}")]
+    blocks.append(("p", f"{n_runs} finished runs of {len(analyses)} families "
+                        f"({', '.join(f'{f} {len(an.exported)}' for f, an in analyses.items())}); "
+                        f"{len(loaded.excluded)} excluded. Every estimate carries a 95% bootstrap "
+                        f"percentile interval over runs ({args.bootstrap} replicates)."))  # fmt: skip
+    blocks += families_report.comparison_blocks(analyses, budgets, bool(args.budget))
+    if len(loaded.excluded):
+        blocks.append(("h2", "Excluded runs"))
+        blocks.append(("table", ["excluded run", "status", "reason"], loaded.excluded.values.tolist()))
+    for f, an in analyses.items():
+        section = report_blocks(an, loaded.excluded.iloc[0:0], out / "figures" / families_report.folder(f), f"{title}, {f}",
+                                loaded.source, args)  # fmt: skip
+        blocks += families_report.family_blocks(f, section)
+    fit_json = {"group_by": "family", "budgets": budgets, "comparison": families_report.comparison(analyses),
+                "groups": {f: an.fit_json() for f, an in analyses.items()}}  # fmt: skip
+    write_report(out, blocks, title, fit_json)
+    for f, an in analyses.items():
+        if an.result is not None:
+            print(summary(an.result, f"family={f}"))
+    print(f"wrote {out}/report.md, report.html, fit.json, runs.csv, figures/ ({len(analyses)} families)")
+    return 0
+
+
 def default_title(args) -> str:
     names = args.experiment or [Path(c).parent.name or Path(c).stem for c in args.csv]
     return " + ".join(names)
@@ -662,8 +735,6 @@ def _curves(args, runs: pd.DataFrame) -> pd.DataFrame | None:
             parts.append(curves)
         return parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
     if args.experiment:
-        from analysis.load import load_curves
-
         return load_curves(runs["run_id"], args.tracking_uri)
     return None
 

@@ -10,34 +10,8 @@ not determine is stated as a result.
 from __future__ import annotations
 
 from analysis import identification
+from analysis.estimate import cell, est, fmt, interval
 from analysis.fit import convention
-
-
-def fmt(x, spec=".4g") -> str:
-    """A number as reports print it; 'n/a' for None or nan."""
-    return "n/a" if x is None or x != x else f"{x:{spec}}"
-
-
-def interval(ci, spec=".4g") -> str:
-    return f"[{fmt(ci[0], spec)}, {fmt(ci[1], spec)}]" if ci else "[no interval]"
-
-
-def est(value, ci, spec=".4g") -> str:
-    """'value [lo, hi]' ('[no interval]' without one)."""
-    return f"{fmt(value, spec)} {interval(ci, spec)}"
-
-
-def cell(section: dict, key: str, spec=".4g", name: str | None = None, value=None) -> str:
-    """An estimate of a fit.json section as reports show it: 'v [lo, hi]', 'v (fixed)' or
-    'not identified'. `name` is its key in ci95 / not_identified (default `key`); `value`
-    replaces section[key] (e.g. an allocation row's)."""
-    name = name or key
-    value = section[key] if value is None else value
-    if key in section.get("fixed", {}):
-        return f"{fmt(value, spec)} (fixed)"
-    if name in section.get("not_identified", []):
-        return "not identified"
-    return est(value, section.get("ci95", {}).get(name), spec) + identification.clip_note(section, name)
 
 
 def headline_cell(variant: dict) -> dict | None:

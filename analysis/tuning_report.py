@@ -3,7 +3,7 @@ fit.json's `tuning` and `lr_rule` sections (analysis.tuning)."""
 
 from __future__ import annotations
 
-from analysis.summary import cell, fmt
+from analysis.estimate import cell, fmt
 from analysis.tuning import lr_key, value_text
 
 HEADING = "Tuning"

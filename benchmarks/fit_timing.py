@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 import scipy
 
-from analysis import parametric
 from analysis.bootstrap import resample_counts
+from analysis.laws import base, chinchilla
 from analysis.synthetic import HOFFMANN, grid_runs
 
 
@@ -62,19 +62,20 @@ def main(argv=None) -> int:
     info = machine()
     runs = grid_runs(HOFFMANN, n=args.points, noise=0.01, seed=0)
     N, D, L = runs["N"], runs["D"], runs["loss"]
-    fit, grid_wall, grid_cpu = _timed(lambda: parametric.fit_parametric(N, D, L), args.repeats)
+    fit, grid_wall, grid_cpu = _timed(lambda: chinchilla.fit(N, D, L), args.repeats)
     counts = resample_counts(len(runs), args.bootstrap, seed=0)
     (thetas, _), boot_wall, boot_cpu = _timed(
-        lambda: parametric.bootstrap_parametric(N, D, L, fit, counts), args.repeats
+        lambda: base.bootstrap(chinchilla.LAW, {"N": N, "D": D}, L, counts,
+                               np.vstack([fit.theta[None, :], chinchilla.BOOTSTRAP_STARTS])), args.repeats
     )
     # What a user waits for on a real ladder: the whole approach-3 section (grid fit, every
     # replicate from its own starts, identification) on the committed reference ladder.
     ladder = pd.read_csv(Path(__file__).parent.parent / "results" / "ref_ladder_v2" / "runs.csv")
-    (_, section), ladder_wall, ladder_cpu = _timed(
-        lambda: parametric.parametric_report(ladder, [1e13], args.bootstrap, 0), args.repeats
+    (_, section, _), ladder_wall, ladder_cpu = _timed(
+        lambda: chinchilla.section(ladder, [1e13], args.bootstrap, 0), args.repeats
     )
     rows = [
-        {"task": f"approach 3, full grid ({len(parametric.hoffmann_grid())} starts), "
+        {"task": f"approach 3, full grid ({len(chinchilla.hoffmann_grid())} starts), "
                  f"{args.points} points", "wall_s": grid_wall, "cpu_s": grid_cpu},
         {"task": f"{args.bootstrap} bootstrap refits (warm + 9 grid starts), {args.points} points",
          "wall_s": boot_wall, "cpu_s": boot_cpu},

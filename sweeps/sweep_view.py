@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TimeRemainingColumn
 from rich.table import Table
 
+from models.values import format_duration
 from sweeps import plan
 from sweeps.sweep_records import children_by_key
 
@@ -57,12 +58,6 @@ def plan_rows(runs: list[plan.PlannedRun]) -> list[dict[str, Any]]:
     return rows
 
 
-def _dur(seconds: float) -> str:
-    m, s = divmod(int(round(seconds)), 60)
-    h, m = divmod(m, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
-
-
 def print_plan(spec: plan.SweepSpec, runs, jobs: int, records_read: bool, plan_s: float) -> None:
     kind = spec.kind
     if spec.budgets:
@@ -88,7 +83,7 @@ def print_plan(spec: plan.SweepSpec, runs, jobs: int, records_read: bool, plan_s
             f"{r.c:.2e}" if f else "",
             f"{r.c_exact:.2e}" if f else "",
             f"{r.d / r.n:.1f}" if f and r.n else "",
-            _dur(r.est_s) if not r.skip else "",
+            format_duration(r.est_s) if not r.skip else "",
             r.skip or ("will run" if records_read else "will run (no store yet)"),
         )
     out = console()
@@ -99,7 +94,7 @@ def print_plan(spec: plan.SweepSpec, runs, jobs: int, records_read: bool, plan_s
     out.print(
         f"{len(todo)} to run, {len(runs) - len(todo)} skipped; compute {spent:.3g} FLOPs (6ND), "
         f"{spent_exact:.3g} FLOPs (exact); "
-        f"estimated wall time {_dur(plan.total_estimate(todo, jobs))} with sweep.jobs={jobs} "
+        f"estimated wall time {format_duration(plan.total_estimate(todo, jobs))} with sweep.jobs={jobs} "
         f"(planned in {plan_s:.1f}s; dry run: nothing trained, no runs created)"
     )
     wsd_spent, cosine = plan.wsd_compute(runs)
@@ -219,6 +214,6 @@ class SweepProgress:
         eta = (elapsed / done_est * (total - done_est)) if done_est else total / self.jobs
         print(
             f"[sweep {self.name}] {len(self._done)}/{len(self.est)} runs done, "
-            f"elapsed {_dur(elapsed)}, ETA {_dur(eta)}",
+            f"elapsed {format_duration(elapsed)}, ETA {format_duration(eta)}",
             flush=True,
         )

@@ -37,6 +37,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from rich.table import Table
 
+from models.values import format_duration
 from sweeps import plan
 from sweeps.plan import PlanError, PlannedRun, Point, TuneSpec, format_value
 from sweeps.sweep_view import console
@@ -493,7 +494,7 @@ def print_tuning(tp: TuningPlan, jobs: int) -> None:
     per_arm = sum(tp.cost(a)[0] / tp.cost(a)[2] for a in tuned_arms) / max(1, len(tuned_arms))
     out.print(
         f"tuned sweep: {tot[3]} runs at most, {tot[0]:.3g} FLOPs (exact), estimated wall time "
-        f"{_dur(wall)} with sweep.jobs={jobs} (stages wait for each other); "
+        f"{format_duration(wall)} with sweep.jobs={jobs} (stages wait for each other); "
         f"a tuned arm costs {per_arm:.2f} runs for {len(spec.candidates)} candidates"
     )
     out.print(
@@ -530,12 +531,6 @@ def early_rungs(tp: TuningPlan) -> str | None:
         f"{arm.id}, {after} steps): lrs compared this early favour the highest (short-horizon "
         "bias); later sweep.tune_halving.rungs, longer budgets or tune_halving: false choose better"
     )
-
-
-def _dur(seconds: float) -> str:
-    m, s = divmod(int(round(seconds)), 60)
-    h, m = divmod(m, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
 def apply_lr_rule(

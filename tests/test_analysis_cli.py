@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from analysis import fit, isoflop, report
+from analysis.laws.chinchilla import Parametric
 from analysis.load import InputError, load_selected
-from analysis.parametric import Parametric
 from analysis.synthetic import isoflop_runs
 
 LAW = Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
@@ -47,7 +47,7 @@ def test_fit_all_returns_the_fitted_law_that_fit_json_describes(runs_csv, tmp_pa
     from the JSON) next to the sections, and fit.json is exactly those sections."""
     runs = load_selected(argparse.Namespace(csv=[str(runs_csv)], experiment=None, sweep=None,
                                             tracking_uri=None)).frame  # fmt: skip
-    fits = fit.fit_all(runs, n_boot=20, seed=0)
+    fits = fit.fit_all(runs, fit.FitOptions(n_boot=20, seed=0))
     p = fits.parametric
     assert isinstance(fits.law, Parametric) and fits.flops is None
     assert fits.law.n_points == p["n_points"] == 12 and fits.law.objective == p["objective"]
@@ -338,7 +338,7 @@ def test_report_over_an_isoflop_sweep_and_a_token_grid(tmp_path):
 def test_isoflop_figure_names_the_profiles_of_the_table(ladders):
     """The IsoFLOP figure's legend names the profiles approach 2's table lists, each with its
     sweep and budget, in the table's order: also when the token grid, the only other sweep,
-    holds no profile (the figure used to drop the sweep names then)."""
+    holds no profile."""
     from analysis import plots
 
     frames = [_token_grid(LAW, 1e18, seed=9)]
@@ -346,8 +346,10 @@ def test_isoflop_figure_names_the_profiles_of_the_table(ladders):
         ladder = isoflop_runs(LAW, budgets=budgets, sizes_per_budget=4, noise=0.005, seed=seed)
         frames.append(ladder.assign(sweep=sweep, run_id=sweep + "-" + ladder["run_id"]))
     runs = pd.concat(frames, ignore_index=True)
-    fits = fit.fit_all(runs, n_boot=20, seed=0, holdout_threshold=1e30)
-    blocks = report.build_blocks(runs, pd.DataFrame(), fits.as_dict(), None, [], "t")
+    fits = fit.fit_all(runs, fit.FitOptions(n_boot=20, seed=0, holdout_threshold=1e30))
+    an = report.Analysis(runs=runs, grid_runs=None, base=runs, curves=None, fits=fits,
+                         law_comparison=[], ablation=None, tuned=None, rule=None)
+    blocks = report.build_blocks(an, pd.DataFrame(), [], "t")
     start = blocks.index(("h2", "Approach 2: IsoFLOP profiles"))
     _, header, rows = next(b for b in blocks[start:] if b[0] == "table")
     sweep, budget = header.index("sweep"), header.index("C (6ND)")

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import fit, predict, report
-from analysis.parametric import Parametric
+from analysis.laws.chinchilla import Parametric
 from analysis.synthetic import isoflop_runs
 
 LAW = Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)

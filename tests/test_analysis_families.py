@@ -9,7 +9,7 @@ import pandas as pd
 
 from analysis import fit, report
 from analysis.families import family_of
-from analysis.parametric import Parametric
+from analysis.laws.chinchilla import Parametric
 from analysis.synthetic import isoflop_runs
 
 LAW = Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)

@@ -1,18 +1,19 @@
-"""Scaling-law fits recover known laws (issue 5, "Validation you must show in tests")."""
+"""Scaling-law fits recover known laws: batched L-BFGS, approaches 1-3, the bootstrap, ablation multipliers."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import envelope, identification, isoflop, parametric
+from analysis import envelope, identification, isoflop
 from analysis.ablation import compare_variants
 from analysis.bootstrap import resample_counts
+from analysis.estimate import cell
+from analysis.laws import chinchilla
 from analysis.lbfgs import minimize_batched
 from analysis.powerlaw import fit_power_law
-from analysis.summary import cell
 from analysis.synthetic import HOFFMANN, isoflop_runs
 
-TRUTH = parametric.Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
+TRUTH = chinchilla.Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
 
 
 def test_hoffmann_full_precision_values_give_the_papers_allocation():
@@ -22,7 +23,7 @@ def test_hoffmann_full_precision_values_give_the_papers_allocation():
     assert 39.5e9 < n_opt[0] < 41.5e9
     assert n_opt[0] * d_opt[0] * 6 == pytest.approx(5.76e23)
     # Sensitivity: the rounded exponents move the answer by 20%, to ~32B.
-    rounded = parametric.Parametric(E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28)
+    rounded = chinchilla.Parametric(E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28)
     assert 31e9 < rounded.optimal(5.76e23)[0][0] < 33e9
 
 
@@ -44,7 +45,7 @@ def test_approach3_recovers_known_parameters_and_intervals_cover_them():
     # exponents within 0.03 and E within 5% (a few bootstrap standard deviations at this noise,
     # measured: ~0.01 for alpha/beta); A and B trade off against the exponents, so 35%.
     runs = isoflop_runs(TRUTH, noise=0.01, seed=3)
-    fit, section = parametric.parametric_report(runs, [1e21], n_boot=200, seed=0)
+    fit, section, _ = chinchilla.section(runs, [1e21], n_boot=200, seed=0)
     assert fit.alpha == pytest.approx(TRUTH.alpha, abs=0.03)
     assert fit.beta == pytest.approx(TRUTH.beta, abs=0.03)
     assert fit.E == pytest.approx(TRUTH.E, rel=0.05)
@@ -61,13 +62,13 @@ def test_approach3_recovers_known_parameters_and_intervals_cover_them():
 def test_approach3_objective_is_the_best_of_the_grid():
     # Every start of the grid ends at or above the kept optimum.
     runs = isoflop_runs(TRUTH, noise=0.01, seed=1, budgets=(1e17, 1e18, 1e19), sizes_per_budget=5)
-    fit = parametric.fit_parametric(runs["N"], runs["D"], runs["loss"])
+    fit = chinchilla.fit(runs["N"], runs["D"], runs["loss"])
     logs = [np.log(runs[c].to_numpy()) for c in ("N", "D", "loss")]
-    some_starts = parametric.hoffmann_grid()[::97]
-    f, _ = parametric.huber_objective(some_starts, np.zeros(len(some_starts), int), *logs,
+    some_starts = chinchilla.hoffmann_grid()[::97]
+    f, _ = chinchilla.huber_objective(some_starts, np.zeros(len(some_starts), int), *logs,
                                       np.ones((1, len(runs))))  # fmt: skip
     assert fit.objective <= f.min()
-    refit = parametric.fit_parametric(runs["N"], runs["D"], runs["loss"], starts=some_starts)
+    refit = chinchilla.fit(runs["N"], runs["D"], runs["loss"], starts=some_starts)
     assert fit.objective <= refit.objective + 1e-12
 
 
@@ -130,7 +131,7 @@ def test_resample_counts_is_seeded_and_keeps_strata_sizes():
 def _scaled(law, k):
     """Law of a variant worth k times the compute: L_v(N, D) = L(N sqrt k, D sqrt k)."""
     s = np.sqrt(k)
-    return parametric.Parametric(law.E, law.A * s**-law.alpha, law.B * s**-law.beta, law.alpha,
+    return chinchilla.Parametric(law.E, law.A * s**-law.alpha, law.B * s**-law.beta, law.alpha,
                                  law.beta)  # fmt: skip
 
 
@@ -181,12 +182,12 @@ def test_bootstrap_intervals_cover_the_truth_when_e_is_weakly_identified():
     some fits put E on its bound (seed 0: E ~ 1e-252). Each replicate must find its own optimum:
     warm-started at such an estimate alone, no replicate could leave it and the intervals of E
     and a collapsed onto it (the old code's 'E 8.6e-54 [8.6e-54, 8.6e-54]')."""
-    truth = parametric.Parametric(E=0.5, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
+    truth = chinchilla.Parametric(E=0.5, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
     budgets = tuple(np.geomspace(1e17, 1e18, 4))
     covered, on_bound = 0, 0
     for seed in range(12):
         runs = isoflop_runs(truth, budgets=budgets, sizes_per_budget=5, noise=0.02, seed=seed)
-        fit, section = parametric.parametric_report(runs, [1e19], n_boot=60, seed=seed)
+        fit, section, _ = chinchilla.section(runs, [1e19], n_boot=60, seed=seed)
         lo, hi = section["ci95"]["a"]
         covered += lo <= truth.a <= hi
         e_lo, e_hi = section["ci95"]["E"]
@@ -244,7 +245,7 @@ def test_holm_adjustment_matches_the_step_down_formula():
 
 def test_fixing_e_at_the_truth_recovers_the_exponents():
     runs = isoflop_runs(TRUTH, noise=0.01, seed=3)
-    fit, section = parametric.parametric_report(runs, [1e21], n_boot=50, seed=0,
+    fit, section, _ = chinchilla.section(runs, [1e21], n_boot=50, seed=0,
                                                 fixed={"E": TRUTH.E})  # fmt: skip
     assert fit.E == pytest.approx(TRUTH.E)
     assert section["fixed"] == {"E": TRUTH.E} and section["ci95"]["E"] is None
@@ -254,11 +255,11 @@ def test_fixing_e_at_the_truth_recovers_the_exponents():
 
 
 def test_exact_compute_allocation_spends_the_budget_and_tends_to_6nd():
-    flops = parametric.FlopsPerToken(c=2e5, q=0.5)  # head-like extra term
+    flops = chinchilla.FlopsPerToken(c=2e5, q=0.5)  # head-like extra term
     theta = TRUTH.theta[None, :]
     small, huge = 1e15, 1e30
-    exact = parametric.allocation_exact(theta, [small, huge], flops)
-    six = parametric.allocation(theta, np.array([small, huge]))
+    exact = chinchilla.allocation_exact(theta, [small, huge], flops)
+    six = chinchilla.allocation(theta, np.array([small, huge]))
     for k, C in enumerate((small, huge)):
         assert flops(exact["N_opt"][0, k]) * exact["D_opt"][0, k] == pytest.approx(C)
     # brute force at the small budget: the grid minimum is the optimum

@@ -10,8 +10,8 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
 from analysis import report
+from analysis.laws.chinchilla import Parametric
 from analysis.load import InputError, load_curves, load_mlflow, load_selected
-from analysis.parametric import Parametric
 from analysis.synthetic import isoflop_runs
 
 LAW = Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)

@@ -19,6 +19,8 @@ from rich.console import Console
 from rich.progress import BarColumn, TaskProgressColumn, TextColumn, TimeRemainingColumn
 from rich.progress import Progress as RichProgress
 
+from models.values import format_duration
+
 _MEASURED_PEAK: dict[str, float] = {}
 
 
@@ -60,13 +62,6 @@ def format_si(x: float) -> str:
         if abs(x) >= scale:
             return f"{x / scale:.1f}{unit}"
     return f"{x:.0f}"
-
-
-def duration(seconds: float) -> str:
-    seconds = int(seconds)
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
 NARROW = 110  # below this many terminal columns the bar shows only bar, %, loss and ETA
@@ -136,7 +131,7 @@ class Progress:
             eta = elapsed / done * (self.total - step) if done else 0.0
             print(
                 f"step {step}/{self.total} ({100 * step / max(self.total, 1):.0f}%) | tokens "
-                f"{format_si(tokens)} | {format_stats(stats)} | eta {duration(eta)}",
+                f"{format_si(tokens)} | {format_stats(stats)} | eta {format_duration(eta)}",
                 flush=True,
             )
 

@@ -2,7 +2,7 @@
 
     LAWS["kaplan"].predict(theta, {"N": ..., "D": ...})
 
-`chinchilla` (default, approach 3 of `analysis.parametric`), `kaplan` (Kaplan et al. 2020,
+`chinchilla` (default, approach 3: `analysis.laws.chinchilla`), `kaplan` (Kaplan et al. 2020,
 eq. 1.5), `datablations` (Muennighoff et al. 2023, needs a column U of unique tokens) and
 `overtrain` (Gadre et al. 2024). Every form: fitted from a start grid, bootstrap over runs,
 identification flags, allocation for compute budgets; `section` writes fit.json's shape
@@ -14,10 +14,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis import identification
 from analysis.bootstrap import intervals, resample_counts
 from analysis.compute_factor import label
 from analysis.laws import chinchilla, datablations, kaplan, overtrain
-from analysis.laws.base import HUBER_DELTA, Law, fit_and_bootstrap, reasons
+from analysis.laws.base import HUBER_DELTA, Law, fit_and_bootstrap
 from analysis.load import InputError
 
 LAWS: dict[str, Law] = {law.name: law for law in
@@ -61,7 +62,10 @@ def fit_law(law: Law, runs: pd.DataFrame, n_boot: int, seed: int, fixed: dict | 
     """(theta (P,), objective, thetas (R, P), converged (R,)) with counts as approach 3 draws
     them (`resample_counts(len(runs), n_boot, seed)`)."""
     counts = resample_counts(len(runs), n_boot, seed)
-    return (law.fitter or fit_and_bootstrap)(law, runs, counts, fixed)
+    if law.fitter is not None:
+        return law.fitter(law, runs, counts, fixed)
+    point, thetas, converged = fit_and_bootstrap(law, runs, counts, fixed)
+    return law.settle(point.theta), point.objective, thetas, converged
 
 
 def quantities(
@@ -92,7 +96,7 @@ def section(law: Law, runs: pd.DataFrame, budgets, n_boot: int, seed: int,
     ci = intervals(quantities(law, law.to_values(thetas), budgets, U, k))
     for name in fixed or {}:
         ci[name] = None
-    why = reasons(law, point, ci, converged, float(runs["loss"].min()), fixed)
+    why = identification.law_reasons(law, point, ci, converged, float(runs["loss"].min()), fixed)
     if law.extra_reasons:
         why = {**why, **law.extra_reasons(runs, {k: point[k] for k in law.params})}
     alloc_names = ("N_opt", "D_opt", "tokens_per_param")

@@ -68,7 +68,7 @@ def apply(frame: pd.DataFrame, args: argparse.Namespace, result: dict) -> dict[s
     results = result.get("groups", {"": result})
     for name, g in groups(frame, args.group).items():
         res = results[name]
-        if law.name == DEFAULT:  # fit.json as before; only the replicates are new
+        if law.name == DEFAULT:  # approach 3 is already fit.json's section: only its replicates
             out[name] = fit_law(law, g, args.bootstrap, args.seed, args.fixed)[2]
             continue
         res["parametric"], out[name] = section(law, g, res["budgets"], args.bootstrap, args.seed,

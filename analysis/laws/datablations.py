@@ -20,9 +20,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from analysis import parametric
-from analysis.laws.base import Law, bootstrap, fit, one_thread, tensors
-from analysis.laws.chinchilla import ORDER
+from analysis.laws.base import Law, bootstrap, data, fit, fit_and_bootstrap, one_thread
+from analysis.laws.chinchilla import LAW as CHINCHILLA
 
 # The README's parameters (C4 fit): a, b, e, alpha, beta, rd_star, rn_star with A = exp(a) etc.
 README = dict(zip(("a", "b", "e", "alpha", "beta", "rd_star", "rn_star"),
@@ -82,24 +81,20 @@ def single_epoch(runs: pd.DataFrame) -> np.ndarray:
 def fitter(law: Law, runs: pd.DataFrame, counts: np.ndarray, fixed: dict | None = None):
     """The two-stage fit and its bootstrap: theta (7,), objective, thetas (R, 7), converged."""
     one = single_epoch(runs)
-    first = runs[one]
-    stage1 = parametric.fit_parametric(first["N"], first["D"], first["loss"], fixed=fixed)
-    reps1, ok1 = parametric.bootstrap_parametric(first["N"], first["D"], first["loss"], stage1,
-                                                 counts[:, one], fixed=fixed)  # fmt: skip
-    order = ORDER  # analysis.parametric's theta order -> ours
-    cols, loss = tensors(runs, law.columns), runs["loss"].to_numpy(float)
+    stage1, reps1, ok1 = fit_and_bootstrap(CHINCHILLA, runs[one], counts[:, one], fixed)
+    head = law.take(CHINCHILLA.settle(stage1.theta), CHINCHILLA)  # E, A, B, alpha, beta
+    cols, loss = data(runs, law)
     stars = law.starts()[:, 5:]  # (S, 2) grid of log R_D*, log R_N*
     free = np.array([False] * 5 + [True] * 2)
-    head = stage1.theta[order]
     with one_thread():
         point = fit(law, cols, loss, free=free,
                     starts=np.column_stack([np.tile(head, (len(stars), 1)), stars]))
     n_rep = counts.shape[0]
     starts = np.concatenate([point.theta[None, 5:], stars])  # warm start + grid
     per_rep = np.concatenate(
-        [np.repeat(reps1[:, None, order], len(starts), axis=1),
+        [np.repeat(law.take(reps1, CHINCHILLA)[:, None, :], len(starts), axis=1),
          np.broadcast_to(starts, (n_rep, *starts.shape))], axis=2,
-    )  # fmt: skip
+    )
     with one_thread():
         thetas, ok2 = bootstrap(law, cols, loss, counts, per_rep, free=free)
     return point.theta, point.objective, thetas, ok1 & ok2

@@ -9,7 +9,8 @@ import pytest
 
 from analysis import compare_laws, fit, predict
 from analysis.laws import LAWS, datablations, kaplan
-from analysis.laws.synthetic import grid, runs
+from analysis.synthetic import law_runs as runs
+from analysis.synthetic import size_token_grid as grid
 
 OVERTRAIN = {"E": 1.8, "a": 400.0, "b": -0.3, "c": 600.0}
 

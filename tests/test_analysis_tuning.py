@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from analysis import fit, report, tuning, tuning_report
+from analysis.laws.chinchilla import Parametric
 from analysis.load import InputError
-from analysis.parametric import Parametric
 
 LAW = Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
 SCALE, EXPONENT, CURVATURE = 2.0, -0.35, 0.05

@@ -15,7 +15,8 @@ from scipy.optimize import minimize_scalar
 
 from analysis import fit
 from analysis.laws import LAWS, datablations, kaplan, section
-from analysis.laws.synthetic import grid, runs
+from analysis.synthetic import law_runs as runs
+from analysis.synthetic import size_token_grid as grid
 
 # ---------------------------------------------------------------- published values
 
