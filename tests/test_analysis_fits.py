@@ -11,7 +11,7 @@ from analysis.estimate import cell
 from analysis.laws import chinchilla
 from analysis.lbfgs import minimize_batched
 from analysis.powerlaw import fit_power_law
-from analysis.synthetic import HOFFMANN, isoflop_runs
+from analysis.synthetic import HOFFMANN, grid_runs, isoflop_runs
 
 TRUTH = chinchilla.Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
 
@@ -292,3 +292,56 @@ def test_allocation_intervals_are_cut_to_0_1_and_reaching_past_both_ends_is_not_
     # float rounding past a bound is cut without a note
     rounding = identification.clip_allocation({"a": 0.5, "ci95": {"a": [0.4, 1.0 + 5e-15]}})
     assert rounding["ci95"]["a"] == [0.4, 1.0] and "ci95_unclipped" not in rounding
+
+
+# ---------------------------------------------------------------- approach 2: which budgets count
+
+
+def test_approach2_uses_interior_minima_only_and_says_why_not():
+    """Two of six budgets measured off-centre (all sizes 12x above, or below, the optimum):
+    their lowest loss sits at an edge, so they are listed with the reason and left out, and the
+    exponent comes from the four interior budgets."""
+    runs = isoflop_runs(TRUTH, budgets=np.geomspace(1e17, 1e20, 6), sizes_per_budget=5, span=4,
+                        noise=0.0)  # fmt: skip
+    budget = np.repeat(np.arange(6), 5)
+    runs.loc[budget == 0, "N"] *= 12.0
+    runs.loc[budget == 5, "N"] /= 12.0
+    runs["D"] = runs["C"] / (6 * runs["N"])
+    rng = np.random.default_rng(1)
+    runs["loss"] = TRUTH.predict(runs["N"], runs["D"]) * np.exp(0.002 * rng.standard_normal(30))
+    iso = isoflop.isoflop_report(runs, n_boot=200, seed=0)
+    used = [o["interior"] for o in iso["per_budget"]]
+    assert used == [False, True, True, True, True, False] and iso["n_budgets"] == 4
+    assert "smallest size" in iso["per_budget"][0]["why_not_used"]
+    assert "largest size" in iso["per_budget"][5]["why_not_used"]
+    assert iso["a"] == pytest.approx(TRUTH.a, abs=0.02)
+    lo, hi = iso["ci95"]["a"]
+    assert lo <= TRUTH.a <= hi
+
+
+def test_approach2_fits_the_parabola_near_each_minimum():
+    """Profiles spanning 900x in N (13 sizes): a parabola through every point is bent by the
+    far ones; the rule fits the sizes within 2% of the lowest loss and recovers a."""
+    runs = isoflop_runs(TRUTH, budgets=np.geomspace(1e17, 1e20, 6), sizes_per_budget=13,
+                        span=30, noise=0.002, seed=0)  # fmt: skip
+    iso = isoflop.isoflop_report(runs, n_boot=200, seed=0)
+    assert iso["n_budgets"] == 6
+    assert all(3 <= o["n_fit"] < o["n_points"] for o in iso["per_budget"])
+    assert iso["a"] == pytest.approx(TRUTH.a, abs=0.015)
+    everything = np.polyfit(np.log(runs["N"][:13]), runs["loss"][:13], 2)  # the old fit
+    assert abs(np.exp(-everything[1] / (2 * everything[0])) / iso["per_budget"][0]["N_opt"] - 1) > 0.1
+
+
+def test_a_scatter_of_runs_is_not_an_isoflop_design():
+    """Runs at random (N, D): neighbour chaining at 10% would merge runs across decades of
+    compute into 'budgets'; approach 2 says the runs are no IsoFLOP design instead."""
+    scatter = grid_runs(n=200, seed=0)
+    iso = isoflop.isoflop_report(scatter, n_boot=20, seed=0)
+    assert "not an IsoFLOP design" in iso["skipped"] and "a" not in iso
+    # an IsoFLOP sweep next to a few scattered runs of another sweep: used, with a warning
+    ladder = isoflop_runs(TRUTH, budgets=np.geomspace(1e17, 1e20, 6), noise=0.002, seed=0)
+    mixed = pd.concat([ladder.assign(sweep="iso"),
+                       scatter.iloc[:80].assign(sweep="scatter")], ignore_index=True)  # fmt: skip
+    iso = isoflop.isoflop_report(mixed, n_boot=20, seed=0)
+    assert sum(o["interior"] for o in iso["per_budget"] if o["sweep"] == "iso") == 6
+    assert "left out of approach 2" in iso["warning"]
