@@ -345,3 +345,35 @@ def test_a_scatter_of_runs_is_not_an_isoflop_design():
     iso = isoflop.isoflop_report(mixed, n_boot=20, seed=0)
     assert sum(o["interior"] for o in iso["per_budget"] if o["sweep"] == "iso") == 6
     assert "left out of approach 2" in iso["warning"]
+
+
+# ---------------------------------------------------------------- approach 3: impossible asymptotes
+
+
+def test_an_asymptote_above_the_best_runs_is_not_a_law():
+    """The two best runs sit 4% below the law the other runs follow (as two runs of Porian et
+    al.'s tuned sweep sit below its fitted E): the robust fit keeps E above them, so E, and
+    everything built from it, is flagged instead of shown with intervals."""
+    law = chinchilla.Parametric(E=3.0, A=100.0, B=100.0, alpha=0.36, beta=0.30)
+    runs = isoflop_runs(law, budgets=np.geomspace(1e18, 1e21, 5), sizes_per_budget=5,
+                        noise=0.002, seed=0)  # best runs 3.09-3.11: near the floor  # fmt: skip
+    best = runs["loss"].nsmallest(2).index
+    runs.loc[best, "loss"] = runs.loc[best, "loss"] * 0.96
+    fit, section, _ = chinchilla.section(runs, [1e21], n_boot=20, seed=0)
+    assert fit.E >= runs["loss"].min()
+    assert "at or above the lowest measured loss" in section["why_not_identified"]["E"]
+    assert {"alpha", "beta", "a", "b", "N_opt@1e+21"} <= set(section["not_identified"])
+    assert "built on E" in section["why_not_identified"]["a"]
+
+
+def test_an_irreducible_loss_whose_interval_reaches_zero_flags_the_allocation():
+    """Gadre et al.'s fit set gives E = 1.458 [2.5e-7, 1.84]: E is flagged, and the allocation
+    built on it says so; the exponents keep their intervals."""
+    point = {"E": 1.458, "alpha": 0.3, "beta": 0.3, "A": 400.0, "B": 400.0, "a": 0.5, "b": 0.5,
+             "N_opt@1e+21": 1e10}  # fmt: skip
+    ci = {"E": [2.5e-7, 1.84], "alpha": [0.25, 0.35], "beta": [0.25, 0.35], "A": [300, 500],
+          "B": [300, 500], "a": [0.45, 0.55], "b": [0.45, 0.55], "N_opt@1e+21": [5e9, 2e10]}  # fmt: skip
+    reasons = identification.law_reasons(chinchilla.LAW, point, ci, np.ones(20, bool), loss_min=2.1)
+    assert "reaches down to 0" in reasons["E"]
+    assert "built on E" in reasons["N_opt@1e+21"]
+    assert "alpha" not in reasons and "a" not in reasons

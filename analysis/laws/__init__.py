@@ -106,7 +106,10 @@ def section(law: Law, runs: pd.DataFrame, budgets, n_boot: int, seed: int,
     ci = intervals(quantities(law, law.to_values(thetas), budgets, U, k))
     for name in fixed or {}:
         ci[name] = None
-    why = identification.law_reasons(law, point, ci, converged, float(runs["loss"].min()), fixed)
+    cols = {c: runs[c].to_numpy(float) for c in law.columns}
+    noise = identification.noise_of(runs["loss"], law.predict(theta, cols)[0])
+    why = identification.law_reasons(law, point, ci, converged, float(runs["loss"].min()), fixed,
+                                     noise)
     if law.extra_reasons:
         why = {**why, **law.extra_reasons(runs, {k: point[k] for k in law.params})}
     alloc_names = ("N_opt", "D_opt", "tokens_per_param")

@@ -336,8 +336,9 @@ def section(
         "n_boot_converged": int(converged.sum()),
         "ci95": ci,
     }
+    noise = identification.noise_of(runs["loss"], fit.predict(runs["N"], runs["D"]))
     reasons = identification.law_reasons(LAW, estimate, ci, converged,
-                                         float(runs["loss"].min()), fixed)
+                                         float(runs["loss"].min()), fixed, noise)
     out = identification.clip_allocation(out)
     reasons = {**identification.range_problems(out), **reasons}
     return fit, identification.with_reasons(out, reasons), thetas
