@@ -193,9 +193,9 @@ def profile_optimum(x, y, w) -> dict:
     if not c2 > 0:
         return {**row, "why_not_used": "the parabola near its lowest loss is not convex"}
     x_opt = -c1 / (2 * c2)
-    row.update(N_opt=float(np.exp(x_opt)), loss_opt=float(c0 + c1 * x_opt + c2 * x_opt**2))
-    if not sizes[lo] <= x_opt <= sizes[hi]:
+    if not sizes[lo] <= x_opt <= sizes[hi]:  # (a nearly flat one's would overflow exp)
         return {**row, "why_not_used": "the parabola's minimum lies outside the sizes it is fitted to"}
+    row.update(N_opt=float(np.exp(x_opt)), loss_opt=float(c0 + c1 * x_opt + c2 * x_opt**2))
     return {**row, "interior": True}
 
 

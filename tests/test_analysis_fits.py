@@ -377,3 +377,23 @@ def test_an_irreducible_loss_whose_interval_reaches_zero_flags_the_allocation():
     assert "reaches down to 0" in reasons["E"]
     assert "built on E" in reasons["N_opt@1e+21"]
     assert "alpha" not in reasons and "a" not in reasons
+
+
+def test_degenerate_inputs_raise_no_runtime_warnings():
+    """Overflow, division by zero and log of 0 are handled where they arise (an empty bootstrap
+    replicate, E on its bound 0, a negative exponent, a flat profile), not printed on stderr."""
+    import warnings
+
+    from analysis.powerlaw import fit_power_laws
+
+    x, y = np.geomspace(1e3, 1e6, 6), 2.0 + 30 * np.geomspace(1e3, 1e6, 6) ** -0.3
+    empty = np.vstack([np.zeros(6), np.ones(6)])  # a replicate that drew no point
+    flat = isoflop_runs(TRUTH, budgets=(1e17, 1e18), sizes_per_budget=5, noise=0.0)
+    flat["loss"] = 3.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for irreducible in (True, False):
+            assert np.isnan(fit_power_laws(x, y, irreducible=irreducible, weights=empty)[0, :2]).all()
+        theta = chinchilla.Parametric(E=0.0, A=400.0, B=400.0, alpha=-0.1, beta=0.3).theta
+        assert np.isnan(chinchilla.allocation(theta[None, :], [1e20])["N_opt"]).all()
+        assert isoflop.isoflop_report(flat, n_boot=10, seed=0)["not_identified"] == ["a", "b"]
