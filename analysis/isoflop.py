@@ -183,18 +183,17 @@ def profile_optimum(x, y, w) -> dict:
         return {**row, "why_not_used": f"fewer than {MIN_PROFILE_SIZES} distinct sizes"}
     if i in (0, sizes.size - 1):
         end = "smallest" if i == 0 else "largest"
-        return {**row, "why_not_used": f"its lowest loss is at its {end} size: the minimum lies "
-                                       "outside the measured sizes"}  # fmt: skip
+        return {**row, "why_not_used": f"lowest loss at the {end} size"}
     lo, hi = _window(lowest, i)
     fit = (x >= sizes[lo]) & (x <= sizes[hi])
     c2, c1, c0 = np.polyfit(x[fit], y[fit], 2, w=np.sqrt(w[fit]))  # polyfit weights residuals
     row.update(n_fit=int(fit.sum()), N_fit_min=float(np.exp(sizes[lo])),
                N_fit_max=float(np.exp(sizes[hi])), curvature=float(c2))  # fmt: skip
     if not c2 > 0:
-        return {**row, "why_not_used": "the parabola near its lowest loss is not convex"}
+        return {**row, "why_not_used": "parabola not convex"}
     x_opt = -c1 / (2 * c2)
     if not sizes[lo] <= x_opt <= sizes[hi]:  # (a nearly flat one's would overflow exp)
-        return {**row, "why_not_used": "the parabola's minimum lies outside the sizes it is fitted to"}
+        return {**row, "why_not_used": "parabola minimum outside the fitted sizes"}
     row.update(N_opt=float(np.exp(x_opt)), loss_opt=float(c0 + c1 * x_opt + c2 * x_opt**2))
     return {**row, "interior": True}
 
