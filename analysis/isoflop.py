@@ -254,7 +254,11 @@ def isoflop_report(
         **warning,
     }
     section = identification.clip_allocation(section)
-    return identification.with_reasons(section, identification.allocation_exponents(section))
+    reasons = identification.allocation_exponents(section)
+    if point["n_budgets"] == 2:  # every replicate draws the same line or none
+        why = "only 2 budgets are used: a line through two points has no interval"
+        reasons = {"a": why, "b": why}
+    return identification.with_reasons(section, reasons)
 
 
 def _not_a_design(scattered: pd.DataFrame, rtol: float, some: bool = False) -> str:
