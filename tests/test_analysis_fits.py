@@ -297,12 +297,23 @@ def test_allocation_intervals_are_cut_to_0_1_and_reaching_past_both_ends_is_not_
 # ---------------------------------------------------------------- approach 2: which budgets count
 
 
+def wide_isoflop_runs(law, budgets, sizes: int, span: float, noise: float, seed: int = 0):
+    """IsoFLOP runs with N over [N_opt / span, N_opt * span] at each budget."""
+    rng, rows = np.random.default_rng(seed), []
+    for C in budgets:
+        n_opt = law.optimal(C)[0][0]
+        for N in n_opt * np.geomspace(1 / span, span, sizes):
+            D = C / (6 * N)
+            rows.append({"run_id": f"r{len(rows)}", "N": N, "D": D, "C": C,
+                         "loss": float(law.predict(N, D) * np.exp(noise * rng.standard_normal()))})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
 def test_approach2_uses_interior_minima_only_and_says_why_not():
     """Two of six budgets measured off-centre (all sizes 12x above, or below, the optimum):
     their lowest loss sits at an edge, so they are listed with the reason and left out, and the
     exponent comes from the four interior budgets."""
-    runs = isoflop_runs(TRUTH, budgets=np.geomspace(1e17, 1e20, 6), sizes_per_budget=5, span=4,
-                        noise=0.0)  # fmt: skip
+    runs = wide_isoflop_runs(TRUTH, np.geomspace(1e17, 1e20, 6), sizes=5, span=4, noise=0.0)
     budget = np.repeat(np.arange(6), 5)
     runs.loc[budget == 0, "N"] *= 12.0
     runs.loc[budget == 5, "N"] /= 12.0
@@ -322,8 +333,7 @@ def test_approach2_uses_interior_minima_only_and_says_why_not():
 def test_approach2_fits_the_parabola_near_each_minimum():
     """Profiles spanning 900x in N (13 sizes): a parabola through every point is bent by the
     far ones; the rule fits the sizes within 2% of the lowest loss and recovers a."""
-    runs = isoflop_runs(TRUTH, budgets=np.geomspace(1e17, 1e20, 6), sizes_per_budget=13,
-                        span=30, noise=0.002, seed=0)  # fmt: skip
+    runs = wide_isoflop_runs(TRUTH, np.geomspace(1e17, 1e20, 6), sizes=13, span=30, noise=0.002)
     iso = isoflop.isoflop_report(runs, n_boot=200, seed=0)
     assert iso["n_budgets"] == 6
     assert all(3 <= o["n_fit"] < o["n_points"] for o in iso["per_budget"])
