@@ -27,8 +27,8 @@ import pandas as pd
 from analysis.bootstrap import percentile_interval
 from analysis.fit import default_holdout_threshold, jsonable
 from analysis.isoflop import budget_groups
-from analysis.laws import LAWS, Law, check_columns, fit_law
-from analysis.load import InputError, add_selection_args, check_fittable, load_selected
+from analysis.laws import LAWS, Law, check_columns, check_fittable, fit_law
+from analysis.load import InputError, add_selection_args, load_selected
 
 
 def applicable(runs: pd.DataFrame) -> list[Law]:
@@ -45,7 +45,7 @@ def _errors(law: Law, theta: np.ndarray, test: pd.DataFrame) -> np.ndarray:
 
 def window(law: Law, train: pd.DataFrame, test: pd.DataFrame, n_boot: int, seed: int) -> dict:
     """Fit on `train`, predict `test`: per-run errors, and per-replicate mean and worst."""
-    check_fittable(train, "the training runs")
+    check_fittable(train, law, "the training runs")
     check_columns(train, law, "the training runs")
     theta, _, thetas, _ = fit_law(law, train, n_boot, seed)
     rel = _errors(law, theta, test)[0]
@@ -116,6 +116,22 @@ def compare(runs: pd.DataFrame, threshold: float | None = None, rollout: bool = 
             "runs": per_run}  # fmt: skip
 
 
+def caveats(result: dict) -> list[str]:
+    """What the table cannot show: a ranking on a single held-out run."""
+    held = {(r["train_below_C"], r["run_id"]) for r in result["runs"]}
+    per_window: dict[float, int] = {}
+    for below, _ in held:
+        per_window[below] = per_window.get(below, 0) + 1
+    single = sorted(c for c, n in per_window.items() if n == 1)
+    if not single:
+        return []
+    if result["mode"] == "holdout":
+        return ["the hold-out set has a single run: the laws are ranked on one point, which "
+                "a seed's noise can reorder; hold out more runs (--holdout-above a lower C)"]
+    return [f"{len(single)} of {len(per_window)} windows hold out a single run (budgets at C >= "
+            f"{', '.join(f'{c:.3g}' for c in single)}): each ranks the laws on one point"]
+
+
 def _pct(v, ci=None) -> str:
     text = f"{100 * v:.3g}%"
     return text + (f" [{100 * ci[0]:.3g}, {100 * ci[1]:.3g}]" if ci else " [no interval]")
@@ -142,6 +158,7 @@ def markdown(result: dict) -> str:
                      f"{_pct(r['worst_rel_error'], r['ci95']['worst_rel_error'])} |"
                      + (f" {100 * r['median_window_rel_error']:.3g}% ({r['windows']}) |"
                         if rollout else ""))  # fmt: skip
+    lines += [f"\nWarning: {w}." for w in caveats(result)]
     return "\n".join(lines) + "\n"
 
 
@@ -169,7 +186,8 @@ def report_blocks(
         ("h2", "Laws compared on held-out runs"),
         ("p", f"Every law the columns allow, fitted on the {len(train)} runs below "
               f"C = {test['C'].min():.3g} and judged on the {len(test)} above; 95% intervals "
-              f"from {n_boot} bootstrap refits of the training runs."),  # fmt: skip
+              f"from {n_boot} bootstrap refits of the training runs."
+              + (" Only one run is held out: the ranking rests on a single point." if len(test) == 1 else "")),  # fmt: skip
         ("table", ["law", "parameters", "mean |relative error|", "worst |relative error|"], rows),
     ]
 
@@ -210,10 +228,14 @@ def main(argv: list[str] | None = None) -> int:
     flat = [{k: v for k, v in r.items() if k not in ("ci95", "params", "skipped_windows")}
             | {f"{k}_ci95": r["ci95"][k] for k in r.get("ci95", {})} for r in result["rows"]]  # fmt: skip
     pd.DataFrame(flat).to_csv(out / "compare_laws.csv", index=False)
-    plots.setup()
-    if any("skipped" not in r for r in result["rows"]):
+    written = ["md", "csv", "json"]
+    if any("skipped" not in r for r in result["rows"]):  # a figure of nothing is not written
+        plots.setup()
         plots.save(plots.law_errors(result), out, "compare_laws")
-    print(table + f"wrote {out}/compare_laws.{{md,csv,json,png,svg}}")
+        written += ["png", "svg"]
+    for line in caveats(result):
+        print(f"warning: {line}", file=sys.stderr)
+    print(table + f"wrote {out}/compare_laws.{{{','.join(written)}}}")
     return 0
 
 

@@ -201,7 +201,7 @@ class Fits:
     (`as_dict`, in the file's order); `contracts.md` describes them.
     """
 
-    law: Parametric  # approach 3's L(N, D) point estimate
+    law: Parametric | None  # approach 3's L(N, D) point estimate; None when not fitted
     flops: FlopsPerToken | None  # f(N) of the exact-FLOPs allocation; None under C = 6ND
     n_runs: int
     compute: str  # "6nd" or "exact": what every C counts
@@ -248,6 +248,7 @@ class FitOptions:
     isoflop: bool = True
     compute: str = "6nd"
     fixed: dict[str, float] | None = None
+    parametric: bool = True  # approach 3; `fit --law NAME` puts that law there instead
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, **overrides) -> FitOptions:
@@ -273,8 +274,11 @@ def fit_all(runs: pd.DataFrame, options: FitOptions = FitOptions(), *, curves: p
     `options.fixed` holds approach-3 parameters at given values (e.g. {"E": 1.7}).
     `tuned`: the `tuning` section of `tuning.select` when `runs` are the arms' results; the
     fit then carries the arms of these runs and the lr rule fitted to them.
+    `options.parametric=False` leaves approach 3 out (`fit --law NAME` puts that law's section
+    there instead, which may need fewer runs than approach 3's six).
     """
-    check_fittable(runs)
+    if options.parametric:
+        check_fittable(runs)
     n_boot, seed, compute = options.n_boot, options.seed, options.compute
     k = compute_factor.of_runs(runs)  # C = k 6ND: every conversion between C and D uses it
     section = None if tuned is None else tuning.for_runs(tuned, runs["run_id"])
@@ -285,7 +289,9 @@ def fit_all(runs: pd.DataFrame, options: FitOptions = FitOptions(), *, curves: p
         flops = FlopsPerToken.fit(runs["N"], runs["C"], runs["D"], k)
     budgets = options.budgets or default_budgets(runs)
     iso = _isoflop_section(runs, options, k)
-    law, parametric, _ = chinchilla.section(runs, budgets, n_boot, seed, options.fixed, flops, k)
+    law, parametric = None, {"skipped": "approach 3 not fitted: another law was chosen (--law)"}
+    if options.parametric:
+        law, parametric, _ = chinchilla.section(runs, budgets, n_boot, seed, options.fixed, flops, k)
     fronts = final_point_envelopes(runs, n_boot, seed)  # approach 1 and L(C) alike
     with_curves = intermediate and curves is not None and not curves.empty
     points = _with_evaluations(runs, curves) if with_curves else runs[["run_id", "N", "D", "C", "loss"]]
@@ -377,7 +383,7 @@ def summary(result: dict, title: str = "") -> str:
     p = result["parametric"]
     lines = [f"== {title or 'fit'}: {result['n_runs']} runs, 95% bootstrap intervals"]
     if p.get("law", "chinchilla") != "chinchilla":  # --law NAME: its own parameters
-        return "\n".join([*lines, law_forms.summary(p)])
+        return "\n".join([*lines, law_forms.summary(p), *_approaches(result), *_extrapolation(result)])
     lines.append(
         f"approach 3: L = {cell(p, 'E', console=True)} + {cell(p, 'A', console=True)} / N^{cell(p, 'alpha', console=True)}"
         f" + {cell(p, 'B', console=True)} / D^{cell(p, 'beta', console=True)}"
@@ -392,23 +398,39 @@ def summary(result: dict, title: str = "") -> str:
             f"  C = {row['C']:.3g} ({conv}): N_opt = {cells['N_opt']}, "
             f"D_opt = {cells['D_opt']}, D/N = {cells['tokens_per_param']}"
         )
+    lines += _approaches(result)
+    if p.get("not_identified"):
+        lines.append("not identified by these runs (approach 3):")
+        lines += [f"  {k}: {why}" for k, why in p["why_not_identified"].items() if "@" not in k]
+    lines += _extrapolation(result)
+    if result.get("tuning"):
+        lines += tuning_summary(result["tuning"], result.get("lr_rule"))
+    return "\n".join(lines)
+
+
+def _approaches(result: dict) -> list[str]:
+    """Approaches 2 and 1: their exponents, or why they were skipped."""
+    lines = []
     for name, key in (("approach 2 (IsoFLOP)", "isoflop"), ("approach 1 (envelope)", "envelope")):
         s = result.get(key)
         if s and "a" in s:
             lines.append(f"{name}: a = {cell(s, 'a', '.3f', console=True)}, b = {cell(s, 'b', '.3f', console=True)}")
-    if p.get("not_identified"):
-        lines.append("not identified by these runs (approach 3):")
-        lines += [f"  {k}: {why}" for k, why in p["why_not_identified"].items() if "@" not in k]
+        elif s and "skipped" in s:
+            lines.append(f"{name}: skipped: {s['skipped']}")
+        if s and s.get("warning"):
+            lines.append(f"  warning: {s['warning']}")
+    return lines
+
+
+def _extrapolation(result: dict) -> list[str]:
     ext = result["extrapolation"]
     if "mean_abs_rel_error" in ext:
-        lines.append(
-            f"extrapolation: fit on C < {ext['threshold_C']:.3g} ({ext['n_train']} runs), "
-            f"mean |relative error| on {ext['n_test']} held-out runs = "
-            f"{100 * ext['mean_abs_rel_error']:.2f}%"
-        )
-    if result.get("tuning"):
-        lines += tuning_summary(result["tuning"], result.get("lr_rule"))
-    return "\n".join(lines)
+        return [f"extrapolation: fit on C < {ext['threshold_C']:.3g} ({ext['n_train']} runs), "
+                f"mean |relative error| on {ext['n_test']} held-out runs = "
+                f"{100 * ext['mean_abs_rel_error']:.2f}%"]  # fmt: skip
+    if "skipped" in ext:
+        return [f"extrapolation check skipped: {ext['skipped']}"]
+    return []
 
 
 def tuning_summary(section: dict, rule: dict | None) -> list[str]:
@@ -486,16 +508,20 @@ def check_fit_args(args: argparse.Namespace) -> None:
 
 
 def fit_groups(runs: pd.DataFrame, group: str | None, args: argparse.Namespace) -> dict:
+    law = law_forms.get(getattr(args, "law", law_forms.DEFAULT))  # whose minimum of runs applies
     tuned = None
     if getattr(args, "tune", None):
         runs, tuned = tuning.select(runs, args.tune)  # the arms' results: every fit uses them
-    options = FitOptions.from_args(args, isoflop=getattr(args, "params", "") != "total")
+    options = FitOptions.from_args(args, isoflop=getattr(args, "params", "") != "total",
+                                   parametric=law.name == law_forms.DEFAULT)  # fmt: skip
     runs = with_family(runs)  # losses of different families' objectives never share a law
     if group is None:
         check_one_family(runs, "the selection", "fit one law per family with --group family")
         compute_factor.of_runs(runs, "the selection")  # one k: before any work
         if args.compute == "exact":
             check_exact_compute(runs)  # before any work
+        if law.name != law_forms.DEFAULT:  # the arms kept by --tune: still enough for the law
+            law_forms.check_fittable(runs, law, "the selection")
         return fit_all(runs, options, tuned=tuned).as_dict()
     if group not in runs.columns:
         raise InputError(f"--group: no column '{group}'; columns: {sorted(map(str, runs.columns))}")
@@ -503,7 +529,7 @@ def fit_groups(runs: pd.DataFrame, group: str | None, args: argparse.Namespace) 
     for name, g in groups.items():  # validate every group before fitting any
         check_one_family(g, f"group {group}={name}", "use --group family")
         compute_factor.of_runs(g, f"group {group}={name}")
-        check_fittable(g, f"group {group}={name}")
+        law_forms.check_fittable(g, law, f"group {group}={name}")
         if args.compute == "exact":
             check_exact_compute(g)
     fitted = {k: fit_all(g, options, tuned=tuned).as_dict() for k, g in groups.items()}

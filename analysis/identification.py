@@ -6,7 +6,10 @@ under `why_not_identified`, and the report shows them as such instead of as a la
 
 - the estimate is not finite (the optimiser ran off to a boundary);
 - it sits on a bound: E below E_ZERO_FRACTION of the lowest loss is E -> 0, i.e. the runs do
-  not show the loss levelling off, and E cannot be told from a slower power law;
+  not show the loss levelling off, and E cannot be told from a slower power law; so is an E
+  whose interval reaches down there; the allocation built on such an E says so;
+- an impossible asymptote: E at or above the lowest measured loss (within the runs' noise)
+  is no floor of these runs, so nothing built on it (every quantity of the fit) is identified;
 - an exponent outside PLAUSIBLE_EXPONENT (e.g. alpha = 34 fits a plateau, not a law);
 - a scale parameter or derived quantity whose ingredients are not identified (A goes with
   alpha, B with beta, a and b and the allocation with both);
@@ -23,6 +26,7 @@ import numpy as np
 PLAUSIBLE_EXPONENT = (0.0, 2.5)  # alpha, beta, gamma of a loss law; published ones are 0.05-0.8
 E_ZERO_FRACTION = 1e-3  # E below this fraction of the lowest measured loss is "E -> 0"
 MIN_CONVERGED = 0.8  # fraction of bootstrap refits that must converge
+NOISE_CAP = 0.01  # a run's seed-to-seed spread is well under 1% in published sweeps
 COLLAPSE_RTOL = 1e-9  # an interval narrower than this (relative) has collapsed to its point
 
 E_ADVICE = (
@@ -52,13 +56,59 @@ def exponent_problem(name: str, value: float) -> str | None:
     return None
 
 
+def irreducible(name: str, value: float, ci, loss_min: float, noise: float) -> tuple[str | None, bool]:
+    """Why an irreducible loss is not identified, or None; and whether the whole fit goes with
+    it. At or above the lowest measured loss (within the runs' noise, `noise_of`) it is no
+    asymptote: runs already went below it, so every quantity of the law is
+    built on an impossible floor. Near 0, or with an interval reaching down to 0, the runs do not
+    show the loss levelling off."""
+    if value is None or not np.isfinite(value):
+        return _interval(value, ci), False
+    if value >= loss_min * np.exp(-noise):
+        return (f"{name} = {value:.4g} is at or above the lowest measured loss {loss_min:.4g} "
+                f"(within the runs' noise, {100 * noise:.2g}%): runs already went below this "
+                "asymptote, so it is not one"), True  # fmt: skip
+    if value < E_ZERO_FRACTION * loss_min:
+        return (f"{name} = {value:.2g} sits on its lower bound 0 (the runs do not show the "
+                f"loss levelling off); {E_ADVICE}"), False  # fmt: skip
+    if ci is not None and ci[0] < E_ZERO_FRACTION * loss_min:
+        return (f"its 95% interval [{ci[0]:.2g}, {ci[1]:.4g}] reaches down to 0: the runs cannot "
+                f"tell it from no floor at all; {E_ADVICE}"), False  # fmt: skip
+    return _interval(value, ci), False
+
+
+def built_on(name: str, why: str, point: dict, fixed: dict) -> dict[str, str]:
+    """Every quantity of a fit whose irreducible loss is no asymptote (`irreducible`)."""
+    rest = f"it is built on {name}, which is at or above the lowest measured loss"
+    return {k: (why if k == name else rest) for k in point if k not in fixed}
+
+
+def allocation_on(name: str, reasons: dict, point: dict) -> dict[str, str]:
+    """The allocation quantities (`q@C`) not yet flagged, when the irreducible loss is not."""
+    if name not in reasons:
+        return {}
+    why = f"it is built on {name}, which is not identified"
+    return {k: why for k in point if "@" in k and k not in reasons}
+
+
+def noise_of(loss, predicted) -> float:
+    """The runs' relative scatter about a fit: the median |log residual|, at most NOISE_CAP
+    (beyond that the residuals measure the form's misfit, not the noise of a run)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.log(np.asarray(loss, dtype=float) / np.asarray(predicted, dtype=float))
+    r = r[np.isfinite(r)]
+    return float(min(np.median(np.abs(r)), NOISE_CAP)) if r.size else 0.0
+
+
 def law_reasons(law, point: dict, ci: dict, converged: np.ndarray, loss_min: float,
-                fixed: dict | None = None) -> dict[str, str]:
+                fixed: dict | None = None, noise: float = 0.0) -> dict[str, str]:
     """Every quantity of a fitted law (`analysis.laws.base.Law`): its parameters, then derived
-    ones (a, b, `name@C` allocations). In order: too few converged refits; the irreducible
-    loss on its bound, implausible exponents and unusable intervals; scales that trade off
-    against an unidentified exponent; derived quantities built from an unidentified
-    exponent (or other shape parameter), and allocations from an unidentified scale."""
+    ones (a, b, `name@C` allocations). In order: too few converged refits; an irreducible loss
+    at or above the lowest measured loss (within `noise`, the runs' `noise_of`: then nothing
+    of the fit is identified); the irreducible loss on its bound or with an interval reaching
+    0, implausible exponents and unusable intervals; scales that trade off against an
+    unidentified exponent; derived quantities built from an unidentified exponent (or other
+    shape parameter), and allocations from an unidentified scale or irreducible loss."""
     fixed = fixed or {}
     n_ok, n_all = int(np.sum(converged)), int(np.size(converged))
     if n_all and n_ok < MIN_CONVERGED * n_all:
@@ -69,9 +119,10 @@ def law_reasons(law, point: dict, ci: dict, converged: np.ndarray, loss_min: flo
         if name in fixed or name in law.tradeoffs:
             continue
         why, value = _interval(point[name], ci.get(name)), point[name]
-        if name == law.irreducible and np.isfinite(value) and value < E_ZERO_FRACTION * loss_min:
-            why = (f"{name} = {value:.2g} sits on its lower bound 0 (the runs do not show the "
-                   f"loss levelling off); {E_ADVICE}")
+        if name == law.irreducible:
+            why, whole = irreducible(name, value, ci.get(name), loss_min, noise)
+            if whole:
+                return built_on(name, why, point, fixed)
         elif name in law.exponents:
             shown = f"{'-' if law.exponents[name] < 0 else ''}{name}"
             why = exponent_problem(shown, law.exponents[name] * value) or why
@@ -94,7 +145,7 @@ def law_reasons(law, point: dict, ci: dict, converged: np.ndarray, loss_min: flo
             why = f"it depends on {' and '.join(law.tradeoffs)}, not identified"
         if why:
             reasons[name] = why
-    return reasons
+    return {**reasons, **allocation_on(law.irreducible, reasons, point)}
 
 
 def power_law(section: dict, y_min: float, exponent: str = "alpha") -> dict[str, str]:

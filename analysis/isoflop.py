@@ -1,11 +1,25 @@
 """Chinchilla approach 2: IsoFLOP profiles, a parabola of loss in ln N per compute budget.
 
 Runs are grouped into budgets (C within 10% of each other, within one sweep); a group with at
-least MIN_PROFILE_SIZES distinct N is a profile. Each profile's parabola gives N_opt(C) and
-D_opt = C / (6 k N_opt) (k = C / 6ND of the runs: 1 but for an encoder-decoder,
-`analysis.compute_factor`), and power laws through those give the allocation exponents a and b
-(`powerlaw.frontier_exponents`), with intervals from a bootstrap within each budget. The budget
-grouping is also what the ablations and the extrapolation check use to name a budget.
+least MIN_PROFILE_SIZES distinct N whose C all lie within those 10% is a profile. Runs whose
+neighbour chaining spans more (a scatter of runs, not an IsoFLOP design) form no budget, and
+the section says so. Per profile (`profile_optimum`), the rule:
+
+- the budget's lowest-loss run must not sit at its smallest or largest N (an edge minimum
+  says the optimum lies outside the sweep: the budget is shown, not used);
+- the parabola of loss in ln N is fitted to the runs near that minimum only: the contiguous
+  sizes whose lowest loss is within WINDOW_RTOL (2%) of the budget's lowest, and at least the
+  size on each side of it (far points bend a parabola: the profile is not one);
+- the budget is used only when that parabola is convex and its minimum lies inside the fitted
+  sizes (interior). Its minimum gives N_opt(C) and D_opt = C / (6 k N_opt) (k = C / 6ND of the
+  runs: 1 but for an encoder-decoder, `analysis.compute_factor`).
+
+Power laws through the used budgets give the allocation exponents a and b
+(`powerlaw.frontier_exponents`), with intervals from a bootstrap over those budgets (the cases
+of that regression). Not over runs within a budget: a draw without a profile's lowest run moves
+the window to a neighbour, which biases the replicates to one side (on Porian et al.'s sweeps
+the point estimate fell outside such an interval). The budget grouping is also what the
+ablations and the extrapolation check use to name a budget.
 """
 
 from __future__ import annotations
@@ -20,6 +34,7 @@ from analysis.bootstrap import resample_counts
 from analysis.powerlaw import exponent_intervals, frontier_exponents
 
 MIN_PROFILE_SIZES = 3  # distinct N a budget group needs to be an IsoFLOP profile (a parabola)
+WINDOW_RTOL = 0.02  # the parabola is fitted to the sizes within 2% of a budget's lowest loss
 
 
 def sweep_labels(runs: pd.DataFrame) -> np.ndarray | None:
@@ -64,11 +79,25 @@ def _clusters(log_c: np.ndarray, rtol: float) -> np.ndarray:
 
 def isoflop_groups(runs: pd.DataFrame, rtol: float = 0.1) -> np.ndarray:
     """Budget label of every run (grouped within each sweep), -1 where its group is not an
-    IsoFLOP profile: fewer than MIN_PROFILE_SIZES distinct N (e.g. a fixed-size token grid)."""
+    IsoFLOP profile: fewer than MIN_PROFILE_SIZES distinct N (e.g. a fixed-size token grid), or
+    C spread over more than rtol (`scattered_groups`)."""
     labels = budget_groups(runs["C"], rtol, sweep_labels(runs))
-    sizes = pd.Series(np.asarray(runs["N"], dtype=float)).groupby(labels).nunique()
-    profiles = sizes.index[sizes >= MIN_PROFILE_SIZES].to_numpy()
-    return np.where(np.isin(labels, profiles), labels, -1)
+    frame = pd.DataFrame({"N": np.asarray(runs["N"], float), "C": np.asarray(runs["C"], float)})
+    by = frame.groupby(labels)
+    ok = (by["N"].nunique() >= MIN_PROFILE_SIZES) & (by["C"].max() <= by["C"].min() * (1 + rtol))
+    return np.where(np.isin(labels, ok.index[ok].to_numpy()), labels, -1)
+
+
+def scattered_groups(runs: pd.DataFrame, rtol: float = 0.1) -> pd.DataFrame:
+    """Groups of MIN_PROFILE_SIZES or more sizes that neighbour chaining (`budget_groups`) made
+    although their C spread over more than rtol: one row each (n_runs, C_min, C_max). Runs of
+    an IsoFLOP design meet their budget up to rounding; a scatter of runs chains across decades."""
+    labels = budget_groups(runs["C"], rtol, sweep_labels(runs))
+    frame = pd.DataFrame({"N": np.asarray(runs["N"], float), "C": np.asarray(runs["C"], float)})
+    by = frame.groupby(labels)
+    out = pd.DataFrame({"n_runs": by.size(), "n_sizes": by["N"].nunique(), "C_min": by["C"].min(),
+                        "C_max": by["C"].max()})  # fmt: skip
+    return out[(out["n_sizes"] >= MIN_PROFILE_SIZES) & (out["C_max"] > out["C_min"] * (1 + rtol))]
 
 
 def budget_of(C) -> float:
@@ -121,73 +150,122 @@ def isoflop_profiles(runs: pd.DataFrame, rtol: float = 0.1) -> IsoflopProfiles |
 
 
 def isoflop_optima(N, C, loss, labels, weights=None, k: float = 1.0) -> pd.DataFrame:
-    """Per budget: parabola of loss in ln N, its minimum N_opt, D_opt = C / (6 k N_opt).
-
-    Budgets with fewer than 3 distinct N (or non-convex parabolas) are listed with N_opt = nan.
-    """
+    """Per budget: the measured sizes, and by the module's rule the parabola near the lowest
+    loss, its minimum N_opt, D_opt = C / (6 k N_opt), and whether the budget is used
+    (`interior`; `why_not_used` says why not). Runs with weight 0 are left out."""
     N, C, loss = (np.asarray(v, dtype=float) for v in (N, C, loss))
     weights = np.ones(N.size) if weights is None else np.asarray(weights, dtype=float)
     rows = []
     for label in np.unique(labels):
         sel = (labels == label) & (weights > 0)
         budget = budget_of(C[labels == label])
-        x, y, w = np.log(N[sel]), loss[sel], weights[sel]
-        row = {"C": budget, "n_points": int(sel.sum()), "N_opt": np.nan, "D_opt": np.nan,
-               "loss_opt": np.nan, "interior": False, "N_min": np.nan, "N_max": np.nan,
-               "N_best": np.nan}  # fmt: skip
-        if sel.any():  # what was measured: the size range and the size with the lowest loss
-            row.update(N_min=float(np.exp(x.min())), N_max=float(np.exp(x.max())),
-                       N_best=float(np.exp(x[np.argmin(y)])))  # fmt: skip
-        if np.unique(x).size >= 3:
-            c2, c1, c0 = np.polyfit(x, y, 2, w=np.sqrt(w))  # polyfit weights residuals
-            if c2 > 0:
-                x_opt = -c1 / (2 * c2)
-                row.update(
-                    N_opt=float(np.exp(x_opt)),
-                    D_opt=float(budget / (6 * k * np.exp(x_opt))),
-                    loss_opt=float(c0 + c1 * x_opt + c2 * x_opt**2),
-                    interior=bool(x.min() <= x_opt <= x.max()),
-                    curvature=float(c2),
-                )
+        row = {"C": budget, "n_points": int(sel.sum()),
+               **profile_optimum(np.log(N[sel]), loss[sel], weights[sel])}  # fmt: skip
+        row["D_opt"] = budget / (6 * k * row["N_opt"])
         rows.append(row)
     return pd.DataFrame(rows)
 
+
+def profile_optimum(x, y, w) -> dict:
+    """One budget by the module's rule; x = ln N, y = loss, w > 0 the runs' weights."""
+    nan = float("nan")
+    row = {"N_min": nan, "N_max": nan, "N_best": nan, "n_fit": 0, "N_fit_min": nan,
+           "N_fit_max": nan, "N_opt": nan, "loss_opt": nan, "curvature": nan, "interior": False,
+           "why_not_used": None}  # fmt: skip
+    if x.size == 0:
+        return {**row, "why_not_used": "no runs"}
+    sizes = np.unique(x)
+    lowest = np.array([y[x == v].min() for v in sizes])  # per size: its best run
+    i = int(np.argmin(lowest))
+    row.update(N_min=float(np.exp(sizes[0])), N_max=float(np.exp(sizes[-1])),
+               N_best=float(np.exp(sizes[i])))  # fmt: skip
+    if sizes.size < MIN_PROFILE_SIZES:
+        return {**row, "why_not_used": f"fewer than {MIN_PROFILE_SIZES} distinct sizes"}
+    if i in (0, sizes.size - 1):
+        end = "smallest" if i == 0 else "largest"
+        return {**row, "why_not_used": f"lowest loss at the {end} size"}
+    lo, hi = _window(lowest, i)
+    fit = (x >= sizes[lo]) & (x <= sizes[hi])
+    c2, c1, c0 = np.polyfit(x[fit], y[fit], 2, w=np.sqrt(w[fit]))  # polyfit weights residuals
+    row.update(n_fit=int(fit.sum()), N_fit_min=float(np.exp(sizes[lo])),
+               N_fit_max=float(np.exp(sizes[hi])), curvature=float(c2))  # fmt: skip
+    if not c2 > 0:
+        return {**row, "why_not_used": "parabola not convex"}
+    x_opt = -c1 / (2 * c2)
+    if not sizes[lo] <= x_opt <= sizes[hi]:  # (a nearly flat one's would overflow exp)
+        return {**row, "why_not_used": "parabola minimum outside the fitted sizes"}
+    row.update(N_opt=float(np.exp(x_opt)), loss_opt=float(c0 + c1 * x_opt + c2 * x_opt**2))
+    return {**row, "interior": True}
+
+
+def _window(lowest: np.ndarray, i: int) -> tuple[int, int]:
+    """First and last size index of the fit around the lowest size i: the contiguous sizes
+    within WINDOW_RTOL of its loss, and at least one on each side."""
+    threshold = lowest[i] * (1 + WINDOW_RTOL)
+    lo, hi = i, i
+    while lo > 0 and lowest[lo - 1] <= threshold:
+        lo -= 1
+    while hi < lowest.size - 1 and lowest[hi + 1] <= threshold:
+        hi += 1
+    return min(lo, i - 1), max(hi, i + 1)
+
+
+def used_optima(optima: pd.DataFrame) -> pd.DataFrame:
+    """The budgets the N_opt(C) law is fitted to: those whose minimum is interior."""
+    return optima[optima["interior"].astype(bool)]
 
 
 def isoflop_report(
     runs: pd.DataFrame, n_boot: int, seed: int, rtol: float = 0.1, k: float = 1.0
 ) -> dict | None:
-    """Approach 2 with bootstrap over runs, resampled within each budget; None without data.
+    """Approach 2 with bootstrap over the budgets it uses; None without data.
 
     Only IsoFLOP profiles are used (`isoflop_profiles`: budgets grouped within each sweep, at
-    least 3 distinct N); other runs are left to approaches 1 and 3.
+    least 3 distinct N, C within rtol); other runs are left to approaches 1 and 3. Runs that
+    chain into budgets spanning more than rtol in C are no IsoFLOP design: `skipped` says so
+    when they outnumber the runs of the profiles (a scatter, where a few runs meet within rtol by
+    chance), `warning` when they do not.
     """
+    scattered = scattered_groups(runs, rtol)
     profiles = isoflop_profiles(runs, rtol)
-    if profiles is None:
+    if profiles is None and scattered.empty:
         return None
+    if profiles is None or scattered["n_runs"].sum() >= len(profiles.runs):  # mostly a scatter
+        return {"skipped": _not_a_design(scattered, rtol)}
     runs, labels = profiles.runs, profiles.labels
     optima = isoflop_optima(runs["N"], runs["C"], runs["loss"], labels, k=k)
     if profiles.sweeps is not None:  # several sweeps: say which one each profile comes from
         optima.insert(0, "sweep", [profiles.sweep(k) for k in profiles.ids])
-    point = frontier_exponents(optima)
-    if point is None:  # profiles exist, but fewer than 2 have a minimum: say so
-        why = "fewer than two budgets have a convex parabola in log N"
-        section = {"per_budget": optima.to_dict(orient="records"), "n_boot": 0}
+    warning = {} if scattered.empty else {"warning": _not_a_design(scattered, rtol, some=True)}
+    point = frontier_exponents(used_optima(optima))
+    if point is None:  # profiles exist, but fewer than 2 have an interior minimum: say so
+        why = ("fewer than two budgets have an interior minimum (lowest loss inside the "
+               "measured sizes, parabola minimum inside the sizes fitted)")  # fmt: skip
+        section = {"per_budget": optima.to_dict(orient="records"), "n_boot": 0, **warning}
         return identification.with_reasons(section, {"a": why, "b": why})
-    counts = resample_counts(len(runs), n_boot, seed, strata=labels)
-    reps = [frontier_exponents(isoflop_optima(runs["N"], runs["C"], runs["loss"], labels, w, k))
-            for w in counts]  # fmt: skip
+    used = used_optima(optima)
+    counts = resample_counts(len(used), n_boot, seed).astype(int)
+    reps = [frontier_exponents(used.iloc[np.repeat(np.arange(len(used)), w)]) for w in counts]
     section = {
         **point,
         "per_budget": optima.to_dict(orient="records"),
         "n_boot": int(n_boot),
         "ci95": exponent_intervals(reps),
+        **warning,
     }
     section = identification.clip_allocation(section)
     reasons = identification.allocation_exponents(section)
-    n_interior = int(optima["interior"].sum())
-    if n_interior < 2:
-        why = (f"only {n_interior} budget(s) have their minimum inside the measured sizes; the "
-               "others are extrapolated parabolas")  # fmt: skip
-        reasons = {"a": why, "b": why, **reasons}
+    if point["n_budgets"] == 2:  # every replicate draws the same line or none
+        why = "only 2 budgets are used: a line through two points has no interval"
+        reasons = {"a": why, "b": why}
     return identification.with_reasons(section, reasons)
+
+
+def _not_a_design(scattered: pd.DataFrame, rtol: float, some: bool = False) -> str:
+    span = float((scattered["C_max"] / scattered["C_min"]).max())
+    n = int(scattered["n_runs"].sum())
+    text = (f"{n} runs chain into {len(scattered)} budget group(s) whose compute spans more than "
+            f"{100 * rtol:.0f}% (up to {span:.3g}x): not IsoFLOP profiles")  # fmt: skip
+    if some:
+        return text + "; they are left out of approach 2"
+    return f"the runs are not an IsoFLOP design: {text}"

@@ -93,12 +93,16 @@ def complete_axes(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def check_fittable(df: pd.DataFrame, what: str = "the data") -> None:
-    """The parametric fit needs more points than parameters and spread in both N and D."""
-    if len(df) <= PARAMETRIC_PARAMS:
+def check_fittable(
+    df: pd.DataFrame, what: str = "the data", n_params: int = PARAMETRIC_PARAMS,
+    form: str = "the fit L(N, D) = E + A/N^alpha + B/D^beta",
+) -> None:
+    """A parametric fit (approach 3 unless `form` and `n_params` name another law) needs more
+    points than parameters and spread in both N and D."""
+    if len(df) <= n_params:
         raise InputError(
-            f"{what} has {len(df)} run(s); the fit L(N, D) = E + A/N^alpha + B/D^beta has "
-            f"{PARAMETRIC_PARAMS} parameters and needs at least {PARAMETRIC_PARAMS + 1} runs"
+            f"{what} has {len(df)} run(s); {form} has "
+            f"{n_params} parameters and needs at least {n_params + 1} runs"
         )
     for col in ("N", "D"):
         if df[col].nunique() < 2:

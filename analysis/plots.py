@@ -72,7 +72,8 @@ def loss_vs_compute(runs: pd.DataFrame, frontier_law: dict | None, compute: str 
 
 
 def isoflop_curves(runs: pd.DataFrame, isoflop: dict):
-    """Loss against N per IsoFLOP profile, the fitted parabolas in ln N and their minima.
+    """Loss against N per IsoFLOP profile; for the budgets approach 2 uses, the parabola in ln N
+    over the sizes it was fitted to, and its minimum.
 
     The profiles and their names come from `isoflop_profiles`, as in approach 2's table: runs
     outside them (e.g. a fixed-size token grid) are not drawn, and when the runs come from
@@ -88,12 +89,14 @@ def isoflop_curves(runs: pd.DataFrame, isoflop: dict):
     sns.scatterplot(
         data=data, x="N", y="loss", hue="budget", hue_order=order, palette=palette, ax=ax
     )
-    for k, color in zip(profiles.ids, palette):
-        sub = runs[labels == k]  # a profile: at least 3 distinct N
-        c2, c1, c0 = np.polyfit(np.log(sub["N"]), sub["loss"], 2)
-        x = np.linspace(np.log(sub["N"].min()), np.log(sub["N"].max()), 100)
-        ax.plot(np.exp(x), c0 + c1 * x + c2 * x**2, color=color, lw=1)
-    opt = pd.DataFrame(isoflop["per_budget"]).dropna(subset=["N_opt"])
+    rows = pd.DataFrame(isoflop["per_budget"])
+    for (_, o), color in zip(rows.iterrows(), palette):
+        if not o["interior"]:  # not used: its runs only
+            continue
+        x = np.linspace(np.log(o["N_fit_min"]), np.log(o["N_fit_max"]), 100)
+        x_opt = np.log(o["N_opt"])
+        ax.plot(np.exp(x), o["loss_opt"] + o["curvature"] * (x - x_opt) ** 2, color=color, lw=1)
+    opt = rows[rows["interior"].astype(bool)]
     ax.scatter(
         opt["N_opt"], opt["loss_opt"], marker="*", s=120, color="black", zorder=5, label="minimum"
     )

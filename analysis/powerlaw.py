@@ -63,10 +63,10 @@ def _objective(theta, rows, log_x, log_y, w):
 def _linear(log_x, log_y, w):
     """Weighted least squares of log y = log A - alpha log x for each row: (R, 2) (log A, alpha)."""
     sw = w.sum(1)
-    mx, my = (w * log_x).sum(1) / sw, (w * log_y).sum(1) / sw
-    cov = (w * (log_x - mx[:, None]) * (log_y - my[:, None])).sum(1)
-    var = (w * (log_x - mx[:, None]) ** 2).sum(1)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"):  # a replicate without points: nan
+        mx, my = (w * log_x).sum(1) / sw, (w * log_y).sum(1) / sw
+        cov = (w * (log_x - mx[:, None]) * (log_y - my[:, None])).sum(1)
+        var = (w * (log_x - mx[:, None]) ** 2).sum(1)
         slope = cov / var
     return np.stack([my - slope * mx, -slope], axis=1)
 
@@ -74,15 +74,17 @@ def _linear(log_x, log_y, w):
 def fit_power_laws(x, y, *, irreducible: bool, weights=None, x0=None) -> np.ndarray:
     """Fit R laws at once. x, y: (n,) or (R, n); weights (R, n) or None. Returns (R, 3)
     rows of (A, alpha, E), nan where a fit failed."""
-    log_x = np.log(np.atleast_2d(np.asarray(x, dtype=float)))
-    log_y = np.log(np.atleast_2d(np.asarray(y, dtype=float)))
+    with np.errstate(divide="ignore", invalid="ignore"):  # padding may hold 0: weight 0 below
+        log_x = np.log(np.atleast_2d(np.asarray(x, dtype=float)))
+        log_y = np.log(np.atleast_2d(np.asarray(y, dtype=float)))
     w = np.ones_like(log_x) if weights is None else np.atleast_2d(np.asarray(weights, float))
     n_fits = max(log_x.shape[0], w.shape[0])
     log_x, log_y = np.broadcast_to(log_x, w.shape).copy(), np.broadcast_to(log_y, w.shape).copy()
     log_x[w == 0], log_y[w == 0] = 0.0, 0.0  # padding of ragged replicates: weight 0, finite
     if not irreducible:
         lin = _linear(log_x, log_y, w)
-        return np.stack([np.exp(lin[:, 0]), lin[:, 1], np.zeros(n_fits)], axis=1)
+        with np.errstate(over="ignore", invalid="ignore"):  # a degenerate replicate: inf or nan
+            return np.stack([np.exp(lin[:, 0]), lin[:, 1], np.zeros(n_fits)], axis=1)
 
     def batch(theta, rows):
         return _objective(theta, rows, log_x, log_y, w)
@@ -91,13 +93,14 @@ def fit_power_laws(x, y, *, irreducible: bool, weights=None, x0=None) -> np.ndar
     # start x0 when given (bootstrap). Every fit keeps its best start: a replicate warm-started
     # alone at an estimate with E -> 0 cannot leave it (no gradient in log E there).
     ymin = np.where(w > 0, log_y, np.inf).min(1)
-    xmid = (w * log_x).sum(1) / w.sum(1)
     grid = list(itertools.product([0.05, 0.1, 0.2, 0.4, 0.8], [0.05, 0.3, 0.6, 0.9]))
     owner = np.repeat(np.arange(n_fits), len(grid))
     alpha = np.tile([g[0] for g in grid], n_fits)
-    le = ymin[owner] + np.log(np.tile([g[1] for g in grid], n_fits))
-    # log A so that the power-law term carries the rest of the loss at the middle of x.
-    la = np.log(np.maximum(np.exp(ymin[owner]) - np.exp(le), 1e-12)) + alpha * xmid[owner]
+    with np.errstate(invalid="ignore", divide="ignore"):  # a replicate without points: nan starts
+        xmid = (w * log_x).sum(1) / w.sum(1)
+        le = ymin[owner] + np.log(np.tile([g[1] for g in grid], n_fits))
+        # log A so that the power-law term carries the rest of the loss at the middle of x.
+        la = np.log(np.maximum(np.exp(ymin[owner]) - np.exp(le), 1e-12)) + alpha * xmid[owner]
     starts = np.stack([la, alpha, le], axis=1)
     if x0 is not None:
         starts = np.vstack([np.repeat(np.atleast_2d(x0), n_fits, axis=0), starts])

@@ -4,12 +4,14 @@
 
 points.csv has columns N and D (and U, unique tokens, for `datablations`); C (= 6 N D, or
 k 6 N D for a fit whose `parametric` section has a `k`: an encoder-decoder's runs,
-`analysis.compute_factor`) may replace one of N, D. A file with C but neither N nor D asks for the compute-optimal (N, D) at
-each C (at each C and U for `datablations`) and the loss there. The 95% interval is the
-percentile interval over the fit's bootstrap replicates (`fit.replicates.csv` next to
-fit.json, written by `analysis.fit`): the uncertainty of the law, not the seed-to-seed spread
-of one run. A fit.json written by hand, e.g. {"parametric": {"law": "kaplan", "alpha_N":
-0.076, ...}}, predicts without intervals, so a paper's law can be evaluated on your points.
+`analysis.compute_factor`) may replace one of N, D. A file with C but neither N nor D asks for
+the compute-optimal (N, D) at each C (at each C and U for `datablations`) and the loss there.
+The prediction is written as `loss_pred` (with `loss_pred_lo`, `loss_pred_hi`) beside the
+input's columns, so a measured `loss` stays next to it. The 95% interval is the percentile
+interval over the fit's bootstrap replicates (`fit.replicates.csv` next to fit.json, written by
+`analysis.fit`): the uncertainty of the law, not the seed-to-seed spread of one run. A fit.json
+written by hand, e.g. {"parametric": {"law": "kaplan", "alpha_N": 0.076, ...}}, predicts
+without intervals, so a paper's law can be evaluated on your points.
 
 Exit code 2 with one line on stderr, and nothing written, when the input cannot be used.
 """
@@ -130,8 +132,8 @@ def _band(samples: np.ndarray) -> np.ndarray:
 
 def predict(section: dict, points: pd.DataFrame, optimal: bool,
             thetas: np.ndarray | None = None) -> pd.DataFrame:
-    """One row per point: N, D, (U), C, loss and its interval; for compute-optimal points also
-    the intervals of N and D."""
+    """One row per point: the input's columns, C, the predicted loss `loss_pred` and its interval
+    (`loss_pred_lo`, `loss_pred_hi`); for compute-optimal points also N, D and their intervals."""
     law = law_of(section)
     theta = law.to_theta({q: section[q] for q in law.params})
     k = section.get("k", 1.0)  # C = k 6ND: the 6ND optimum at C / k
@@ -154,12 +156,12 @@ def predict(section: dict, points: pd.DataFrame, optimal: bool,
     N, D, loss = at(theta)
     if optimal:
         out["N"], out["D"] = N[0], D[0]
-    out["loss"] = loss[0]
-    names = ["loss"] + (["N", "D"] if optimal else [])
+    out["loss_pred"] = loss[0]  # beside the input's columns: a measured `loss` is kept
+    names = ["loss_pred"] + (["N", "D"] if optimal else [])
     for name in names:
         out[f"{name}_lo"], out[f"{name}_hi"] = np.nan, np.nan
     if thetas is not None and len(thetas):
-        reps = dict(zip(("N", "D", "loss"), at(thetas)))
+        reps = dict(zip(("N", "D", "loss_pred"), at(thetas)))
         for name in names:
             band = _band(reps[name])
             out[f"{name}_lo"], out[f"{name}_hi"] = band[:, 0], band[:, 1]

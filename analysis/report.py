@@ -238,13 +238,13 @@ def _approach12_blocks(result) -> list[tuple]:
         s = result.get(key)
         b.append(("h2", name))
         if key == "isoflop" and s and "a" not in s and "per_budget" in s:
-            b.append(("p", "Fewer than two budgets have a convex parabola in log N, so no "
-                           "N_opt(C) law is fitted. Per budget (the optimum lies outside the "
-                           "measured sizes where the loss falls monotonically towards one end):"))  # fmt: skip
-            b.append(_with_sweep(s, [f"C ({conv})", "points", "N measured", "lowest loss at N", "parabola N_opt"],
+            b.append(("p", "Fewer than two budgets have an interior minimum, so no N_opt(C) law "
+                           "is fitted. " + ISOFLOP_RULE + " Per budget:"))  # fmt: skip
+            b.extend(_isoflop_warning(s))
+            b.append(_with_sweep(s, [f"C ({conv})", "points", "N measured", "lowest loss at N", "used"],
                       [[fmt(o["C"], ".3g"), o["n_points"],
                         f"{fmt(o['N_min'], '.3g')} - {fmt(o['N_max'], '.3g')}",
-                        fmt(o["N_best"], ".3g"), fmt(o["N_opt"], ".3g")]
+                        fmt(o["N_best"], ".3g"), _used(o)]
                        for o in s["per_budget"]]))  # fmt: skip
             continue
         if s and "skipped" in s:
@@ -257,9 +257,13 @@ def _approach12_blocks(result) -> list[tuple]:
                        f"D_opt ~ C^b with b = {cell(s, 'b', '.3f')}."))  # fmt: skip
         b.extend(_not_identified_block(s, name.split(":")[0].lower()))
         if key == "isoflop":
-            b.append(_with_sweep(s, [f"C ({conv})", "points", "N_opt", "D_opt", "loss at optimum", "inside range"],
-                      [[fmt(o["C"], ".3g"), o["n_points"], fmt(o["N_opt"], ".3g"),
-                        fmt(o["D_opt"], ".3g"), fmt(o["loss_opt"]), o["interior"]]
+            b.append(("p", f"{ISOFLOP_RULE} {s['n_budgets']} of {len(s['per_budget'])} budgets "
+                           "used; intervals from a bootstrap over them."))  # fmt: skip
+            b.extend(_isoflop_warning(s))
+            b.append(_with_sweep(s, [f"C ({conv})", "points", "N fitted", "N_opt", "D_opt", "loss at optimum", "used"],
+                      [[fmt(o["C"], ".3g"), o["n_points"],
+                        f"{fmt(o.get('N_fit_min'), '.3g')} - {fmt(o.get('N_fit_max'), '.3g')}",
+                        fmt(o["N_opt"], ".3g"), fmt(o["D_opt"], ".3g"), fmt(o["loss_opt"]), _used(o)]
                        for o in s["per_budget"]]))  # fmt: skip
         else:
             b.append(("p", "Final point of each run only" + (
@@ -309,6 +313,20 @@ def _extrapolation_blocks(result) -> list[tuple]:
                   [[r["run_id"], fmt(r["N"], ".3g"), fmt(r["D"], ".3g"), fmt(r["loss"]),
                     fmt(r["predicted"]), f"{100 * r['rel_error']:+.2f}%"] for r in ext["runs"]]))  # fmt: skip
     return b
+
+
+ISOFLOP_RULE = ("Approach 2's rule: a budget is used when its lowest loss is not at its "
+                "smallest or largest size; its parabola in ln N is fitted to the sizes within "
+                "2% of that loss (at least one on each side), and its minimum must lie inside "
+                "them.")  # fmt: skip
+
+
+def _used(o: dict) -> str:
+    return "yes" if o["interior"] else f"no: {o.get('why_not_used') or 'minimum outside'}"
+
+
+def _isoflop_warning(section: dict) -> list[tuple]:
+    return [("p", f"Warning: {section['warning']}.")] if section.get("warning") else []
 
 
 def _with_sweep(section, header, rows) -> tuple:

@@ -97,11 +97,15 @@ def law_summary(result: dict) -> list[tuple]:
                             f"{p['why_not_identified']['a']}.")  # fmt: skip
     else:
         top = p["allocation"][0]
+        at = f"N_opt@{top['C']:.3g}"
+        optimum = (f"the allocation is not identified: {p['why_not_identified'][at]}"
+                   if at in p.get("not_identified", []) else
+                   f"the optimum is N = {cell(p, 'N_opt', '.3g', at, top['N_opt'])} trained on "
+                   f"{fmt(top['tokens_per_param'], '.2g')} tokens per parameter")  # fmt: skip
         sentences.insert(0, (
             f"Compute-optimal allocation (approach 3): N_opt grows as C^{p['a']:.2f} "
             f"(95% CI {interval(p['ci95'].get('a'), '.2f')}{identification.clip_note(p, 'a', '.2f', inside=True)}); at C = {top['C']:.3g} FLOPs "
-            f"({conv}) the optimum is N = {cell(p, 'N_opt', '.3g', 'N_opt@' + format(top['C'], '.3g'), top['N_opt'])} "
-            f"trained on {fmt(top['tokens_per_param'], '.2g')} tokens per parameter."
+            f"({conv}) {optimum}."
         ))  # fmt: skip
     counts = result.get("compute_convention")
     if counts:  # a family whose C is not 6ND: say what each axis counts

@@ -80,7 +80,7 @@ def test_encoder_decoder_fit_recovers_the_law_and_its_d_opt_under_its_k(tmp_path
     assert predict.main(["--fit", str(out), "--csv", str(points), "--out", str(pred_out)]) == 0
     pred = pd.read_csv(pred_out).iloc[0]
     assert np.isclose(pred["D"], 1e19 / (6 * K * 1e8), rtol=1e-12)
-    assert np.isclose(pred["loss"], fitted.predict(1e8, 1e19 / (6 * K * 1e8)), rtol=1e-9)
+    assert np.isclose(pred["loss_pred"], fitted.predict(1e8, 1e19 / (6 * K * 1e8)), rtol=1e-9)
 
 
 def test_exact_flops_per_token_is_6kn_plus_the_rest(tmp_path):

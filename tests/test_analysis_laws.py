@@ -203,3 +203,39 @@ def test_fit_cli_bad_datablations_input_exits_2_with_one_line(tmp_path, capsys, 
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "fit.json").exists()
+
+
+# ---------------------------------------------------------------- each law's own minimum of runs
+
+
+def overtraining_design() -> pd.DataFrame:
+    """Gadre et al.'s fit set: 4 sizes at 20 tokens per parameter (M = 1 in their multiples of
+    Chinchilla's ratio) plus the smallest at 320 (M = 16): 5 runs."""
+    N = np.array([2e7, 6e7, 2e8, 6e8, 2e7])
+    D = 20 * N
+    D[-1] = 320 * N[-1]
+    return runs(LAWS["overtrain"], {"E": 1.8, "a": 400.0, "b": -0.3, "c": 600.0}, N, D)
+
+
+def test_a_four_parameter_law_fits_five_runs_that_approach_3_cannot(tmp_path, capsys):
+    overtraining_design().to_csv(tmp_path / "runs.csv", index=False)
+    out = tmp_path / "fit.json"
+    args = ["--csv", str(tmp_path / "runs.csv"), "--bootstrap", "20", "--out", str(out)]
+    assert fit.main([*args, "--law", "overtrain"]) == 0
+    result = json.loads(out.read_text())
+    assert result["parametric"]["law"] == "overtrain" and result["parametric"]["n_points"] == 5
+    # the extrapolation check is approach 3's: it says why it was skipped
+    assert "needs at least 6 runs" in result["extrapolation"]["skipped"]
+    assert "extrapolation check skipped" in capsys.readouterr().out
+    # approach 3 itself still needs six, with the message it always had
+    out.unlink()
+    assert fit.main(args) == 2
+    err = capsys.readouterr().err
+    assert "the fit L(N, D) = E + A/N^alpha + B/D^beta has 5 parameters and needs at least 6 runs" in err
+    # and a 4-parameter law its own five
+    data = overtraining_design().iloc[:4]
+    data.to_csv(tmp_path / "four.csv", index=False)
+    assert fit.main(["--csv", str(tmp_path / "four.csv"), "--law", "overtrain", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "the overtrain law (E, a, b, c) has 4 parameters and needs at least 5 runs" in err
+    assert not out.exists()

@@ -32,9 +32,9 @@ def test_hand_written_datablations_fit_predicts_the_readme_values(tmp_path):
     out = tmp_path / "pred.csv"
     assert predict.main(["--fit", fit_json, "--csv", points, "--out", str(out)]) == 0
     got = pd.read_csv(out)
-    assert got["loss"].to_numpy() == pytest.approx([2.2256440889984477, 2.2269634075087867],
+    assert got["loss_pred"].to_numpy() == pytest.approx([2.2256440889984477, 2.2269634075087867],
                                                    rel=1e-12)  # fmt: skip
-    assert got["loss_lo"].isna().all()  # no replicates: no interval
+    assert got["loss_pred_lo"].isna().all()  # no replicates: no interval
 
 
 def test_compute_optimal_for_C_and_U_is_the_readme_allocation(tmp_path):
@@ -55,7 +55,7 @@ def test_C_replaces_D_and_kaplan_published_law_predicts(tmp_path):
     assert predict.main(["--fit", fit_json, "--csv", points, "--out", str(out)]) == 0
     row = pd.read_csv(out).iloc[0]
     assert row["D"] == pytest.approx(2e10)
-    assert row["loss"] == pytest.approx(((6.4e13 / 1e8) ** (0.076 / 0.103) + 1.8e13 / 2e10) ** 0.103)
+    assert row["loss_pred"] == pytest.approx(((6.4e13 / 1e8) ** (0.076 / 0.103) + 1.8e13 / 2e10) ** 0.103)
 
 
 def test_fitted_law_predicts_with_an_interval_from_its_replicates(tmp_path):
@@ -70,13 +70,13 @@ def test_fitted_law_predicts_with_an_interval_from_its_replicates(tmp_path):
     got = pd.read_csv(out)
     truth = LAWS["overtrain"].predict(LAWS["overtrain"].to_theta(OVERTRAIN),
                                       {"N": got["N"], "D": got["D"]})[0]  # fmt: skip
-    assert (got["loss_lo"] < got["loss"]).all() and (got["loss"] < got["loss_hi"]).all()
+    assert (got["loss_pred_lo"] < got["loss_pred"]).all() and (got["loss_pred"] < got["loss_pred_hi"]).all()
     # 3-10x beyond the largest run in N and D: within 1.5% of the truth (0.5% noise per run;
     # 0.34% and 0.77% here). The interval (about +-0.5%) need not cover it: a percentile
     # bootstrap over 30 runs of a 4-parameter law under-covers (measured: E, a, b, c all
     # covered in 4 of 6 noise seeds; this one's E is 3% high, just outside its interval)
-    assert np.abs(got["loss"] / truth - 1).max() < 0.015
-    assert ((got["loss_hi"] - got["loss_lo"]) / got["loss"]).max() < 0.02
+    assert np.abs(got["loss_pred"] / truth - 1).max() < 0.015
+    assert ((got["loss_pred_hi"] - got["loss_pred_lo"]) / got["loss_pred"]).max() < 0.02
     # compute-optimal points: N and D get intervals too, and 6 N D = C
     opt = _write(tmp_path, "opt.csv", pd.DataFrame({"C": [1e19]}))
     assert predict.main(["--fit", str(fit_json), "--csv", opt, "--out", str(out)]) == 0
@@ -177,3 +177,40 @@ def test_report_places_the_law_comparison_after_its_fits(tmp_path):
     small = _write(tmp_path, "small.csv", data.iloc[:8])
     assert report.main(["--csv", small, "--bootstrap", "10", "--out", str(tmp_path / "s")]) == 0
     assert "Laws compared" not in (tmp_path / "s" / "report.md").read_text()
+
+
+def test_predict_keeps_the_measured_loss_beside_the_prediction(tmp_path):
+    fit_json = _write(tmp_path, "k.json", {"parametric": {"law": "kaplan", **kaplan.PUBLISHED}})
+    points = _write(tmp_path, "points.csv", pd.DataFrame(
+        {"run_id": ["a", "b"], "N": [1e8, 1e9], "D": [2e10, 2e10], "loss": [2.5, 2.4]}))  # fmt: skip
+    out = tmp_path / "pred.csv"
+    assert predict.main(["--fit", fit_json, "--csv", points, "--out", str(out)]) == 0
+    got = pd.read_csv(out)
+    assert got["loss"].tolist() == [2.5, 2.4] and got["run_id"].tolist() == ["a", "b"]
+    expected = ((6.4e13 / 1e8) ** (0.076 / 0.103) + 1.8e13 / 2e10) ** 0.103
+    assert got["loss_pred"].iloc[0] == pytest.approx(expected)
+    assert {"loss_pred_lo", "loss_pred_hi"} <= set(got.columns)
+
+
+def test_compare_laws_fits_each_law_at_its_own_minimum_and_writes_only_what_it_says(tmp_path, capsys):
+    """5 training runs (Gadre et al.'s over-training fit set) and one held-out run: the
+    4-parameter laws are fitted, approach 3's form is skipped with its own reason, and the
+    ranking on one held-out run comes with a warning."""
+    N = np.array([2e7, 6e7, 2e8, 6e8, 2e7])  # 4 sizes at 20 tokens per parameter, the smallest at 320
+    train = runs(LAWS["overtrain"], OVERTRAIN, N, N * np.array([20, 20, 20, 20, 320]))
+    test = runs(LAWS["overtrain"], OVERTRAIN, [2e9], [4e10]).assign(run_id="held")
+    csv = _write(tmp_path, "runs.csv", pd.concat([train, test], ignore_index=True))
+    out = tmp_path / "cmp"
+    assert compare_laws.main(["--csv", csv, "--bootstrap", "10", "--out", str(out)]) == 0
+    rows = {r["law"]: r for r in json.loads((out / "compare_laws.json").read_text())["rows"]}
+    assert "needs at least 6 runs" in rows["chinchilla"]["skipped"]
+    assert rows["overtrain"]["n_train"] == 5 and rows["overtrain"]["n_test"] == 1
+    captured = capsys.readouterr()
+    assert "single run" in captured.err and "single run" in (out / "compare_laws.md").read_text()
+    assert "compare_laws.{md,csv,json,png,svg}" in captured.out
+    # every law skipped: no figure, and the message says so
+    out2 = tmp_path / "cmp2"
+    assert compare_laws.main(["--csv", csv, "--law", "chinchilla", "--bootstrap", "10",
+                              "--out", str(out2)]) == 0  # fmt: skip
+    assert "compare_laws.{md,csv,json}\n" in capsys.readouterr().out
+    assert not (out2 / "compare_laws.png").exists() and not (out2 / "compare_laws.svg").exists()

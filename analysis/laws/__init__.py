@@ -20,6 +20,7 @@ from analysis.compute_factor import label
 from analysis.laws import chinchilla, datablations, kaplan, overtrain
 from analysis.laws.base import HUBER_DELTA, Law, fit_and_bootstrap
 from analysis.load import InputError
+from analysis.load import check_fittable as check_runs
 
 LAWS: dict[str, Law] = {law.name: law for law in
                         (chinchilla.LAW, kaplan.LAW, datablations.LAW, overtrain.LAW)}  # fmt: skip
@@ -56,6 +57,15 @@ def check_columns(runs: pd.DataFrame, law: Law, what: str = "the runs") -> None:
             raise InputError(f"--law datablations fits E, A, B, alpha, beta on single-epoch runs "
                              f"(D <= U): {what} have {int(single.sum())}; it needs at least 6, "
                              "with two or more distinct N and D")  # fmt: skip
+
+
+def check_fittable(runs: pd.DataFrame, law: Law, what: str = "the runs") -> None:
+    """More runs than the law's own parameters, and two or more distinct N and D (approach 3's
+    message for the default law)."""
+    if law.name == DEFAULT:
+        check_runs(runs, what)
+    else:
+        check_runs(runs, what, law.n_params, f"the {law.name} law ({', '.join(law.params)})")
 
 
 def fit_law(law: Law, runs: pd.DataFrame, n_boot: int, seed: int, fixed: dict | None = None):
@@ -96,7 +106,10 @@ def section(law: Law, runs: pd.DataFrame, budgets, n_boot: int, seed: int,
     ci = intervals(quantities(law, law.to_values(thetas), budgets, U, k))
     for name in fixed or {}:
         ci[name] = None
-    why = identification.law_reasons(law, point, ci, converged, float(runs["loss"].min()), fixed)
+    cols = {c: runs[c].to_numpy(float) for c in law.columns}
+    noise = identification.noise_of(runs["loss"], law.predict(theta, cols)[0])
+    why = identification.law_reasons(law, point, ci, converged, float(runs["loss"].min()), fixed,
+                                     noise)
     if law.extra_reasons:
         why = {**why, **law.extra_reasons(runs, {k: point[k] for k in law.params})}
     alloc_names = ("N_opt", "D_opt", "tokens_per_param")

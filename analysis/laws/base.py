@@ -24,6 +24,7 @@ from scipy.optimize import minimize
 
 from analysis.lbfgs import chunked, minimize_batched
 
+LOG_TINY = float(np.log(np.finfo(float).tiny))  # about -708: exp of it is still positive
 HUBER_DELTA = 1e-3  # Hoffmann et al. 2022, appendix D.2
 SCREEN_ITER = 40  # bootstrap: iterations every start runs before the best are kept
 KEEP = 2  # bootstrap: starts per replicate run to convergence
@@ -259,6 +260,10 @@ def fit_and_bootstrap(law: Law, runs, counts: np.ndarray, fixed: dict | None = N
     with one_thread():
         point = fit(law, columns, loss, starts, free)
         more, _ = law.hold(law.bootstrap_starts(), fixed)
-        starts = np.vstack([law.settle(point.theta)[None, :], more])
+        # a log-scale parameter that underflowed to 0 (log = -inf) is a start no line search
+        # can leave: the smallest finite log instead, the same point for every purpose
+        settled = law.settle(point.theta)
+        warm = np.where(np.isneginf(settled), LOG_TINY, settled)
+        starts = np.vstack([warm[None, :], more])
         thetas, converged = bootstrap(law, columns, loss, counts, starts, free)
     return point, thetas, converged

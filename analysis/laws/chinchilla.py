@@ -76,7 +76,8 @@ class Parametric:
 
     @property
     def theta(self) -> np.ndarray:
-        return np.array([np.log(self.A), np.log(self.B), np.log(self.E), self.alpha, self.beta])
+        with np.errstate(divide="ignore"):  # E on its bound 0: log E = -inf, reported as such
+            return np.array([np.log(self.A), np.log(self.B), np.log(self.E), self.alpha, self.beta])
 
     def predict(self, N, D):
         N, D = np.asarray(N, dtype=float), np.asarray(D, dtype=float)
@@ -108,15 +109,17 @@ def allocation(theta: np.ndarray, budgets: np.ndarray, k: float = 1.0) -> dict[s
     """
     log_A, log_B, _, alpha, beta = (theta[:, i : i + 1] for i in range(5))  # (R, 1) each
     total = alpha + beta
-    log_G = (np.log(alpha) + log_A - np.log(beta) - log_B) / total
-    log_half = np.log(np.asarray(budgets, dtype=float) / (6.0 * k))[None, :]  # (1, K)
-    log_N = log_G + (beta / total) * log_half
-    log_D = -log_G + (alpha / total) * log_half
-    return {
-        "N_opt": np.exp(log_N),
-        "D_opt": np.exp(log_D),
-        "tokens_per_param": np.exp(log_D - log_N),
-    }
+    # a replicate with an exponent <= 0 (or nan) has no optimum: nan, flagged by identification
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        log_G = (np.log(alpha) + log_A - np.log(beta) - log_B) / total
+        log_half = np.log(np.asarray(budgets, dtype=float) / (6.0 * k))[None, :]  # (1, K)
+        log_N = log_G + (beta / total) * log_half
+        log_D = -log_G + (alpha / total) * log_half
+        return {
+            "N_opt": np.exp(log_N),
+            "D_opt": np.exp(log_D),
+            "tokens_per_param": np.exp(log_D - log_N),
+        }
 
 
 @dataclass(frozen=True)
@@ -336,8 +339,9 @@ def section(
         "n_boot_converged": int(converged.sum()),
         "ci95": ci,
     }
+    noise = identification.noise_of(runs["loss"], fit.predict(runs["N"], runs["D"]))
     reasons = identification.law_reasons(LAW, estimate, ci, converged,
-                                         float(runs["loss"].min()), fixed)
+                                         float(runs["loss"].min()), fixed, noise)
     out = identification.clip_allocation(out)
     reasons = {**identification.range_problems(out), **reasons}
     return fit, identification.with_reasons(out, reasons), thetas

@@ -20,6 +20,7 @@ from analysis.laws import (
     DEFAULT,
     LAWS,
     check_columns,
+    check_fittable,
     fit_law,
     get,
     replicates,
@@ -58,6 +59,7 @@ def check(frame: pd.DataFrame, args: argparse.Namespace) -> None:
         return  # fit_groups names the missing column
     for name, g in groups(frame, args.group).items():
         check_columns(g, law, f"group {args.group}={name}" if name else "the runs")
+        check_fittable(g, law, f"group {args.group}={name}" if name else "the runs")
 
 
 def apply(frame: pd.DataFrame, args: argparse.Namespace, result: dict) -> dict[str, np.ndarray]:
