@@ -107,6 +107,13 @@ TRAIN_ROWS = [
     ("model.size=-1", "model: size must be a positive number"),
     ("model.d_model=0", "model: d_model must be a positive integer"),
     ("data.eval_tokens=100", "data.eval_tokens:"),  # < train.seq_len: was found after tokenizing
+    # trained silently (seed -1, warmup clamped to the run, decay from a negative step) or a
+    # traceback (seed 1e30 in torch.manual_seed, an empty separator in str.split)
+    ("train.seed=-1", "train.seed: must be in [0, 2**63 - 1]"),
+    ("train.seed=1e30", "train.seed: must be in [0, 2**63 - 1]"),
+    ("train.warmup=1e6", "train.warmup: 1000000 steps is more than the run's 123 steps"),
+    ("train.decay_start_tokens=-4096", "train.decay_start_tokens: must be >= 0"),
+    ("data.doc_separator=''", "data.doc_separator: must not be empty"),
     # tracking URIs MLflow cannot open (a 41-line traceback before)
     ("tracking.uri=garbage://x", "tracking.uri: unknown scheme 'garbage://'"),
     ("tracking.uri=sqlite://relative.db", "tracking.uri:"),
