@@ -373,7 +373,32 @@ SWEEP_ROWS = [
     # Hydra would run conf/sweep/grid.yaml (12 points) instead of the user's file of that name
     (["sweep=grid"], "sweep=grid: {dir}/sweep/grid.yaml has the name of the project's "
                      "conf/sweep/grid.yaml"),
+    # plan fields of the wrong shape: tracebacks before (float('abc'), iterating a scalar)
+    (["sweep=bad_budgets"], "sweep.budgets[0]: expected a finite number, got 'abc'"),
+    (["sweep=scalar_budgets"], "sweep.budgets: expected a list of numbers, got 1"),
+    (["sweep=bad_tpp"], "sweep.tokens_per_param: expected [lo, hi] with 0 < lo < hi"),
+    (["sweep=scalar_wsd"], "sweep.wsd.tokens: expected a list of numbers, got 32768"),
+    (["sweep=bad_wsd"], "sweep.wsd.tokens[0]: expected a finite number, got 'x'"),
+    (["sweep=list_variants"], "sweep.variants: expected a mapping (name -> overrides)"),
+    (["sweep=list_fixed"], "sweep.fixed: expected a mapping (override key -> value)"),
+    (["sweep=no_axes"], "sweep.axes: nothing to sweep"),  # trained one default point
+    (["sweep=tiny", "sweep.throughput.flops_per_sec=0"], "sweep.throughput.flops_per_sec: must be > 0"),
+    (["sweep=tiny", "sweep.throughput.flops_per_sec=nan"], "sweep.throughput.flops_per_sec: expected a finite"),
+    (["sweep=tiny", "sweep.dry_run=maybe"], "sweep.dry_run: expected true or false, got 'maybe'"),
 ]
+SWEEP_FILES = {  # my_sweeps/sweep/NAME.yaml
+    "malformed": "grid: [1, 2\n",
+    "a_list": "- a\n- b\n",
+    "grid": "axes:\n  model.size: [1e4]\n",
+    "bad_budgets": "axes:\n  model.size: [2e4]\nbudgets: [abc]\n",
+    "scalar_budgets": "axes:\n  model.size: [2e4]\nbudgets: 1.0e12\n",
+    "bad_tpp": "axes:\n  model.size: [2e4]\nbudgets: [1.0e12]\ntokens_per_param: [a, b]\n",
+    "scalar_wsd": "axes:\n  model.size: [2e4]\nwsd:\n  tokens: 32768\n",
+    "bad_wsd": "axes:\n  model.size: [2e4]\nwsd:\n  tokens: [x]\n",
+    "list_variants": "axes:\n  model.size: [2e4]\nvariants: [a, b]\n",
+    "list_fixed": "axes:\n  model.size: [2e4]\nfixed: [data.tokenizer=byte]\n",
+    "no_axes": "axes: {}\nfixed:\n  data.tokenizer: byte\n",
+}
 
 
 @pytest.mark.parametrize(
@@ -386,10 +411,11 @@ def test_hydra_level_errors_are_one_line_exit_2(place, tmp_path, module, args, m
     unchecked (`int('two')`): one `error:` line naming the key, group or file, nothing written."""
     sweeps = tmp_path / "my_sweeps"
     (sweeps / "sweep").mkdir(parents=True)
-    (sweeps / "sweep" / "malformed.yaml").write_text("grid: [1, 2\n")
-    (sweeps / "sweep" / "a_list.yaml").write_text("- a\n- b\n")
-    (sweeps / "sweep" / "grid.yaml").write_text("axes:\n  model.size: [1e4]\n")
+    for name, text in SWEEP_FILES.items():
+        (sweeps / "sweep" / f"{name}.yaml").write_text(text)
     extra = ["--config-dir", str(sweeps), "sweep.dry_run=true"] if module == "sweeps.run" else []
+    if "sweep.dry_run=maybe" in args:
+        extra.remove("sweep.dry_run=true")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     out = subprocess.run(
         [sys.executable, "-m", module, *extra, *place["overrides"], *args],
