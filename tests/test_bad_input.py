@@ -48,6 +48,10 @@ def place(tmp_path, monkeypatch) -> dict:
     (corpus / "empty.txt").write_text("")
     (corpus / "blank.txt").write_text("  \n\n<|endoftext|>\n  <|endoftext|>")
     (corpus / "blank.jsonl").write_text("\n\n")
+    (corpus / "binary.txt").write_bytes(bytes(range(256)) * 8)
+    (corpus / "not_a_checkpoint.pt").write_text("hello")
+    (corpus / "not_sqlite.db").write_text("hello")
+    (corpus / "a_file").write_text("a file, not a folder")
     overrides = [
         f"tracking.uri=sqlite:///{out / 'store' / 'mlruns.db'}",
         f"paths.runs_dir={out / 'runs'}",
@@ -125,6 +129,15 @@ TRAIN_ROWS = [
     ("data.path={corpus}/empty.txt", "data.path:"),
     ("data.path={corpus}/blank.txt", "data.path:"),
     ("data.path={corpus}/blank.jsonl", "data.path:"),
+    ("data.path={corpus}/binary.txt", "data.path: {corpus}/binary.txt is not a text file"),
+    # tracebacks, or errors after the store was written: now checked before any work
+    ("train.init_from={corpus}/not_a_checkpoint.pt", "train.init_from: {corpus}/not_a_checkpoint.pt is not a checkpoint file"),
+    ("tracking.uri=sqlite:///{corpus}/not_sqlite.db", "tracking.uri: {corpus}/not_sqlite.db exists and is not a SQLite database"),
+    ("tracking.uri=sqlite:///{corpus}", "tracking.uri: {corpus} is a folder"),
+    ("paths.runs_dir={corpus}/a_file", "paths.runs_dir: {corpus}/a_file is a file, not a folder"),
+    ("paths.cache_dir={corpus}/a_file/cache", "paths.cache_dir: {corpus}/a_file is a file, not a folder"),
+    ("train.resume=true", "train.resume=true: no checkpoint at "),  # true requires one
+    ("tracking.parent_run_id=deadbeef", "tracking.parent_run_id: no run deadbeef"),
 ]
 
 
@@ -140,7 +153,7 @@ def test_train_bad_input_is_one_line_exit_2_and_writes_nothing(place, capsys, ov
         _main(cfg)
     assert exit_.value.code == 2
     message = one_error_line(capsys.readouterr().err)
-    assert message.startswith(field), message
+    assert message.startswith(field.format(corpus=place["corpus"])), message
     assert_nothing_written(place)
 
 
@@ -448,6 +461,48 @@ def test_a_data_error_found_after_tokenizing_comes_before_the_store(place, capsy
     assert message.startswith("data.eval_tokens=1000000: the validation split has only"), message
     assert sorted(p.name for p in place["out"].iterdir()) == ["cache"]  # no store, no runs/
     assert list(place["cwd"].iterdir()) == []
+
+
+def test_eval_tokens_is_checked_against_a_prepared_cache_before_any_work(place, capsys, monkeypatch):
+    """Once the token cache exists, its meta.json knows the validation split: a too large
+    data.eval_tokens fails before the data is loaded."""
+    import training.trainer as trainer
+    from training.train import _main
+
+    corpus = place["corpus"] / "small"
+    corpus.mkdir()
+    for i in range(60):
+        (corpus / f"d{i:02d}.txt").write_text(f"document {i}\n" + "some text here. " * 20)
+    cfg = compose(
+        *place["overrides"], "data=text", f"data.path={corpus}", "data.tokenizer=byte",
+        "data.eval_tokens=1e6",
+    )  # fmt: skip
+    with pytest.raises(SystemExit):
+        _main(cfg)  # builds the cache, then fails
+    capsys.readouterr()
+    monkeypatch.setattr(trainer, "prepare_data", lambda *a: pytest.fail("data loaded"))
+    with pytest.raises(SystemExit) as exit_:
+        _main(cfg)
+    assert exit_.value.code == 2
+    message = one_error_line(capsys.readouterr().err)
+    assert message.startswith("data.eval_tokens=1000000: the validation split has only"), message
+    assert sorted(p.name for p in place["out"].iterdir()) == ["cache"]
+
+
+def test_a_replaced_max_seq_len_is_said_in_one_line(place, capsys):
+    """model.max_seq_len follows train.seq_len: a different value set by the user is named on
+    stderr (it was replaced silently); the run goes on (here to a resume error, before work)."""
+    from training.train import _main
+
+    cfg = compose(*place["overrides"], "model.max_seq_len=16", "train.seq_len=64", "train.resume=true")
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        _main(cfg)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[0] == "note: model.max_seq_len=16 is replaced by train.seq_len=64 (the context length)"
+    assert lines[1].startswith("error: train.resume=true: no checkpoint at "), lines
+    assert len(lines) == 2
+    assert_nothing_written(place)
 
 
 def _unwritable(tmp_path: Path) -> Path:
