@@ -74,6 +74,7 @@ def parse_cli(arguments: Sequence[str]) -> tuple[list[str], dict[str, list[str]]
 
 def spec_from_config(cfg: DictConfig, cli_axes: dict[str, list[str]]) -> plan.SweepSpec:
     sweep = OmegaConf.to_container(cfg.sweep, resolve=True)
+    plan.check_settings(sweep)
     unknown = set(sweep) - plan.SPEC_FIELDS - SETTINGS
     if unknown:
         allowed = ", ".join(sorted(plan.SPEC_FIELDS | SETTINGS))

@@ -208,6 +208,50 @@ class LrRule:
             )
         return cls(rule["scale"], rule["exponent"], f"fitted: {path}")
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _number(value: Any, name: str) -> float:
+    """A finite number; a numeric string ("1e12", as YAML 1.1 reads it) counts."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    if not _is_number(value):
+        raise PlanError(f"{name}: expected a finite number, got {value!r}")
+    return float(value)
+
+
+def _numbers(value: Any, name: str) -> list[float]:
+    """A list of finite numbers, each named `name[i]` when it is not one."""
+    if not isinstance(value, (list, tuple)):
+        raise PlanError(f"{name}: expected a list of numbers, got {value!r}")
+    return [_number(v, f"{name}[{i}]") for i, v in enumerate(value)]
+
+
+def _mapping(value: Any, name: str, what: str) -> dict:
+    if not isinstance(value, Mapping):
+        raise PlanError(f"{name}: expected a mapping ({what}), got {value!r}")
+    return dict(value)
+
+
+def check_settings(sweep: Mapping[str, Any]) -> None:
+    """The execution settings next to the plan fields: `dry_run` and `retry_failed` are
+    booleans (any string was true), `throughput` finite numbers the estimates divide by."""
+    for key in ("dry_run", "retry_failed"):
+        if key in sweep and not isinstance(sweep[key], bool):
+            raise PlanError(f"sweep.{key}: expected true or false, got {sweep[key]!r}")
+    throughput = _mapping(sweep.get("throughput") or {}, "sweep.throughput", "flops_per_sec, overhead_s")
+    for key, low in (("flops_per_sec", "> 0"), ("overhead_s", ">= 0")):
+        name = f"sweep.throughput.{key}"
+        if key in throughput:
+            value = _number(throughput[key], name)
+            if value < 0 or (value == 0 and low == "> 0"):
+                raise PlanError(f"{name}: must be {low}, got {throughput[key]!r}")
+
+
 @dataclass(frozen=True)
 class SweepSpec:
     """What to cross. `fixed` holds overrides shared by every point (e.g. data.vocab_size)."""
@@ -261,7 +305,12 @@ class SweepSpec:
 
     def _check_tokens_per_param(self) -> None:
         tpp = self.tokens_per_param
-        if not isinstance(tpp, (list, tuple)) or len(tpp) != 2 or not 0 < tpp[0] < tpp[1]:
+        if (
+            not isinstance(tpp, (list, tuple))
+            or len(tpp) != 2
+            or not all(_is_number(v) for v in tpp)
+            or not 0 < tpp[0] < tpp[1]
+        ):
             raise PlanError(
                 f"sweep.tokens_per_param: expected [lo, hi] with 0 < lo < hi, got {tpp!r}"
             )
@@ -279,20 +328,30 @@ class SweepSpec:
             raise PlanError(
                 f"sweep.wsd: unknown field(s) {sorted(unknown)}; allowed: tokens, decay"
             )
-        variants = d.get("variants") or {"base": {}}
-        return cls(
+        variants = _mapping(d.get("variants") or {"base": {}}, "sweep.variants", "name -> overrides")
+        spec = cls(
             name=name,
-            axes=dict(d.get("axes") or {}),
-            variants={str(k): dict(v or {}) for k, v in variants.items()},
-            budgets=[float(c) for c in (d.get("budgets") or [])],
+            axes=_mapping(d.get("axes") or {}, "sweep.axes", "override key -> values"),
+            variants={
+                str(k): _mapping(v or {}, f"sweep.variants.{k}", "override key -> value")
+                for k, v in variants.items()
+            },
+            budgets=_numbers(d.get("budgets") or [], "sweep.budgets"),
             budget_flops="6nd" if d.get("budget_flops") is None else d["budget_flops"],
             tokens_per_param=d.get("tokens_per_param"),
-            wsd_tokens=sorted(float(t) for t in (wsd.get("tokens") or [])),
-            wsd_decay=float(wsd.get("decay", 0.2)),
-            fixed=dict(d.get("fixed") or {}),
+            wsd_tokens=sorted(_numbers(wsd.get("tokens") or [], "sweep.wsd.tokens")),
+            wsd_decay=_number(wsd.get("decay", 0.2), "sweep.wsd.decay"),
+            fixed=_mapping(d.get("fixed") or {}, "sweep.fixed", "override key -> value"),
             tune=TuneSpec.from_dict(d),
             lr_rule=LrRule.from_value(d.get("lr_rule")),
         )
+        if not (spec.axes or set(spec.variants) != {"base"} or spec.budgets or spec.wsd_tokens
+                or spec.tune):
+            raise PlanError(
+                "sweep.axes: nothing to sweep (no axes, variants, budgets, wsd.tokens or tune): the "
+                "sweep would train one default point; add an axis such as model.size: [1e6, 3e6]"
+            )
+        return spec
 
     def check_conflicts(self, cli_keys: Sequence[str] = ()) -> None:
         """Fail before anything starts when two sources set the same knob ambiguously."""

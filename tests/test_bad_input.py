@@ -48,6 +48,10 @@ def place(tmp_path, monkeypatch) -> dict:
     (corpus / "empty.txt").write_text("")
     (corpus / "blank.txt").write_text("  \n\n<|endoftext|>\n  <|endoftext|>")
     (corpus / "blank.jsonl").write_text("\n\n")
+    (corpus / "binary.txt").write_bytes(bytes(range(256)) * 8)
+    (corpus / "not_a_checkpoint.pt").write_text("hello")
+    (corpus / "not_sqlite.db").write_text("hello")
+    (corpus / "a_file").write_text("a file, not a folder")
     overrides = [
         f"tracking.uri=sqlite:///{out / 'store' / 'mlruns.db'}",
         f"paths.runs_dir={out / 'runs'}",
@@ -107,6 +111,13 @@ TRAIN_ROWS = [
     ("model.size=-1", "model: size must be a positive number"),
     ("model.d_model=0", "model: d_model must be a positive integer"),
     ("data.eval_tokens=100", "data.eval_tokens:"),  # < train.seq_len: was found after tokenizing
+    # trained silently (seed -1, warmup clamped to the run, decay from a negative step) or a
+    # traceback (seed 1e30 in torch.manual_seed, an empty separator in str.split)
+    ("train.seed=-1", "train.seed: must be in [0, 2**63 - 1]"),
+    ("train.seed=1e30", "train.seed: must be in [0, 2**63 - 1]"),
+    ("train.warmup=1e6", "train.warmup: 1000000 steps is more than the run's 123 steps"),
+    ("train.decay_start_tokens=-4096", "train.decay_start_tokens: must be >= 0"),
+    ("data.doc_separator=''", "data.doc_separator: must not be empty"),
     # tracking URIs MLflow cannot open (a 41-line traceback before)
     ("tracking.uri=garbage://x", "tracking.uri: unknown scheme 'garbage://'"),
     ("tracking.uri=sqlite://relative.db", "tracking.uri:"),
@@ -118,6 +129,15 @@ TRAIN_ROWS = [
     ("data.path={corpus}/empty.txt", "data.path:"),
     ("data.path={corpus}/blank.txt", "data.path:"),
     ("data.path={corpus}/blank.jsonl", "data.path:"),
+    ("data.path={corpus}/binary.txt", "data.path: {corpus}/binary.txt is not a text file"),
+    # tracebacks, or errors after the store was written: now checked before any work
+    ("train.init_from={corpus}/not_a_checkpoint.pt", "train.init_from: {corpus}/not_a_checkpoint.pt is not a checkpoint file"),
+    ("tracking.uri=sqlite:///{corpus}/not_sqlite.db", "tracking.uri: {corpus}/not_sqlite.db exists and is not a SQLite database"),
+    ("tracking.uri=sqlite:///{corpus}", "tracking.uri: {corpus} is a folder"),
+    ("paths.runs_dir={corpus}/a_file", "paths.runs_dir: {corpus}/a_file is a file, not a folder"),
+    ("paths.cache_dir={corpus}/a_file/cache", "paths.cache_dir: {corpus}/a_file is a file, not a folder"),
+    ("train.resume=true", "train.resume=true: no checkpoint at "),  # true requires one
+    ("tracking.parent_run_id=deadbeef", "tracking.parent_run_id: no run deadbeef"),
 ]
 
 
@@ -133,7 +153,7 @@ def test_train_bad_input_is_one_line_exit_2_and_writes_nothing(place, capsys, ov
         _main(cfg)
     assert exit_.value.code == 2
     message = one_error_line(capsys.readouterr().err)
-    assert message.startswith(field), message
+    assert message.startswith(field.format(corpus=place["corpus"])), message
     assert_nothing_written(place)
 
 
@@ -366,7 +386,32 @@ SWEEP_ROWS = [
     # Hydra would run conf/sweep/grid.yaml (12 points) instead of the user's file of that name
     (["sweep=grid"], "sweep=grid: {dir}/sweep/grid.yaml has the name of the project's "
                      "conf/sweep/grid.yaml"),
+    # plan fields of the wrong shape: tracebacks before (float('abc'), iterating a scalar)
+    (["sweep=bad_budgets"], "sweep.budgets[0]: expected a finite number, got 'abc'"),
+    (["sweep=scalar_budgets"], "sweep.budgets: expected a list of numbers, got 1"),
+    (["sweep=bad_tpp"], "sweep.tokens_per_param: expected [lo, hi] with 0 < lo < hi"),
+    (["sweep=scalar_wsd"], "sweep.wsd.tokens: expected a list of numbers, got 32768"),
+    (["sweep=bad_wsd"], "sweep.wsd.tokens[0]: expected a finite number, got 'x'"),
+    (["sweep=list_variants"], "sweep.variants: expected a mapping (name -> overrides)"),
+    (["sweep=list_fixed"], "sweep.fixed: expected a mapping (override key -> value)"),
+    (["sweep=no_axes"], "sweep.axes: nothing to sweep"),  # trained one default point
+    (["sweep=tiny", "sweep.throughput.flops_per_sec=0"], "sweep.throughput.flops_per_sec: must be > 0"),
+    (["sweep=tiny", "sweep.throughput.flops_per_sec=nan"], "sweep.throughput.flops_per_sec: expected a finite"),
+    (["sweep=tiny", "sweep.dry_run=maybe"], "sweep.dry_run: expected true or false, got 'maybe'"),
 ]
+SWEEP_FILES = {  # my_sweeps/sweep/NAME.yaml
+    "malformed": "grid: [1, 2\n",
+    "a_list": "- a\n- b\n",
+    "grid": "axes:\n  model.size: [1e4]\n",
+    "bad_budgets": "axes:\n  model.size: [2e4]\nbudgets: [abc]\n",
+    "scalar_budgets": "axes:\n  model.size: [2e4]\nbudgets: 1.0e12\n",
+    "bad_tpp": "axes:\n  model.size: [2e4]\nbudgets: [1.0e12]\ntokens_per_param: [a, b]\n",
+    "scalar_wsd": "axes:\n  model.size: [2e4]\nwsd:\n  tokens: 32768\n",
+    "bad_wsd": "axes:\n  model.size: [2e4]\nwsd:\n  tokens: [x]\n",
+    "list_variants": "axes:\n  model.size: [2e4]\nvariants: [a, b]\n",
+    "list_fixed": "axes:\n  model.size: [2e4]\nfixed: [data.tokenizer=byte]\n",
+    "no_axes": "axes: {}\nfixed:\n  data.tokenizer: byte\n",
+}
 
 
 @pytest.mark.parametrize(
@@ -379,10 +424,11 @@ def test_hydra_level_errors_are_one_line_exit_2(place, tmp_path, module, args, m
     unchecked (`int('two')`): one `error:` line naming the key, group or file, nothing written."""
     sweeps = tmp_path / "my_sweeps"
     (sweeps / "sweep").mkdir(parents=True)
-    (sweeps / "sweep" / "malformed.yaml").write_text("grid: [1, 2\n")
-    (sweeps / "sweep" / "a_list.yaml").write_text("- a\n- b\n")
-    (sweeps / "sweep" / "grid.yaml").write_text("axes:\n  model.size: [1e4]\n")
+    for name, text in SWEEP_FILES.items():
+        (sweeps / "sweep" / f"{name}.yaml").write_text(text)
     extra = ["--config-dir", str(sweeps), "sweep.dry_run=true"] if module == "sweeps.run" else []
+    if "sweep.dry_run=maybe" in args:
+        extra.remove("sweep.dry_run=true")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     out = subprocess.run(
         [sys.executable, "-m", module, *extra, *place["overrides"], *args],
@@ -415,6 +461,48 @@ def test_a_data_error_found_after_tokenizing_comes_before_the_store(place, capsy
     assert message.startswith("data.eval_tokens=1000000: the validation split has only"), message
     assert sorted(p.name for p in place["out"].iterdir()) == ["cache"]  # no store, no runs/
     assert list(place["cwd"].iterdir()) == []
+
+
+def test_eval_tokens_is_checked_against_a_prepared_cache_before_any_work(place, capsys, monkeypatch):
+    """Once the token cache exists, its meta.json knows the validation split: a too large
+    data.eval_tokens fails before the data is loaded."""
+    import training.trainer as trainer
+    from training.train import _main
+
+    corpus = place["corpus"] / "small"
+    corpus.mkdir()
+    for i in range(60):
+        (corpus / f"d{i:02d}.txt").write_text(f"document {i}\n" + "some text here. " * 20)
+    cfg = compose(
+        *place["overrides"], "data=text", f"data.path={corpus}", "data.tokenizer=byte",
+        "data.eval_tokens=1e6",
+    )  # fmt: skip
+    with pytest.raises(SystemExit):
+        _main(cfg)  # builds the cache, then fails
+    capsys.readouterr()
+    monkeypatch.setattr(trainer, "prepare_data", lambda *a: pytest.fail("data loaded"))
+    with pytest.raises(SystemExit) as exit_:
+        _main(cfg)
+    assert exit_.value.code == 2
+    message = one_error_line(capsys.readouterr().err)
+    assert message.startswith("data.eval_tokens=1000000: the validation split has only"), message
+    assert sorted(p.name for p in place["out"].iterdir()) == ["cache"]
+
+
+def test_a_replaced_max_seq_len_is_said_in_one_line(place, capsys):
+    """model.max_seq_len follows train.seq_len: a different value set by the user is named on
+    stderr (it was replaced silently); the run goes on (here to a resume error, before work)."""
+    from training.train import _main
+
+    cfg = compose(*place["overrides"], "model.max_seq_len=16", "train.seq_len=64", "train.resume=true")
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        _main(cfg)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[0] == "note: model.max_seq_len=16 is replaced by train.seq_len=64 (the context length)"
+    assert lines[1].startswith("error: train.resume=true: no checkpoint at "), lines
+    assert len(lines) == 2
+    assert_nothing_written(place)
 
 
 def _unwritable(tmp_path: Path) -> Path:

@@ -127,7 +127,7 @@ def test_two_identical_commands_at_once_train_one_run(lab, tmp_path):
     from training.train import train
 
     cfg = [*lab, "train.tokens=256000", "train.checkpoint_every=100", "train.eval_every=250"]
-    train(compose(*cfg, "train.tokens=512", "tracking.experiment=warm"))  # builds the cache
+    train(compose(*cfg, "train.tokens=512", "train.warmup=0", "tracking.experiment=warm"))  # the cache
     outputs = [tmp_path / "first.log", tmp_path / "second.log"]
     first = start(cfg, outputs[0])
     try:  # the second starts once the first holds the lock (has written its pid in it)

@@ -245,6 +245,10 @@ class DataConfig(_Section):
             )
         _positive("data", self, "eval_tokens", "tokenizer_train_chars", "max_bytes", "src_len")
         _positive("data", self, "max_tokens")
+        if not self.doc_separator:
+            raise ConfigError(
+                "data.doc_separator: must not be empty (it splits a .txt file into documents)"
+            )
 
     def _check_source(self) -> None:
         """The fields each source and kind needs, and those it cannot use."""
@@ -290,7 +294,8 @@ class TrainConfig(_Section):
     warmup: float = 0.02  # < 1: fraction of the run's steps; >= 1: steps
     schedule: Literal["cosine", "wsd", "constant"] = "cosine"
     decay_fraction: float = 0.2  # wsd: linear decay over the last fraction of the run (0: none)
-    decay_start_tokens: int | None = None  # wsd: explicit decay start (branches: the branch point)
+    # wsd: explicit decay start (branches: the branch point); >= train.tokens: no decay
+    decay_start_tokens: int | None = None
     weight_decay: float = 0.1  # on matrices and embeddings (dim >= 2) only
     beta1: float = 0.9
     beta2: float = 0.95
@@ -342,9 +347,30 @@ class TrainConfig(_Section):
             )
         if self.checkpoint_every < 0:
             raise ConfigError(f"train.checkpoint_every: must be >= 0, got {self.checkpoint_every}")
+        if not 0 <= self.seed <= SEED_MAX:  # torch.manual_seed's range, numpy's (>= 0)
+            raise ConfigError(f"train.seed: must be in [0, 2**63 - 1], got {self.seed}")
+        self._check_schedule_steps()
         for t in self.save_at_tokens:
             if not 0 < t <= self.tokens:
                 raise ConfigError(f"train.save_at_tokens: {t} is outside (0, train.tokens]")
+
+
+    def _check_schedule_steps(self) -> None:
+        """Warmup within the run's steps; a WSD decay start at a token count >= 0."""
+        total_steps = -(-self.tokens // self.batch_tokens)
+        if self.warmup >= 1 and self.warmup > total_steps:
+            raise ConfigError(
+                f"train.warmup: {int(self.warmup)} steps is more than the run's {total_steps} steps "
+                f"(train.tokens / train.batch_tokens); a value < 1 is a fraction of them"
+            )
+        # past train.tokens is allowed: no decay in this run (successive halving's rung runs)
+        if self.decay_start_tokens is not None and self.decay_start_tokens < 0:
+            raise ConfigError(
+                f"train.decay_start_tokens: must be >= 0, got {self.decay_start_tokens}"
+            )
+
+
+SEED_MAX = 2**63 - 1
 
 
 @dataclass

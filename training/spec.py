@@ -5,7 +5,10 @@ here decodes or tokenizes; the corpus is only fingerprinted.
 
 from __future__ import annotations
 
+import json
 import math
+import sys
+from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -13,10 +16,14 @@ from omegaconf import OmegaConf
 from models.config import ModelConfig
 from models.ladder import model_config
 from training import objectives as objective
-from training.checkpoint import identity
+from training import tracking
+from training.checkpoint import LAST, identity, run_dir
 from training.config import SECTIONS, ConfigError, DataConfig, RunSpec, TrainConfig
 from training.data import source_fingerprint
+from training.data.cache import cache_key
+from training.data.sources import text_files
 from training.keys import run_key
+from training.paths import default_cache_dir, default_runs_dir, resolve_dir
 
 
 def planned_vocab_size(data: DataConfig) -> int:
@@ -67,6 +74,10 @@ def _branch_point(train: TrainConfig) -> Any:
         return identity(train.init_from, train.batch_tokens)
     except FileNotFoundError:
         raise ConfigError(f"train.init_from: {train.init_from} is not a checkpoint file") from None
+    except Exception as e:  # torch.load of a file that is no checkpoint: any error
+        raise ConfigError(
+            f"train.init_from: {train.init_from} is not a checkpoint file ({type(e).__name__})"
+        ) from None
 
 
 def resolve_config(cfg: Any) -> RunSpec:
@@ -80,6 +91,7 @@ def resolve_config(cfg: Any) -> RunSpec:
     sections = _sections(cfg)
     data, train = sections["data"], sections["train"]
     model_section = dict(cfg.get("model") or {})
+    _note_max_seq_len(model_section.get("max_seq_len"), train.seq_len)
     model = build_model_config(model_section, planned_vocab_size(data), train.seq_len, data)
     objective.check(model, train, data)  # the family's objective: its fields, before any work
     size = model_section.get("size")
@@ -98,3 +110,74 @@ def resolve_config(cfg: Any) -> RunSpec:
         data_source=fingerprint,
         **sections,
     )
+
+
+_NOTED: set[str] = set()
+
+
+def _note_max_seq_len(asked: Any, seq_len: int) -> None:
+    """`model.max_seq_len` is train.seq_len's: one stderr line (once per process) when a
+    different value was set, instead of replacing it silently."""
+    if asked in (None, seq_len, ModelConfig.max_seq_len):
+        return
+    line = f"note: model.max_seq_len={asked} is replaced by train.seq_len={seq_len} (the context length)"
+    if line not in _NOTED:
+        _NOTED.add(line)
+        print(line, file=sys.stderr)
+
+
+# ---------------------------------------------------------------- pre-flight
+def preflight(spec: RunSpec) -> None:
+    """What the filesystem and the store must hold before a run writes anything (its store,
+    runs folder or data cache): one ConfigError naming the field, else nothing happens."""
+    tr, paths = spec.train, spec.paths
+    if tr.init_from and not Path(tr.init_from).is_file():
+        raise ConfigError(f"train.init_from: {tr.init_from} is not a checkpoint file")
+    runs_dir = resolve_dir(paths.runs_dir, default_runs_dir())
+    _check_folder("paths.runs_dir", runs_dir)
+    cache_dir = resolve_dir(paths.cache_dir, default_cache_dir())
+    _check_folder("paths.cache_dir", cache_dir)
+    last = run_dir(runs_dir, spec.run_key) / LAST
+    if tr.resume is True and not last.exists():  # true: require one (auto: resume if any)
+        raise ConfigError(f"train.resume=true: no checkpoint at {last}")
+    if spec.data.source == "text":
+        _check_text_files(spec.data)
+    _check_eval_tokens(spec, cache_dir)
+    uri = tracking.resolve_tracking_uri(spec.tracking.uri)
+    tracking.check_store(uri, spec.tracking.parent_run_id)
+
+
+def _check_folder(name: str, folder: Path) -> None:
+    """`folder`, or the nearest of its parents that exists, is a folder."""
+    for path in (folder, *folder.parents):
+        if path.exists():
+            if not path.is_dir():
+                raise ConfigError(f"{name}: {path} is a file, not a folder")
+            return
+
+
+def _check_text_files(data: DataConfig) -> None:
+    """No NUL byte in the first 8 KB of a corpus file (git's test for binary files): a binary
+    file decodes with replacement characters and trains, silently wrong."""
+    for _, path in text_files(data)[1]:
+        with open(path, "rb") as f:
+            if b"\0" in f.read(8192):
+                raise ConfigError(f"data.path: {path} is not a text file (it holds NUL bytes)")
+
+
+def _check_eval_tokens(spec: RunSpec, cache_dir: Path) -> None:
+    """data.eval_tokens against the validation split of a token cache built before (its
+    meta.json); without one the split is known only once tokenized (`val_windows`)."""
+    data, seq_len = spec.data, spec.train.seq_len
+    if data.source == "tokens" or data.kind != "text":
+        return
+    meta = cache_dir / cache_key(data, spec.data_source) / "meta.json"
+    try:
+        n_val = int(json.loads(meta.read_text())["n_val_tokens"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # no cache yet, or one the loader rebuilds
+    if (data.eval_tokens // seq_len) * seq_len + 1 > n_val:
+        raise ConfigError(
+            f"data.eval_tokens={data.eval_tokens}: the validation split has only {n_val} tokens; "
+            "lower data.eval_tokens or raise data.val_fraction"
+        )

@@ -41,6 +41,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from training.config import ConfigError
 from training.paths import PROJECT_ROOT, default_tracking_uri
 
 MAX_PARAMS_PER_BATCH = 100  # MLflow log_batch limits
@@ -86,6 +87,41 @@ def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
             raise TrackingUnavailable(
                 f"tracking.uri={uri}: cannot create {db.parent}: {e}"
             ) from None
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_store(uri: str, parent_run_id: str | None = None) -> None:
+    """Before any work, reading only: a SQLite store that exists is a SQLite file (an empty
+    one is a new store), a file store is a folder, and `parent_run_id` names a run of the
+    store. Raises ConfigError naming tracking.uri or tracking.parent_run_id."""
+    db = sqlite_path(uri)
+    if db is not None and db.is_dir():
+        raise ConfigError(f"tracking.uri: {db} is a folder; name a SQLite file in it, {uri}/mlruns.db")
+    if db is not None and db.is_file() and db.stat().st_size:
+        with open(db, "rb") as f:
+            if f.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
+                raise ConfigError(f"tracking.uri: {db} exists and is not a SQLite database")
+    folder = Path(uri.removeprefix("file://")) if "://" not in uri or uri.startswith("file://") else None
+    if folder is not None and folder.is_file():
+        raise ConfigError(f"tracking.uri: {folder} is a file; an MLflow file store is a folder")
+    if parent_run_id:
+        _check_parent_run(uri, db, parent_run_id)
+
+
+def _check_parent_run(uri: str, db: Path | None, run_id: str) -> None:
+    if db is not None and (not db.exists() or not db.stat().st_size):
+        raise ConfigError(
+            f"tracking.parent_run_id: no run {run_id}: the store {db} does not exist yet"
+        )
+    from mlflow.exceptions import MlflowException
+
+    check_reachable(uri)  # a server that is down fails in seconds, not in MLflow's retries
+    try:
+        client(uri).get_run(run_id)
+    except MlflowException:
+        raise ConfigError(f"tracking.parent_run_id: no run {run_id} in {uri}") from None
 
 
 @contextlib.contextmanager

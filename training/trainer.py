@@ -41,7 +41,7 @@ from training.ranks import broadcast, end_process_group, reset_accelerate_state
 from training.result import TrainResult
 from training.schedules import Schedule, warmup_steps, wsd_decay_start
 from training.signals import Interrupted, Signals
-from training.spec import build_model_config, resolve_config
+from training.spec import build_model_config, preflight, resolve_config
 from training.step import (
     Update,
     batch_geometry,
@@ -134,8 +134,7 @@ class Trainer:
             atexit.register(end_process_group)
         self.geo = batch_geometry(tr, self.world)
         precision = mixed_precision(tr, torch.cuda.is_available())
-        if tr.init_from and not Path(tr.init_from).is_file():
-            raise ConfigError(f"train.init_from: {tr.init_from} is not a checkpoint file")
+        preflight(self.spec)  # what the disk and the store hold: before anything is written
         runs_dir = resolve_dir(self.spec.paths.runs_dir, default_runs_dir())
         self.cache_dir = resolve_dir(self.spec.paths.cache_dir, default_cache_dir())
         self.rdir = checkpoint.run_dir(runs_dir, self.spec.run_key)
