@@ -3,6 +3,7 @@
 runs in its own forked process, so each peak RSS is its own.
 
     python -m benchmarks.data_prepare --sizes-mb 250 500 --baseline-mb 25 --tokens 1e9
+    python -m benchmarks.data_prepare --sizes-mb --baseline-mb 0 --tokens 0 --paired-mb 8
 
 Measures, on a generated text corpus (a folder of .txt files, documents joined by
 <|endoftext|>, words drawn from a Zipf-distributed vocabulary):
@@ -11,6 +12,9 @@ Measures, on a generated text corpus (a folder of .txt files, documents joined b
   `encode_batch_fast`, nothing written
 - start-up: what a run on the prepared corpus spends on data (fingerprint + cache load)
 - the baseline's prepare (and its start-up) at --baseline-mb
+- paired (--paired-mb): ours and the bare loop alternating on one corpus in one process with
+  one trained tokenizer, --paired-reps times: the ratio of their rates (wall and CPU), whose
+  median is steadier than separate runs on a shared machine
 - pre-tokenized shards: --tokens uint16 tokens as llm.c .bin shards in a temporary folder
   (deleted afterwards): first check (hash + largest id), then start-up, and RSS for 100 batches.
 Prints a markdown table; `--json` writes the raw numbers.
@@ -45,6 +49,7 @@ from training.data import (
     write_bin,
 )
 from training.data import cache as cache_mod
+from training.data.progress import Progress
 
 ROOT = Path(__file__).resolve().parents[1]
 FILE_MB = 25  # the generated corpus is files of this size
@@ -80,18 +85,18 @@ def _in_child(fn, *args) -> dict:
     return out
 
 
-def generate(folder: Path, mb: int, seed: int = 0) -> Path:
-    """~mb MB of text in FILE_MB files; documents of 200..4000 words, Zipf(1.2) over 50k words."""
+def generate(folder: Path, mb: int, seed: int = 0, file_mb: int = FILE_MB) -> Path:
+    """~mb MB of text in file_mb files; documents of 200..4000 words, Zipf(1.2) over 50k words."""
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     letters = np.array(list("etaoinshrdlucmfwypvbgkjqxz"))
     vocab = ["".join(rng.choice(letters, size=int(rng.integers(2, 10)))) for _ in range(50_000)]
-    for i in range((mb + FILE_MB - 1) // FILE_MB):
+    for i in range((mb + file_mb - 1) // file_mb):
         path = folder / f"part_{i:04d}.txt"
         if path.exists():
             continue
         docs, size = [], 0
-        while size < FILE_MB * 10**6:
+        while size < file_mb * 10**6:
             ids = np.minimum(rng.zipf(1.2, size=int(rng.integers(200, 4000))), len(vocab)) - 1
             doc = " ".join(vocab[j] for j in ids) + "."
             docs.append(doc)
@@ -128,10 +133,9 @@ def _startup(cfg: DataConfig, root: Path, module=None) -> dict:
     return {"seconds": round(time.perf_counter() - t0, 3)}
 
 
-def _bare_encode(cfg: DataConfig, cache_dir: str) -> dict:
-    """The same documents through the trained tokenizer's batch encode, nothing written."""
-    tok = Tokenizer.from_file(str(Path(cache_dir) / "tokenizer.json"))
-    t0, n, chars, batch, size = time.perf_counter(), 0, 0, [], 0
+def _bare_loop(cfg: DataConfig, tok: Tokenizer) -> tuple[int, int]:
+    """(characters, tokens) of the documents through `tok`'s batch encode, nothing written."""
+    n, chars, batch, size = 0, 0, [], 0
     for _, text in sources.documents(cfg):
         batch.append(text)
         size += len(text)
@@ -139,9 +143,58 @@ def _bare_encode(cfg: DataConfig, cache_dir: str) -> dict:
             n += sum(len(e.ids) for e in tok.encode_batch_fast(batch))
             chars, batch, size = chars + size, [], 0
     n += sum(len(e.ids) for e in tok.encode_batch_fast(batch))
-    chars += size
+    return chars + size, n
+
+
+def _bare_encode(cfg: DataConfig, cache_dir: str) -> dict:
+    """The same documents through the trained tokenizer's batch encode, nothing written."""
+    tok = Tokenizer.from_file(str(Path(cache_dir) / "tokenizer.json"))
+    t0 = time.perf_counter()
+    chars, n = _bare_loop(cfg, tok)
     dt = time.perf_counter() - t0
     return {"seconds": round(dt, 1), "mb_s": round(chars / 1e6 / dt, 2), "tok_s": round(n / dt)}
+
+
+def _timed(fn) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of every thread of this process) of fn()."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def _ours_encode(cfg: DataConfig, tokenizer, workdir: Path) -> None:
+    """The preparation's encode stage alone (reader thread, encode, split, hash, write, fsync)."""
+    with tempfile.TemporaryDirectory(dir=workdir) as d:
+        streams = cache_mod._Streams(Path(d), np.uint16, None)
+        try:
+            cache_mod._encode(cache_mod._Corpus(cfg), tokenizer, streams, Progress(None, False))
+        finally:
+            streams.close()
+
+
+def _paired(mb: int, reps: int, workdir: Path) -> dict:
+    """Ours and the bare loop alternating (ours first on even repetitions) on one corpus with
+    one trained tokenizer; each repetition's ratio ours rate / bare rate, by wall and CPU time."""
+    corpus = generate(workdir / f"paired_{mb}", mb, file_mb=mb)
+    cfg = _cfg(corpus, "bpe", 1e7)
+    tokenizer = cache_mod._train_tokenizer(cfg, cache_mod._Corpus(cfg))
+    runs = {
+        "ours": lambda: _ours_encode(cfg, tokenizer, workdir),
+        "bare": lambda: _bare_loop(cfg, tokenizer.tok),
+    }
+    wall, cpu = [], []
+    for r in range(reps):
+        order = ["ours", "bare"] if r % 2 == 0 else ["bare", "ours"]
+        t = {name: _timed(runs[name]) for name in order}
+        wall.append(t["bare"][0] / t["ours"][0])
+        cpu.append(t["bare"][1] / t["ours"][1])
+        print(f"paired {r}: ours {t['ours'][0]:.2f} s ({t['ours'][1]:.2f} CPU s), "
+              f"bare {t['bare'][0]:.2f} s ({t['bare'][1]:.2f} CPU s)", flush=True)
+
+    def spread(x: list[float]) -> str:
+        return f"{np.median(x):.3f} ({min(x):.3f}-{max(x):.3f})"
+
+    return {"what": f"paired, {mb} MB x {reps}", "wall_ratio": spread(wall), "cpu_ratio": spread(cpu)}
 
 
 def _baseline_module(rev: str):
@@ -192,6 +245,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tokenizer", default="bpe", choices=["bpe", "byte"])
     p.add_argument("--train-chars", type=float, default=1e7, help="BPE training sample")
     p.add_argument("--tokens", type=float, default=1e9, help="pre-tokenized tokens; 0: skip")
+    p.add_argument("--paired-mb", type=int, default=0, help="0: skip the paired comparison")
+    p.add_argument("--paired-reps", type=int, default=10)
     p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "data_prepare")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
@@ -221,6 +276,9 @@ def main(argv: list[str] | None = None) -> None:
                "startup": _in_child(_startup, cfg, root / "ours")}
         rows.append(row)
         print(json.dumps(row), flush=True)
+    if args.paired_mb:
+        rows.append(_paired(args.paired_mb, args.paired_reps, args.workdir))
+        print(json.dumps(rows[-1]), flush=True)
     if args.tokens:
         folder = Path(tempfile.mkdtemp(dir=args.workdir, prefix="shards-"))
         try:
