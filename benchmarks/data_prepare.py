@@ -4,6 +4,7 @@ runs in its own forked process, so each peak RSS is its own.
 
     python -m benchmarks.data_prepare --sizes-mb 250 500 --baseline-mb 25 --tokens 1e9
     python -m benchmarks.data_prepare --sizes-mb --baseline-mb 0 --tokens 0 --paired-mb 8
+    python -m benchmarks.data_prepare --sizes-mb --baseline-mb 0 --tokens 0 --rehash CORPUS_DIR
 
 Measures, on a generated text corpus (a folder of .txt files, documents joined by
 <|endoftext|>, words drawn from a Zipf-distributed vocabulary):
@@ -15,6 +16,8 @@ Measures, on a generated text corpus (a folder of .txt files, documents joined b
 - paired (--paired-mb): ours and the bare loop alternating on one corpus in one process with
   one trained tokenizer, --paired-reps times: the ratio of their rates (wall and CPU), whose
   median is steadier than separate runs on a shared machine
+- re-hash (--rehash FOLDER): a text corpus's full fingerprint with nothing remembered (what a
+  run pays after one of its files changed), its files read once beforehand (page cache)
 - pre-tokenized shards: --tokens uint16 tokens as llm.c .bin shards in a temporary folder
   (deleted afterwards): first check (hash + largest id), then start-up, and RSS for 100 batches.
 Prints a markdown table; `--json` writes the raw numbers.
@@ -172,6 +175,23 @@ def _ours_encode(cfg: DataConfig, tokenizer, workdir: Path) -> None:
             streams.close()
 
 
+def _rehash(folder: Path, workdir: Path) -> dict:
+    """The fingerprint of the text corpus in `folder` computed from its bytes, nothing remembered."""
+    files = sorted(p for p in folder.iterdir() if p.is_file())
+    for p in files:  # the page cache: time the hash, not this machine's disk
+        with open(p, "rb") as f:
+            while f.read(1 << 24):
+                pass
+    os.environ["SCALING_LAB_CACHE_DIR"] = tempfile.mkdtemp(dir=workdir)  # no memo on disk
+    filehash._hashed.clear()
+    t0, c0 = time.perf_counter(), time.process_time()
+    source_fingerprint(_cfg(folder, "bpe", 1e7))
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    mb = sum(p.stat().st_size for p in files) / 1e6
+    return {"what": f"re-hash, {mb:.0f} MB", "seconds": round(dt, 2), "cpu_s": round(cpu, 2),
+            "mb_s": round(mb / dt)}
+
+
 def _paired(mb: int, reps: int, workdir: Path) -> dict:
     """Ours and the bare loop alternating (ours first on even repetitions) on one corpus with
     one trained tokenizer; each repetition's ratio ours rate / bare rate, by wall and CPU time."""
@@ -237,6 +257,23 @@ def _tokens_run(cfg: DataConfig) -> dict:
             "file_pages_mb": round(after["RssFile"] - before["RssFile"])}
 
 
+def _tokens_row(n_tokens: int, workdir: Path) -> dict:
+    """n_tokens uint16 tokens written as .bin shards (deleted afterwards), then two runs on them."""
+    folder = Path(tempfile.mkdtemp(dir=workdir, prefix="shards-"))
+    try:
+        t0 = time.perf_counter()
+        _shards(folder, n_tokens)
+        written = time.perf_counter() - t0
+        cfg = DataConfig.from_dict({"source": "tokens", "path": str(folder), "vocab_size": 50257,
+                                    "eot_id": 50256})
+        first = _in_child(_tokens_run, cfg)
+        again = _in_child(_tokens_run, cfg)
+        return {"what": f"tokens, {n_tokens:,} uint16", "written_s": round(written, 1),
+                "first": first, "again": again}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes-mb", type=int, nargs="*", default=[250, 500])
@@ -247,6 +284,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tokens", type=float, default=1e9, help="pre-tokenized tokens; 0: skip")
     p.add_argument("--paired-mb", type=int, default=0, help="0: skip the paired comparison")
     p.add_argument("--paired-reps", type=int, default=10)
+    p.add_argument("--rehash", type=Path, help="a text corpus folder to fingerprint from scratch")
     p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "data_prepare")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
@@ -276,24 +314,15 @@ def main(argv: list[str] | None = None) -> None:
                "startup": _in_child(_startup, cfg, root / "ours")}
         rows.append(row)
         print(json.dumps(row), flush=True)
+    if args.rehash:
+        rows.append(_in_child(_rehash, args.rehash, args.workdir))
+        print(json.dumps(rows[-1]), flush=True)
     if args.paired_mb:
         rows.append(_paired(args.paired_mb, args.paired_reps, args.workdir))
         print(json.dumps(rows[-1]), flush=True)
     if args.tokens:
-        folder = Path(tempfile.mkdtemp(dir=args.workdir, prefix="shards-"))
-        try:
-            t0 = time.perf_counter()
-            _shards(folder, int(args.tokens))
-            written = time.perf_counter() - t0
-            cfg = DataConfig.from_dict({"source": "tokens", "path": str(folder), "vocab_size": 50257,
-                                        "eot_id": 50256})
-            first = _in_child(_tokens_run, cfg)
-            again = _in_child(_tokens_run, cfg)
-            rows.append({"what": f"tokens, {int(args.tokens):,} uint16", "written_s": round(written, 1),
-                         "first": first, "again": again})
-            print(json.dumps(rows[-1]), flush=True)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+        rows.append(_tokens_row(int(args.tokens), args.workdir))
+        print(json.dumps(rows[-1]), flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 
