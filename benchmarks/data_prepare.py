@@ -77,7 +77,11 @@ def _in_child(fn, *args) -> dict:
     queue = ctx.Queue()
 
     def run():
-        out = fn(*args)
+        try:
+            out = fn(*args)
+        except BaseException as e:  # say so, or the parent waits on the queue forever
+            queue.put({"error": repr(e)})
+            raise
         out["peak_rss_mb"] = round(_rss_mb())
         queue.put(out)
 
@@ -85,6 +89,8 @@ def _in_child(fn, *args) -> dict:
     p.start()
     out = queue.get()
     p.join()
+    if "error" in out:
+        raise SystemExit(f"error: {fn.__name__}: {out['error']}")
     return out
 
 
