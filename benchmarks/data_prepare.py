@@ -3,6 +3,8 @@
 runs in its own forked process, so each peak RSS is its own.
 
     python -m benchmarks.data_prepare --sizes-mb 250 500 --baseline-mb 25 --tokens 1e9
+    python -m benchmarks.data_prepare --sizes-mb --baseline-mb 0 --tokens 0 --paired-mb 8
+    python -m benchmarks.data_prepare --sizes-mb --baseline-mb 0 --tokens 0 --rehash CORPUS_DIR
 
 Measures, on a generated text corpus (a folder of .txt files, documents joined by
 <|endoftext|>, words drawn from a Zipf-distributed vocabulary):
@@ -11,6 +13,11 @@ Measures, on a generated text corpus (a folder of .txt files, documents joined b
   `encode_batch_fast`, nothing written
 - start-up: what a run on the prepared corpus spends on data (fingerprint + cache load)
 - the baseline's prepare (and its start-up) at --baseline-mb
+- paired (--paired-mb): ours and the bare loop alternating on one corpus in one process with
+  one trained tokenizer, --paired-reps times: the ratio of their rates (wall and CPU), whose
+  median is steadier than separate runs on a shared machine
+- re-hash (--rehash FOLDER): a text corpus's full fingerprint with nothing remembered (what a
+  run pays after one of its files changed), its files read once beforehand (page cache)
 - pre-tokenized shards: --tokens uint16 tokens as llm.c .bin shards in a temporary folder
   (deleted afterwards): first check (hash + largest id), then start-up, and RSS for 100 batches.
 Prints a markdown table; `--json` writes the raw numbers.
@@ -45,6 +52,7 @@ from training.data import (
     write_bin,
 )
 from training.data import cache as cache_mod
+from training.data.progress import Progress
 
 ROOT = Path(__file__).resolve().parents[1]
 FILE_MB = 25  # the generated corpus is files of this size
@@ -69,7 +77,11 @@ def _in_child(fn, *args) -> dict:
     queue = ctx.Queue()
 
     def run():
-        out = fn(*args)
+        try:
+            out = fn(*args)
+        except BaseException as e:  # say so, or the parent waits on the queue forever
+            queue.put({"error": repr(e)})
+            raise
         out["peak_rss_mb"] = round(_rss_mb())
         queue.put(out)
 
@@ -77,21 +89,23 @@ def _in_child(fn, *args) -> dict:
     p.start()
     out = queue.get()
     p.join()
+    if "error" in out:
+        raise SystemExit(f"error: {fn.__name__}: {out['error']}")
     return out
 
 
-def generate(folder: Path, mb: int, seed: int = 0) -> Path:
-    """~mb MB of text in FILE_MB files; documents of 200..4000 words, Zipf(1.2) over 50k words."""
+def generate(folder: Path, mb: int, seed: int = 0, file_mb: int = FILE_MB) -> Path:
+    """~mb MB of text in file_mb files; documents of 200..4000 words, Zipf(1.2) over 50k words."""
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     letters = np.array(list("etaoinshrdlucmfwypvbgkjqxz"))
     vocab = ["".join(rng.choice(letters, size=int(rng.integers(2, 10)))) for _ in range(50_000)]
-    for i in range((mb + FILE_MB - 1) // FILE_MB):
+    for i in range((mb + file_mb - 1) // file_mb):
         path = folder / f"part_{i:04d}.txt"
         if path.exists():
             continue
         docs, size = [], 0
-        while size < FILE_MB * 10**6:
+        while size < file_mb * 10**6:
             ids = np.minimum(rng.zipf(1.2, size=int(rng.integers(200, 4000))), len(vocab)) - 1
             doc = " ".join(vocab[j] for j in ids) + "."
             docs.append(doc)
@@ -128,10 +142,9 @@ def _startup(cfg: DataConfig, root: Path, module=None) -> dict:
     return {"seconds": round(time.perf_counter() - t0, 3)}
 
 
-def _bare_encode(cfg: DataConfig, cache_dir: str) -> dict:
-    """The same documents through the trained tokenizer's batch encode, nothing written."""
-    tok = Tokenizer.from_file(str(Path(cache_dir) / "tokenizer.json"))
-    t0, n, chars, batch, size = time.perf_counter(), 0, 0, [], 0
+def _bare_loop(cfg: DataConfig, tok: Tokenizer) -> tuple[int, int]:
+    """(characters, tokens) of the documents through `tok`'s batch encode, nothing written."""
+    n, chars, batch, size = 0, 0, [], 0
     for _, text in sources.documents(cfg):
         batch.append(text)
         size += len(text)
@@ -139,9 +152,75 @@ def _bare_encode(cfg: DataConfig, cache_dir: str) -> dict:
             n += sum(len(e.ids) for e in tok.encode_batch_fast(batch))
             chars, batch, size = chars + size, [], 0
     n += sum(len(e.ids) for e in tok.encode_batch_fast(batch))
-    chars += size
+    return chars + size, n
+
+
+def _bare_encode(cfg: DataConfig, cache_dir: str) -> dict:
+    """The same documents through the trained tokenizer's batch encode, nothing written."""
+    tok = Tokenizer.from_file(str(Path(cache_dir) / "tokenizer.json"))
+    t0 = time.perf_counter()
+    chars, n = _bare_loop(cfg, tok)
     dt = time.perf_counter() - t0
     return {"seconds": round(dt, 1), "mb_s": round(chars / 1e6 / dt, 2), "tok_s": round(n / dt)}
+
+
+def _timed(fn) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of every thread of this process) of fn()."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def _ours_encode(cfg: DataConfig, tokenizer, workdir: Path) -> None:
+    """The preparation's encode stage alone (reader thread, encode, split, hash, write, fsync)."""
+    with tempfile.TemporaryDirectory(dir=workdir) as d:
+        streams = cache_mod._Streams(Path(d), np.uint16, None)
+        try:
+            cache_mod._encode(cache_mod._Corpus(cfg), tokenizer, streams, Progress(None, False))
+        finally:
+            streams.close()
+
+
+def _rehash(folder: Path, workdir: Path) -> dict:
+    """The fingerprint of the text corpus in `folder` computed from its bytes, nothing remembered."""
+    files = sorted(p for p in folder.iterdir() if p.is_file())
+    for p in files:  # the page cache: time the hash, not this machine's disk
+        with open(p, "rb") as f:
+            while f.read(1 << 24):
+                pass
+    os.environ["SCALING_LAB_CACHE_DIR"] = tempfile.mkdtemp(dir=workdir)  # no memo on disk
+    filehash._hashed.clear()
+    t0, c0 = time.perf_counter(), time.process_time()
+    source_fingerprint(_cfg(folder, "bpe", 1e7))
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    mb = sum(p.stat().st_size for p in files) / 1e6
+    return {"what": f"re-hash, {mb:.0f} MB", "seconds": round(dt, 2), "cpu_s": round(cpu, 2),
+            "mb_s": round(mb / dt)}
+
+
+def _paired(mb: int, reps: int, workdir: Path) -> dict:
+    """Ours and the bare loop alternating (ours first on even repetitions) on one corpus with
+    one trained tokenizer; each repetition's ratio ours rate / bare rate, by wall and CPU time."""
+    corpus = generate(workdir / f"paired_{mb}", mb, file_mb=mb)
+    cfg = _cfg(corpus, "bpe", 1e7)
+    tokenizer = cache_mod._train_tokenizer(cfg, cache_mod._Corpus(cfg))
+    runs = {
+        "ours": lambda: _ours_encode(cfg, tokenizer, workdir),
+        "bare": lambda: _bare_loop(cfg, tokenizer.tok),
+    }
+    wall, cpu = [], []
+    for r in range(reps):
+        order = ["ours", "bare"] if r % 2 == 0 else ["bare", "ours"]
+        t = {name: _timed(runs[name]) for name in order}
+        wall.append(t["bare"][0] / t["ours"][0])
+        cpu.append(t["bare"][1] / t["ours"][1])
+        print(f"paired {r}: ours {t['ours'][0]:.2f} s ({t['ours'][1]:.2f} CPU s), "
+              f"bare {t['bare'][0]:.2f} s ({t['bare'][1]:.2f} CPU s)", flush=True)
+
+    def spread(x: list[float]) -> str:
+        return f"{np.median(x):.3f} ({min(x):.3f}-{max(x):.3f})"
+
+    return {"what": f"paired, {mb} MB x {reps}", "wall_ratio": spread(wall), "cpu_ratio": spread(cpu)}
 
 
 def _baseline_module(rev: str):
@@ -184,6 +263,23 @@ def _tokens_run(cfg: DataConfig) -> dict:
             "file_pages_mb": round(after["RssFile"] - before["RssFile"])}
 
 
+def _tokens_row(n_tokens: int, workdir: Path) -> dict:
+    """n_tokens uint16 tokens written as .bin shards (deleted afterwards), then two runs on them."""
+    folder = Path(tempfile.mkdtemp(dir=workdir, prefix="shards-"))
+    try:
+        t0 = time.perf_counter()
+        _shards(folder, n_tokens)
+        written = time.perf_counter() - t0
+        cfg = DataConfig.from_dict({"source": "tokens", "path": str(folder), "vocab_size": 50257,
+                                    "eot_id": 50256})
+        first = _in_child(_tokens_run, cfg)
+        again = _in_child(_tokens_run, cfg)
+        return {"what": f"tokens, {n_tokens:,} uint16", "written_s": round(written, 1),
+                "first": first, "again": again}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes-mb", type=int, nargs="*", default=[250, 500])
@@ -192,6 +288,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tokenizer", default="bpe", choices=["bpe", "byte"])
     p.add_argument("--train-chars", type=float, default=1e7, help="BPE training sample")
     p.add_argument("--tokens", type=float, default=1e9, help="pre-tokenized tokens; 0: skip")
+    p.add_argument("--paired-mb", type=int, default=0, help="0: skip the paired comparison")
+    p.add_argument("--paired-reps", type=int, default=10)
+    p.add_argument("--rehash", type=Path, help="a text corpus folder to fingerprint from scratch")
     p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "data_prepare")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
@@ -221,21 +320,15 @@ def main(argv: list[str] | None = None) -> None:
                "startup": _in_child(_startup, cfg, root / "ours")}
         rows.append(row)
         print(json.dumps(row), flush=True)
+    if args.rehash:
+        rows.append(_in_child(_rehash, args.rehash, args.workdir))
+        print(json.dumps(rows[-1]), flush=True)
+    if args.paired_mb:
+        rows.append(_paired(args.paired_mb, args.paired_reps, args.workdir))
+        print(json.dumps(rows[-1]), flush=True)
     if args.tokens:
-        folder = Path(tempfile.mkdtemp(dir=args.workdir, prefix="shards-"))
-        try:
-            t0 = time.perf_counter()
-            _shards(folder, int(args.tokens))
-            written = time.perf_counter() - t0
-            cfg = DataConfig.from_dict({"source": "tokens", "path": str(folder), "vocab_size": 50257,
-                                        "eot_id": 50256})
-            first = _in_child(_tokens_run, cfg)
-            again = _in_child(_tokens_run, cfg)
-            rows.append({"what": f"tokens, {int(args.tokens):,} uint16", "written_s": round(written, 1),
-                         "first": first, "again": again})
-            print(json.dumps(rows[-1]), flush=True)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+        rows.append(_tokens_row(int(args.tokens), args.workdir))
+        print(json.dumps(rows[-1]), flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 

@@ -47,6 +47,16 @@ def test_tokens_do_not_depend_on_the_batch_size_or_threads(tmp_path, monkeypatch
     assert got.fingerprint == want.fingerprint and got.meta["sha256"] == want.meta["sha256"]
 
 
+def test_max_tokens_stops_at_the_same_document_whatever_the_batch_size(tmp_path, monkeypatch):
+    cfg = _text(_corpus(tmp_path / "c"), tokenizer="byte", max_tokens=50000)
+    want = prepare_data(cfg, tmp_path / "a")
+    monkeypatch.setattr(cache_mod, "BATCH_CHARS", 997)  # the stop falls mid-stream
+    got = prepare_data(cfg, tmp_path / "b")
+    np.testing.assert_array_equal(got.train, want.train)
+    np.testing.assert_array_equal(got.val, want.val)
+    assert 50000 <= len(got.train) + len(got.val) < 50000 + 2000
+
+
 def test_preparation_memory_does_not_grow_with_the_corpus(tmp_path, monkeypatch):
     """Python's peak allocations (numpy's included) while preparing a corpus ~70x and ~140x the
     batch size: the same, and under half the corpus."""

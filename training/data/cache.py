@@ -181,7 +181,13 @@ class _Streams:
 
     def write(self, batch: list[tuple[bool, str]], tokenizer, progress: Progress) -> bool:
         """Encode and append one batch; True once data.max_tokens tokens are written."""
-        flat, lengths = tokenizer.encode_flat([text for _, text in batch], self.dtype)
+        encoded = tokenizer.encode_flat([text for _, text in batch], self.dtype)
+        return self.append(batch, encoded, progress)
+
+    def append(self, batch: list[tuple[bool, str]], encoded: tuple[np.ndarray, list[int]],
+               progress: Progress) -> bool:
+        """Append one batch and its `encode_flat`; True once data.max_tokens tokens are written."""
+        flat, lengths = encoded
         held_out = np.fromiter((v for v, _ in batch), dtype=bool, count=len(batch))
         done = False
         if self.limit is not None:  # keep documents up to the one that reaches the limit
@@ -222,16 +228,19 @@ def _batches(stream: Iterator[tuple[bool, str]]) -> Iterator[list[tuple[bool, st
 
 
 def _encode(corpus: _Corpus, tokenizer, streams: _Streams, progress: Progress) -> None:
-    """Every document through the tokenizer into `streams`; the next batch is read (and hashed)
-    while the last one is encoded (the tokenizers library releases the GIL)."""
-    pending = None
+    """Every document through the tokenizer into `streams`, in order. One worker thread encodes
+    batch after batch (the tokenizers library releases the GIL) while this thread writes the
+    last one and reads (and hashes) the next, so the encoder never waits for either."""
+    pending = None  # (batch, its encoding in flight)
     with ThreadPoolExecutor(1) as pool:
         for batch in _batches(split_stream(corpus.counted(), corpus.cfg.val_fraction)):
-            if pending is not None and pending.result():
-                break
-            pending = pool.submit(streams.write, batch, tokenizer, progress)
+            encoding = pool.submit(tokenizer.encode_flat, [t for _, t in batch], streams.dtype)
+            if pending is not None and streams.append(pending[0], pending[1].result(), progress):
+                encoding.cancel()
+                return
+            pending = batch, encoding
         if pending is not None:
-            pending.result()
+            streams.append(pending[0], pending[1].result(), progress)
 
 
 def _train_tokenizer(cfg: DataConfig, corpus: _Corpus):
