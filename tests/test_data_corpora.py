@@ -84,6 +84,10 @@ def test_a_prepared_corpus_is_fingerprinted_by_stats_and_an_edit_is_seen(tmp_pat
     monkeypatch.setattr(filehash, "RACY_S", -1.0)  # files just written count as settled
     corpus = _corpus(tmp_path / "c")
     cfg = _text(corpus, tokenizer="byte")
+    source_fingerprint(cfg)
+    assert not (tmp_path / "cache").exists()  # no cache folder yet (a dry run): nothing written
+    (tmp_path / "cache").mkdir()  # what preparing makes
+    filehash._hashed.clear()
     first = source_fingerprint(cfg)
     filehash._hashed.clear()  # a new process: read back from disk, no file is read
     opened = []

@@ -37,13 +37,16 @@ def recall(signature: tuple) -> str | None:
 
 
 def remember(signature: tuple, value: str, newest_mtime_ns: int) -> None:
-    """Remember `value` unless a file is younger than RACY_S; best effort on disk (atomic)."""
+    """Remember `value` unless a file is younger than RACY_S; on disk (atomic, best effort) once
+    the cache folder exists."""
     if time.time() - newest_mtime_ns / 1e9 <= RACY_S:
         return
     _hashed[signature] = value
+    if not default_cache_dir().is_dir():  # a dry run creates nothing: preparing makes the cache
+        return
     path = memo_path(signature)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".tmp-")
         with os.fdopen(fd, "w") as f:
             f.write(value)
