@@ -133,10 +133,15 @@ def compare_variants(
         point = _multiplier(laws[baseline], laws[v], budgets)[0]
         boot = _multiplier(reps[baseline], reps[v], budgets)
         problem = _law_problem(laws[baseline]) or _law_problem(laws[v])
-        rows = [_multiplier_row(C, k < measured.size, point[k], boot[:, k], problem)
-                for k, C in enumerate(budgets)]
-        cells += [(row, int(np.isfinite(boot[:, k]).sum())) for k, row in enumerate(rows)
-                  if row["measured"] and v != baseline]
+        rows = [
+            _multiplier_row(C, k < measured.size, point[k], boot[:, k], problem)
+            for k, C in enumerate(budgets)
+        ]
+        cells += [
+            (row, int(np.isfinite(boot[:, k]).sum()))
+            for k, row in enumerate(rows)
+            if row["measured"] and v != baseline
+        ]
         A, gamma, E = laws[v][0]
         out["variants"][v] = {
             "n_runs": int(len(per_variant[v])),
@@ -200,7 +205,8 @@ def _holm_verdicts(cells: list[tuple[dict, int]], n_boot: int) -> np.ndarray:
             row["why_not_identified"] = row["why_not_identified"] or (
                 f"only {finite} of {n_boot} bootstrap replicates gave a multiplier (a resample "
                 "that lacks a budget has a frontier of one point)"
-                if finite < MIN_CONVERGED * n_boot else "its interval collapsed to the point"
+                if finite < MIN_CONVERGED * n_boot
+                else "its interval collapsed to the point"
             )
         elif p_holm < FAMILY_LEVEL:
             row["verdict"] = "better" if row["multiplier"] > 1 else "worse"

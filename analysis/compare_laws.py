@@ -70,8 +70,14 @@ def splits(runs: pd.DataFrame, threshold: float | None, rollout: bool):
     return [(runs[labels < k], runs[labels == k]) for k in np.unique(labels)[1:]]
 
 
-def compare(runs: pd.DataFrame, threshold: float | None = None, rollout: bool = False,
-            n_boot: int = 200, seed: int = 0, laws: list[Law] | None = None) -> dict:
+def compare(
+    runs: pd.DataFrame,
+    threshold: float | None = None,
+    rollout: bool = False,
+    n_boot: int = 200,
+    seed: int = 0,
+    laws: list[Law] | None = None,
+) -> dict:
     """{"mode", "rows": [per law: n_params, mean, worst with ci95, windows], "runs": [...]}."""
     laws = applicable(runs) if laws is None else laws
     parts = splits(runs, threshold, rollout)
@@ -100,20 +106,37 @@ def compare(runs: pd.DataFrame, threshold: float | None = None, rollout: bool = 
             # one window whose fit runs off (e.g. Kaplan's form on 17 runs) dominates the mean
             median_window_rel_error=float(np.median([w["mean"] for *_, w in done])),
             worst_rel_error=float(np.max([w["worst"] for *_, w in done])),
-            ci95={"mean_rel_error": percentile_interval(rep_mean),
-                  "worst_rel_error": percentile_interval(rep_worst)},  # fmt: skip
+            ci95={
+                "mean_rel_error": percentile_interval(rep_mean),
+                "worst_rel_error": percentile_interval(rep_worst),
+            },
             params=done[-1][2]["params"],
         )
         if skipped:
             row["skipped_windows"] = skipped
         rows.append(row)
         for _, test, w in done:
-            per_run += [{"law": law.name, "train_below_C": float(test["C"].min()),
-                         "run_id": r, "N": n, "D": d, "C": c, "loss": y, "rel_error": e}
-                        for r, n, d, c, y, e in zip(test["run_id"], test["N"], test["D"],
-                                                    test["C"], test["loss"], w["rel_error"])]  # fmt: skip
-    return {"mode": "rollout" if rollout else "holdout", "n_boot": n_boot, "rows": rows,
-            "runs": per_run}  # fmt: skip
+            per_run += [
+                {
+                    "law": law.name,
+                    "train_below_C": float(test["C"].min()),
+                    "run_id": r,
+                    "N": n,
+                    "D": d,
+                    "C": c,
+                    "loss": y,
+                    "rel_error": e,
+                }
+                for r, n, d, c, y, e in zip(
+                    test["run_id"], test["N"], test["D"], test["C"], test["loss"], w["rel_error"]
+                )
+            ]
+    return {
+        "mode": "rollout" if rollout else "holdout",
+        "n_boot": n_boot,
+        "rows": rows,
+        "runs": per_run,
+    }
 
 
 def caveats(result: dict) -> list[str]:
@@ -126,10 +149,14 @@ def caveats(result: dict) -> list[str]:
     if not single:
         return []
     if result["mode"] == "holdout":
-        return ["the hold-out set has a single run: the laws are ranked on one point, which "
-                "a seed's noise can reorder; hold out more runs (--holdout-above a lower C)"]
-    return [f"{len(single)} of {len(per_window)} windows hold out a single run (budgets at C >= "
-            f"{', '.join(f'{c:.3g}' for c in single)}): each ranks the laws on one point"]
+        return [
+            "the hold-out set has a single run: the laws are ranked on one point, which "
+            "a seed's noise can reorder; hold out more runs (--holdout-above a lower C)"
+        ]
+    return [
+        f"{len(single)} of {len(per_window)} windows hold out a single run (budgets at C >= "
+        f"{', '.join(f'{c:.3g}' for c in single)}): each ranks the laws on one point"
+    ]
 
 
 def _pct(v, ci=None) -> str:
@@ -140,24 +167,33 @@ def _pct(v, ci=None) -> str:
 def markdown(result: dict) -> str:
     """The comparison table (also for `analysis.report`: call this on `compare(runs)`)."""
     rollout = result["mode"] == "rollout"
-    how = ("expanding window over compute budgets: mean and worst over every window, and the "
-           "median of the windows' mean errors (number of windows)" if rollout
-           else "fit below the hold-out threshold")  # fmt: skip
-    lines = [f"Laws compared on held-out runs ({how}; 95% intervals from "
-             f"{result['n_boot']} bootstrap refits of the training runs):", "",
-             "| law | parameters | train runs | held-out runs | mean abs. relative error | worst |"
-             + (" median over windows |" if rollout else ""),
-             "|---|---|---|---|---|---|" + ("---|" if rollout else "")]  # fmt: skip
+    how = (
+        "expanding window over compute budgets: mean and worst over every window, and the "
+        "median of the windows' mean errors (number of windows)"
+        if rollout
+        else "fit below the hold-out threshold"
+    )
+    lines = [
+        f"Laws compared on held-out runs ({how}; 95% intervals from "
+        f"{result['n_boot']} bootstrap refits of the training runs):",
+        "",
+        "| law | parameters | train runs | held-out runs | mean abs. relative error | worst |"
+        + (" median over windows |" if rollout else ""),
+        "|---|---|---|---|---|---|" + ("---|" if rollout else ""),
+    ]
     for r in result["rows"]:
         if "skipped" in r:
-            lines.append(f"| {r['law']} | {r['n_params']} | - | - | skipped: {r['skipped']} | - |"
-                         + (" - |" if rollout else ""))  # fmt: skip
+            lines.append(
+                f"| {r['law']} | {r['n_params']} | - | - | skipped: {r['skipped']} | - |"
+                + (" - |" if rollout else "")
+            )
             continue
-        lines.append(f"| {r['law']} | {r['n_params']} | {r['n_train']} | {r['n_test']} | "
-                     f"{_pct(r['mean_rel_error'], r['ci95']['mean_rel_error'])} | "
-                     f"{_pct(r['worst_rel_error'], r['ci95']['worst_rel_error'])} |"
-                     + (f" {100 * r['median_window_rel_error']:.3g}% ({r['windows']}) |"
-                        if rollout else ""))  # fmt: skip
+        lines.append(
+            f"| {r['law']} | {r['n_params']} | {r['n_train']} | {r['n_test']} | "
+            f"{_pct(r['mean_rel_error'], r['ci95']['mean_rel_error'])} | "
+            f"{_pct(r['worst_rel_error'], r['ci95']['worst_rel_error'])} |"
+            + (f" {100 * r['median_window_rel_error']:.3g}% ({r['windows']}) |" if rollout else "")
+        )
     lines += [f"\nWarning: {w}." for w in caveats(result)]
     return "\n".join(lines) + "\n"
 
@@ -180,27 +216,47 @@ def report_blocks(
         if "skipped" in r:
             rows.append([r["law"], r["n_params"], "skipped: " + r["skipped"], ""])
         else:
-            rows.append([r["law"], r["n_params"], _pct(r["mean_rel_error"], r["ci95"]["mean_rel_error"]),
-                         _pct(r["worst_rel_error"], r["ci95"]["worst_rel_error"])])  # fmt: skip
+            rows.append(
+                [
+                    r["law"],
+                    r["n_params"],
+                    _pct(r["mean_rel_error"], r["ci95"]["mean_rel_error"]),
+                    _pct(r["worst_rel_error"], r["ci95"]["worst_rel_error"]),
+                ]
+            )
     return [
         ("h2", "Laws compared on held-out runs"),
-        ("p", f"Every law the columns allow, fitted on the {len(train)} runs below "
-              f"C = {test['C'].min():.3g} and judged on the {len(test)} above; 95% intervals "
-              f"from {n_boot} bootstrap refits of the training runs."
-              + (" Only one run is held out: the ranking rests on a single point." if len(test) == 1 else "")),  # fmt: skip
+        (
+            "p",
+            f"Every law the columns allow, fitted on the {len(train)} runs below "
+            f"C = {test['C'].min():.3g} and judged on the {len(test)} above; 95% intervals "
+            f"from {n_boot} bootstrap refits of the training runs."
+            + (
+                " Only one run is held out: the ranking rests on a single point."
+                if len(test) == 1
+                else ""
+            ),
+        ),
         ("table", ["law", "parameters", "mean |relative error|", "worst |relative error|"], rows),
     ]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.compare_laws", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis.compare_laws",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_selection_args(parser)
     split = parser.add_mutually_exclusive_group()
     split.add_argument("--holdout-above", type=float, help="fit below this C, predict the rest")
     split.add_argument("--rollout", action="store_true", help="expanding window over budgets")
-    parser.add_argument("--law", action="append", choices=tuple(LAWS),
-                        help="compare only these (repeatable; default: every law the columns allow)")  # fmt: skip
+    parser.add_argument(
+        "--law",
+        action="append",
+        choices=tuple(LAWS),
+        help="compare only these (repeatable; default: every law the columns allow)",
+    )
     parser.add_argument("--bootstrap", type=int, default=200, help="bootstrap refits per law")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="compare_laws", help="folder for the table and figure")
@@ -225,8 +281,11 @@ def main(argv: list[str] | None = None) -> int:
     table = markdown(result)
     (out / "compare_laws.md").write_text(table)
     (out / "compare_laws.json").write_text(json.dumps(jsonable(result), indent=2) + "\n")
-    flat = [{k: v for k, v in r.items() if k not in ("ci95", "params", "skipped_windows")}
-            | {f"{k}_ci95": r["ci95"][k] for k in r.get("ci95", {})} for r in result["rows"]]  # fmt: skip
+    flat = [
+        {k: v for k, v in r.items() if k not in ("ci95", "params", "skipped_windows")}
+        | {f"{k}_ci95": r["ci95"][k] for k in r.get("ci95", {})}
+        for r in result["rows"]
+    ]
     pd.DataFrame(flat).to_csv(out / "compare_laws.csv", index=False)
     written = ["md", "csv", "json"]
     if any("skipped" not in r for r in result["rows"]):  # a figure of nothing is not written

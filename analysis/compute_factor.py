@@ -33,19 +33,22 @@ COUNTS = {
     "encoder_decoder": {
         "N": "non-embedding parameters of both stacks (encoder + decoder)",
         "D": "text tokens of the training windows (seq_len per sequence, what the corpus "
-             "supplies); the encoder reads the corrupted source, the decoder the targets",
+        "supplies); the encoder reads the corrupted source, the decoder the targets",
         "C": "6 (N_enc S + N_dec T) per sequence of S source and T target tokens, as the runs "
-             "log flops_6nd: each token passes one stack, so C = k 6 N D",
+        "log flops_6nd: each token passes one stack, so C = k 6 N D",
     },
     "encoder_decoder/seq2seq_pairs": {
         "N": "non-embedding parameters of both stacks (encoder + decoder)",
         "D": "source + target positions of the padded pairs (seq_len per pair)",
         "C": "6 (N_enc S + N_dec T) per pair of S = data.src_len source and T target "
-             "positions, as the runs log flops_6nd: each position passes one stack",
+        "positions, as the runs log flops_6nd: each position passes one stack",
     },
-}  # fmt: skip
-GENERIC = {"N": "non-embedding parameters", "D": "tokens trained",
-           "C": "the runs' logged flops_6nd: C = k 6 N D"}  # fmt: skip
+}
+GENERIC = {
+    "N": "non-embedding parameters",
+    "D": "tokens trained",
+    "C": "the runs' logged flops_6nd: C = k 6 N D",
+}
 
 
 def of_runs(runs: pd.DataFrame, what: str = "the runs") -> float:

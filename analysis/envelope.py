@@ -34,7 +34,9 @@ def envelope(points: pd.DataFrame, n_bins: int | None = None) -> pd.DataFrame:
     front = ordered[ordered["loss"].to_numpy() < best_before.to_numpy()]
     log_c = np.log(points["C"].to_numpy(dtype=float))
     edges = np.linspace(log_c.min(), log_c.max(), n_bins + 1)
-    bins = np.clip(np.digitize(np.log(front["C"].to_numpy(dtype=float)), edges[1:-1]), 0, n_bins - 1)
+    bins = np.clip(
+        np.digitize(np.log(front["C"].to_numpy(dtype=float)), edges[1:-1]), 0, n_bins - 1
+    )
     best = front.assign(_bin=bins).sort_values(["_bin", "loss"], kind="stable")
     return best.groupby("_bin", sort=True).head(1).drop(columns="_bin").reset_index(drop=True)
 
@@ -70,7 +72,10 @@ def _tokens(points: pd.DataFrame) -> pd.Series:
 
 
 def envelope_report(
-    points: pd.DataFrame, n_boot: int, seed: int, n_bins: int | None = None,
+    points: pd.DataFrame,
+    n_boot: int,
+    seed: int,
+    n_bins: int | None = None,
     fronts: list[pd.DataFrame] | None = None,
 ) -> dict | None:
     """Approach 1: power laws of N_opt and D_opt along the envelope, bootstrap over runs.
@@ -86,9 +91,10 @@ def envelope_report(
         fronts = resampled_envelopes(points, counts, n_bins)
     reps = [
         frontier_exponents(f.assign(D_opt=_tokens(f)).rename(columns={"N": "N_opt"}))
-        if f["N"].nunique() > 1 else None
+        if f["N"].nunique() > 1
+        else None
         for f in fronts
-    ]  # fmt: skip
+    ]
     section = {
         **point,
         "envelope": front[["C", "N", "D_opt", "loss"]].to_dict(orient="records"),

@@ -46,17 +46,26 @@ def blocks(runs: pd.DataFrame) -> list[tuple]:
     rep = rep.sort_values(["epochs", "run_id"], ascending=[False, True])
     variant = rep["variant"] if "variant" in rep.columns else pd.Series("", rep.index)
     columns = zip(rep["run_id"], variant, rep["N"], rep["D"], rep["epochs"], rep["loss"])
-    rows = [[r, v, fmt(n, ".3g"), fmt(d, ".3g"), fmt(e, ".2f"), fmt(y)] for r, v, n, d, e, y in columns]
-    return [("p", f"{len(rep)} of {len(runs)} runs repeat their training split (epochs from "
-                  f"{source}): repeated tokens are worth less than fresh ones, so these runs' "
-                  "losses sit above what fresh data would give."),  # fmt: skip
-            ("table", ["run that repeats data", "variant", "N", "D", "epochs", "loss"], rows)]
+    rows = [
+        [r, v, fmt(n, ".3g"), fmt(d, ".3g"), fmt(e, ".2f"), fmt(y)] for r, v, n, d, e, y in columns
+    ]
+    return [
+        (
+            "p",
+            f"{len(rep)} of {len(runs)} runs repeat their training split (epochs from "
+            f"{source}): repeated tokens are worth less than fresh ones, so these runs' "
+            "losses sit above what fresh data would give.",
+        ),
+        ("table", ["run that repeats data", "variant", "N", "D", "epochs", "loss"], rows),
+    ]
 
 
 def summary_sentence(runs: pd.DataFrame) -> list[str]:
     rep, _ = repeating(runs)
     if rep.empty:
         return []
-    return [f"{len(rep)} of {len(runs)} runs repeat their training data (up to "
-            f"{rep['epochs'].max():.2f} epochs; listed under 'Runs'): their losses are not "
-            "those of fresh data."]  # fmt: skip
+    return [
+        f"{len(rep)} of {len(runs)} runs repeat their training data (up to "
+        f"{rep['epochs'].max():.2f} epochs; listed under 'Runs'): their losses are not "
+        "those of fresh data."
+    ]

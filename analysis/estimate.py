@@ -1,6 +1,6 @@
 """An estimate with its 95% interval as text: the one formatter every report and summary uses.
 
-    cell(section, "alpha", ".3f")  ->  '0.336 [0.31, 0.36]', '1.7 (fixed)' or 'not identified'
+cell(section, "alpha", ".3f")  ->  '0.336 [0.31, 0.36]', '1.7 (fixed)' or 'not identified'
 """
 
 from __future__ import annotations
@@ -22,8 +22,15 @@ def est(value, ci, spec=".4g") -> str:
     return f"{fmt(value, spec)} {interval(ci, spec)}"
 
 
-def cell(section: dict, key: str, spec=".4g", name: str | None = None, value=None, *,
-         console: bool = False) -> str:
+def cell(
+    section: dict,
+    key: str,
+    spec=".4g",
+    name: str | None = None,
+    value=None,
+    *,
+    console: bool = False,
+) -> str:
     """An estimate of a fit.json section: 'v [lo, hi]' (with a note where the interval was cut,
     `identification.clip_note`), 'v (fixed)' or 'not identified'. `name` is its key in ci95 /
     not_identified (default `key`); `value` replaces section[key] (e.g. an allocation row's).

@@ -59,12 +59,19 @@ def comparison(analyses: dict) -> dict:
 def comparison_blocks(analyses: dict, budgets: list[float], given: bool) -> list[tuple]:
     """The summary: allocation exponents and the allocation at `budgets` (`given` by --budget,
     else the largest measured C of any family and 100x it) per family, and what C, D count."""
-    conv = {f: an.fits.k if an.fits else compute_factor.of_runs(an.base) for f, an in analyses.items()}
+    conv = {
+        f: an.fits.k if an.fits else compute_factor.of_runs(an.base) for f, an in analyses.items()
+    }
     b: list[tuple] = [("h2", "Summary")]
-    b.append(("p", "One law per family, each fitted to its own runs only (approach 3, 95% "
-                   "bootstrap intervals). Compared across families: the compute-optimal "
-                   "allocation only, N_opt ~ C^a and D_opt ~ C^b, and the tokens per parameter "
-                   "at the same budgets C."))  # fmt: skip
+    b.append(
+        (
+            "p",
+            "One law per family, each fitted to its own runs only (approach 3, 95% "
+            "bootstrap intervals). Compared across families: the compute-optimal "
+            "allocation only, N_opt ~ C^a and D_opt ~ C^b, and the tokens per parameter "
+            "at the same budgets C.",
+        )
+    )
     rows, alloc = [], []
     for family, an in analyses.items():
         if an.fits is None:
@@ -74,18 +81,38 @@ def comparison_blocks(analyses: dict, budgets: list[float], given: bool) -> list
         rows.append([family, an.fits.n_runs, cell(p, "a", ".3f"), cell(p, "b", ".3f")])
         for r in p["allocation"]:
             tag = f"@{r['C']:.3g}"
-            alloc.append([family, f"{r['C']:.3g}"] + [cell(p, q, ".3g", q + tag, r[q]) for q in ALLOCATION])
+            alloc.append(
+                [family, f"{r['C']:.3g}"] + [cell(p, q, ".3g", q + tag, r[q]) for q in ALLOCATION]
+            )
     b.append(("table", ["family", "runs fitted", "a (N_opt ~ C^a)", "b (D_opt ~ C^b)"], rows))
     if alloc:
-        b.append(("table", ["family", "C (FLOPs)", "N_opt", "D_opt", "tokens per parameter"], alloc))
+        b.append(
+            ("table", ["family", "C (FLOPs)", "N_opt", "D_opt", "tokens per parameter"], alloc)
+        )
     b.append(("p", NOT_COMPARED))
-    b.append(("p", "What C and D count: C = k 6 N D, N the non-embedding parameters (of both "
-                   "stacks for an encoder-decoder), so a budget C is the same compute for every "
-                   "family. Budgets: " + ", ".join(f"{c:.3g}" for c in budgets) + " FLOPs"
-                   + (" (--budget)." if given else " (the largest measured C of any family, and "
-                      "100x it: beyond a family's own runs the allocation is an extrapolation).")))  # fmt: skip
-    b.append(("table", ["family", "k = C / (6 N D)", "D counts"],
-              [[f, f"{conv[f]:.4g}", D_COUNTS.get(f, "tokens trained")] for f in analyses]))  # fmt: skip
+    b.append(
+        (
+            "p",
+            "What C and D count: C = k 6 N D, N the non-embedding parameters (of both "
+            "stacks for an encoder-decoder), so a budget C is the same compute for every "
+            "family. Budgets: "
+            + ", ".join(f"{c:.3g}" for c in budgets)
+            + " FLOPs"
+            + (
+                " (--budget)."
+                if given
+                else " (the largest measured C of any family, and "
+                "100x it: beyond a family's own runs the allocation is an extrapolation)."
+            ),
+        )
+    )
+    b.append(
+        (
+            "table",
+            ["family", "k = C / (6 N D)", "D counts"],
+            [[f, f"{conv[f]:.4g}", D_COUNTS.get(f, "tokens trained")] for f in analyses],
+        )
+    )
     return b
 
 

@@ -47,8 +47,10 @@ from analysis.powerlaw import PowerLaw, fit_power_laws, theta_of
 MIN_POINTS_IRREDUCIBLE = 5  # a 3-parameter law needs spare points; fewer -> pure power law
 # approach 2 with --params total: a planned budget holds 6 N D fixed for non-embedding N only
 NOT_ISO = "the sweep's IsoFLOP budgets are iso in 6 N D for non-embedding N only"
-NOT_ISO_EXACT = ("the runs do not say their IsoFLOP budgets were planned in exact FLOPs "
-                 "(column budget_flops = exact); 6ND budgets are not iso in exact FLOPs")  # fmt: skip
+NOT_ISO_EXACT = (
+    "the runs do not say their IsoFLOP budgets were planned in exact FLOPs "
+    "(column budget_flops = exact); 6ND budgets are not iso in exact FLOPs"
+)
 
 
 COMPUTE_NAMES = {"6nd": "6ND", "exact": "exact FLOPs"}  # what C counts, as reports name it
@@ -97,7 +99,9 @@ def law_section(
         xs, ys, mask = resampled
     reps = fit_power_laws(xs, ys, irreducible=irreducible, weights=mask, x0=warm)
     needed = MIN_POINTS_IRREDUCIBLE if irreducible else 3
-    distinct = [np.unique(np.broadcast_to(xs, mask.shape)[i][mask[i] > 0]).size for i in range(len(mask))]
+    distinct = [
+        np.unique(np.broadcast_to(xs, mask.shape)[i][mask[i] > 0]).size for i in range(len(mask))
+    ]
     reps[np.asarray(distinct) < needed] = np.nan
     names = ("A", "alpha", "E") if irreducible else ("A", "alpha")
     section = {
@@ -220,8 +224,11 @@ class Fits:
         """fit.json's content for these runs (`tuning` and `lr_rule` only for tuned runs;
         `compute_convention` only where C is not 6 N D)."""
         tuned = {} if self.tuning is None else {"tuning": self.tuning, "lr_rule": self.lr_rule}
-        counts = {} if self.k == 1.0 else {
-            "compute_convention": compute_factor.section(self.k, self.family)}  # fmt: skip
+        counts = (
+            {}
+            if self.k == 1.0
+            else {"compute_convention": compute_factor.section(self.k, self.family)}
+        )
         return {
             "n_runs": self.n_runs,
             "compute": self.compute,
@@ -252,13 +259,29 @@ class FitOptions:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, **overrides) -> FitOptions:
-        return cls(**{**dict(n_boot=args.bootstrap, seed=args.seed, budgets=args.budget,
-                             holdout_threshold=args.holdout_above, compute=args.compute,
-                             fixed=args.fixed), **overrides})
+        return cls(
+            **{
+                **dict(
+                    n_boot=args.bootstrap,
+                    seed=args.seed,
+                    budgets=args.budget,
+                    holdout_threshold=args.holdout_above,
+                    compute=args.compute,
+                    fixed=args.fixed,
+                ),
+                **overrides,
+            }
+        )
 
 
-def fit_all(runs: pd.DataFrame, options: FitOptions = FitOptions(), *, curves: pd.DataFrame | None = None,
-            intermediate: bool = False, tuned: dict | None = None) -> Fits:
+def fit_all(
+    runs: pd.DataFrame,
+    options: FitOptions = FitOptions(),
+    *,
+    curves: pd.DataFrame | None = None,
+    intermediate: bool = False,
+    tuned: dict | None = None,
+) -> Fits:
     """Every law the runs support, fitted (runs validated with `check_fittable`).
 
     `curves` (run_id, tokens, val_loss) with `intermediate=True` adds every logged evaluation to
@@ -291,10 +314,14 @@ def fit_all(runs: pd.DataFrame, options: FitOptions = FitOptions(), *, curves: p
     iso = _isoflop_section(runs, options, k)
     law, parametric = None, {"skipped": "approach 3 not fitted: another law was chosen (--law)"}
     if options.parametric:
-        law, parametric, _ = chinchilla.section(runs, budgets, n_boot, seed, options.fixed, flops, k)
+        law, parametric, _ = chinchilla.section(
+            runs, budgets, n_boot, seed, options.fixed, flops, k
+        )
     fronts = final_point_envelopes(runs, n_boot, seed)  # approach 1 and L(C) alike
     with_curves = intermediate and curves is not None and not curves.empty
-    points = _with_evaluations(runs, curves) if with_curves else runs[["run_id", "N", "D", "C", "loss"]]
+    points = (
+        _with_evaluations(runs, curves) if with_curves else runs[["run_id", "N", "D", "C", "loss"]]
+    )
     return Fits(
         law=law,
         flops=flops,
@@ -304,8 +331,10 @@ def fit_all(runs: pd.DataFrame, options: FitOptions = FitOptions(), *, curves: p
         parametric=parametric,
         isoflop=iso,
         envelope={
-            **(envelope_report(points, n_boot, seed, fronts=None if with_curves else fronts)
-               or {"skipped": "too few points"}),
+            **(
+                envelope_report(points, n_boot, seed, fronts=None if with_curves else fronts)
+                or {"skipped": "too few points"}
+            ),
             "uses_intermediate_points": bool(intermediate and curves is not None),
         },
         kaplan=kaplan_section(runs, n_boot, seed, fronts),
@@ -330,10 +359,16 @@ def _isoflop_section(runs: pd.DataFrame, options: FitOptions, k: float) -> dict:
 def _with_evaluations(runs: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
     """The runs' final points plus every logged evaluation, as (run_id, N, D, C, loss)."""
     # an evaluation after `tokens` tokens cost the run's FLOPs per token (C / D) times that
-    extra = curves.merge(runs.assign(per_token=runs["C"] / runs["D"])[["run_id", "N", "per_token"]], on="run_id")
-    extra = extra.assign(D=extra["tokens"], C=extra["per_token"] * extra["tokens"], loss=extra["val_loss"])
-    return pd.concat([runs[["run_id", "N", "D", "C", "loss"]], extra[["run_id", "N", "D", "C", "loss"]]],
-                     ignore_index=True)
+    extra = curves.merge(
+        runs.assign(per_token=runs["C"] / runs["D"])[["run_id", "N", "per_token"]], on="run_id"
+    )
+    extra = extra.assign(
+        D=extra["tokens"], C=extra["per_token"] * extra["tokens"], loss=extra["val_loss"]
+    )
+    return pd.concat(
+        [runs[["run_id", "N", "D", "C", "loss"]], extra[["run_id", "N", "D", "C", "loss"]]],
+        ignore_index=True,
+    )
 
 
 def _planned_exact(runs: pd.DataFrame) -> bool:
@@ -383,17 +418,24 @@ def summary(result: dict, title: str = "") -> str:
     p = result["parametric"]
     lines = [f"== {title or 'fit'}: {result['n_runs']} runs, 95% bootstrap intervals"]
     if p.get("law", "chinchilla") != "chinchilla":  # --law NAME: its own parameters
-        return "\n".join([*lines, law_forms.summary(p), *_approaches(result), *_extrapolation(result)])
+        return "\n".join(
+            [*lines, law_forms.summary(p), *_approaches(result), *_extrapolation(result)]
+        )
     lines.append(
         f"approach 3: L = {cell(p, 'E', console=True)} + {cell(p, 'A', console=True)} / N^{cell(p, 'alpha', console=True)}"
         f" + {cell(p, 'B', console=True)} / D^{cell(p, 'beta', console=True)}"
     )
-    lines.append(f"  N_opt ~ C^a, a = {cell(p, 'a', '.3f', console=True)};  D_opt ~ C^b, b = {cell(p, 'b', '.3f', console=True)}")
+    lines.append(
+        f"  N_opt ~ C^a, a = {cell(p, 'a', '.3f', console=True)};  D_opt ~ C^b, b = {cell(p, 'b', '.3f', console=True)}"
+    )
     conv = convention(p)
     for row in p["allocation"]:
         tag = f"@{row['C']:.3g}"
         q = {**p, **{k: row[k] for k in ("N_opt", "D_opt", "tokens_per_param")}}
-        cells = {k: cell(q, k, ".3g", f"{k}{tag}", console=True) for k in ("N_opt", "D_opt", "tokens_per_param")}
+        cells = {
+            k: cell(q, k, ".3g", f"{k}{tag}", console=True)
+            for k in ("N_opt", "D_opt", "tokens_per_param")
+        }
         lines.append(
             f"  C = {row['C']:.3g} ({conv}): N_opt = {cells['N_opt']}, "
             f"D_opt = {cells['D_opt']}, D/N = {cells['tokens_per_param']}"
@@ -414,7 +456,9 @@ def _approaches(result: dict) -> list[str]:
     for name, key in (("approach 2 (IsoFLOP)", "isoflop"), ("approach 1 (envelope)", "envelope")):
         s = result.get(key)
         if s and "a" in s:
-            lines.append(f"{name}: a = {cell(s, 'a', '.3f', console=True)}, b = {cell(s, 'b', '.3f', console=True)}")
+            lines.append(
+                f"{name}: a = {cell(s, 'a', '.3f', console=True)}, b = {cell(s, 'b', '.3f', console=True)}"
+            )
         elif s and "skipped" in s:
             lines.append(f"{name}: skipped: {s['skipped']}")
         if s and s.get("warning"):
@@ -425,9 +469,11 @@ def _approaches(result: dict) -> list[str]:
 def _extrapolation(result: dict) -> list[str]:
     ext = result["extrapolation"]
     if "mean_abs_rel_error" in ext:
-        return [f"extrapolation: fit on C < {ext['threshold_C']:.3g} ({ext['n_train']} runs), "
-                f"mean |relative error| on {ext['n_test']} held-out runs = "
-                f"{100 * ext['mean_abs_rel_error']:.2f}%"]  # fmt: skip
+        return [
+            f"extrapolation: fit on C < {ext['threshold_C']:.3g} ({ext['n_train']} runs), "
+            f"mean |relative error| on {ext['n_test']} held-out runs = "
+            f"{100 * ext['mean_abs_rel_error']:.2f}%"
+        ]
     if "skipped" in ext:
         return [f"extrapolation check skipped: {ext['skipped']}"]
     return []
@@ -436,14 +482,20 @@ def _extrapolation(result: dict) -> list[str]:
 def tuning_summary(section: dict, rule: dict | None) -> list[str]:
     """The tuning lines of the printed summary: arms, edges, the lr rule."""
     edge = [a for a in section["arms"] if a["at_edge"]]
-    lines = [f"tuned {', '.join(section['keys'])}: {section['n_arms']} arms fitted at their best "
-             f"value ({section['n_runs']} runs, {section['n_stopped_early']} stopped early); "
-             f"{len(edge)} at the edge of the grid"]  # fmt: skip
-    lines += [f"  widen the grid: {a['arm']} best at the {', '.join(f'{v} {k}' for k, v in a['edge'].items())}"
-              for a in edge]  # fmt: skip
+    lines = [
+        f"tuned {', '.join(section['keys'])}: {section['n_arms']} arms fitted at their best "
+        f"value ({section['n_runs']} runs, {section['n_stopped_early']} stopped early); "
+        f"{len(edge)} at the edge of the grid"
+    ]
+    lines += [
+        f"  widen the grid: {a['arm']} best at the {', '.join(f'{v} {k}' for k, v in a['edge'].items())}"
+        for a in edge
+    ]
     if rule is not None:
-        lines.append(f"  {rule['key']}_opt = {cell(rule, 'scale', '.3g', console=True)} * N^{cell(rule, 'exponent', '.3f', console=True)}"
-                     f" ({rule['n_arms']} arms)")  # fmt: skip
+        lines.append(
+            f"  {rule['key']}_opt = {cell(rule, 'scale', '.3g', console=True)} * N^{cell(rule, 'exponent', '.3f', console=True)}"
+            f" ({rule['n_arms']} arms)"
+        )
     return lines
 
 
@@ -454,25 +506,35 @@ def add_fit_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     parser.add_argument(
-        "--budget", type=float, action="append",
+        "--budget",
+        type=float,
+        action="append",
         help="compute budget (FLOPs) for N_opt/D_opt; repeatable (default: max C and 100x)",
-    )  # fmt: skip
+    )
     parser.add_argument("--holdout-above", type=float, help="extrapolation threshold C")
     parser.add_argument(
-        "--compute", choices=("6nd", "exact"), default="6nd",
+        "--compute",
+        choices=("6nd", "exact"),
+        default="6nd",
         help="what C counts: 6nd = 6 N D (default; Kaplan/Chinchilla) or exact = the runs' "
-             "exact training FLOPs (column C_exact: head, embedding side, attention included)",
-    )  # fmt: skip
+        "exact training FLOPs (column C_exact: head, embedding side, attention included)",
+    )
     parser.add_argument(
-        "--tune", action="append", default=[], metavar="KEY",
+        "--tune",
+        action="append",
+        default=[],
+        metavar="KEY",
         help="a tuned hyperparameter column (e.g. train.lr); repeatable: per arm the run at the "
-             "lowest final loss is kept and the laws are fitted to those only",
-    )  # fmt: skip
+        "lowest final loss is kept and the laws are fitted to those only",
+    )
     parser.add_argument(
-        "--fix", action="append", default=[], metavar="NAME=VALUE",
+        "--fix",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
         help="hold an approach-3 parameter fixed instead of fitting it, e.g. --fix E=1.7 "
-             f"(one of {', '.join(chinchilla.THETA)}); repeatable",
-    )  # fmt: skip
+        f"(one of {', '.join(chinchilla.THETA)}); repeatable",
+    )
 
 
 def parse_fixed(items: list[str]) -> dict[str, float]:
@@ -512,8 +574,11 @@ def fit_groups(runs: pd.DataFrame, group: str | None, args: argparse.Namespace) 
     tuned = None
     if getattr(args, "tune", None):
         runs, tuned = tuning.select(runs, args.tune)  # the arms' results: every fit uses them
-    options = FitOptions.from_args(args, isoflop=getattr(args, "params", "") != "total",
-                                   parametric=law.name == law_forms.DEFAULT)  # fmt: skip
+    options = FitOptions.from_args(
+        args,
+        isoflop=getattr(args, "params", "") != "total",
+        parametric=law.name == law_forms.DEFAULT,
+    )
     runs = with_family(runs)  # losses of different families' objectives never share a law
     if group is None:
         check_one_family(runs, "the selection", "fit one law per family with --group family")
@@ -542,10 +607,12 @@ def main(argv: list[str] | None = None) -> int:
     add_fit_args(parser)
     parser.add_argument("--group", help="fit each value of this column separately (e.g. arch)")
     parser.add_argument(
-        "--params", choices=("nonembed", "total"), default="nonembed",
+        "--params",
+        choices=("nonembed", "total"),
+        default="nonembed",
         help="N = non-embedding parameters (Kaplan et al. 2020; default) or all parameters "
-             "(N_total, as Hoffmann et al. 2022 count them; C = 6 N_total D; approach 2 skipped)",
-    )  # fmt: skip
+        "(N_total, as Hoffmann et al. 2022 count them; C = 6 N_total D; approach 2 skipped)",
+    )
     parser.add_argument("--out", required=True, help="path of the fit.json to write")
     law_cli.add_args(parser)
     args = parser.parse_args(argv)

@@ -43,8 +43,10 @@ def _interval(value: float, ci) -> str | None:
         return "no interval: fewer than 10 bootstrap replicates gave a finite value"
     lo, hi = ci
     if hi - lo <= COLLAPSE_RTOL * max(abs(value), 1e-300):
-        return ("its interval collapsed to the point: every usable bootstrap replicate gives "
-                "the same value (too few distinct points, or none could leave the estimate)")
+        return (
+            "its interval collapsed to the point: every usable bootstrap replicate gives "
+            "the same value (too few distinct points, or none could leave the estimate)"
+        )
     return None
 
 
@@ -56,7 +58,9 @@ def exponent_problem(name: str, value: float) -> str | None:
     return None
 
 
-def irreducible(name: str, value: float, ci, loss_min: float, noise: float) -> tuple[str | None, bool]:
+def irreducible(
+    name: str, value: float, ci, loss_min: float, noise: float
+) -> tuple[str | None, bool]:
     """Why an irreducible loss is not identified, or None; and whether the whole fit goes with
     it. At or above the lowest measured loss (within the runs' noise, `noise_of`) it is no
     asymptote: runs already went below it, so every quantity of the law is
@@ -65,15 +69,21 @@ def irreducible(name: str, value: float, ci, loss_min: float, noise: float) -> t
     if value is None or not np.isfinite(value):
         return _interval(value, ci), False
     if value >= loss_min * np.exp(-noise):
-        return (f"{name} = {value:.4g} is at or above the lowest measured loss {loss_min:.4g} "
-                f"(within the runs' noise, {100 * noise:.2g}%): runs already went below this "
-                "asymptote, so it is not one"), True  # fmt: skip
+        return (
+            f"{name} = {value:.4g} is at or above the lowest measured loss {loss_min:.4g} "
+            f"(within the runs' noise, {100 * noise:.2g}%): runs already went below this "
+            "asymptote, so it is not one"
+        ), True
     if value < E_ZERO_FRACTION * loss_min:
-        return (f"{name} = {value:.2g} sits on its lower bound 0 (the runs do not show the "
-                f"loss levelling off); {E_ADVICE}"), False  # fmt: skip
+        return (
+            f"{name} = {value:.2g} sits on its lower bound 0 (the runs do not show the "
+            f"loss levelling off); {E_ADVICE}"
+        ), False
     if ci is not None and ci[0] < E_ZERO_FRACTION * loss_min:
-        return (f"its 95% interval [{ci[0]:.2g}, {ci[1]:.4g}] reaches down to 0: the runs cannot "
-                f"tell it from no floor at all; {E_ADVICE}"), False  # fmt: skip
+        return (
+            f"its 95% interval [{ci[0]:.2g}, {ci[1]:.4g}] reaches down to 0: the runs cannot "
+            f"tell it from no floor at all; {E_ADVICE}"
+        ), False
     return _interval(value, ci), False
 
 
@@ -100,8 +110,15 @@ def noise_of(loss, predicted) -> float:
     return float(min(np.median(np.abs(r)), NOISE_CAP)) if r.size else 0.0
 
 
-def law_reasons(law, point: dict, ci: dict, converged: np.ndarray, loss_min: float,
-                fixed: dict | None = None, noise: float = 0.0) -> dict[str, str]:
+def law_reasons(
+    law,
+    point: dict,
+    ci: dict,
+    converged: np.ndarray,
+    loss_min: float,
+    fixed: dict | None = None,
+    noise: float = 0.0,
+) -> dict[str, str]:
     """Every quantity of a fitted law (`analysis.laws.base.Law`): its parameters, then derived
     ones (a, b, `name@C` allocations). In order: too few converged refits; an irreducible loss
     at or above the lowest measured loss (within `noise`, the runs' `noise_of`: then nothing
@@ -136,7 +153,9 @@ def law_reasons(law, point: dict, ci: dict, converged: np.ndarray, loss_min: flo
             why = f"it trades off against {exponent}, which is not identified"
         if why:
             reasons[scale] = why
-    shapes = [k for k in law.params if k in reasons and k not in law.tradeoffs and k != law.irreducible]
+    shapes = [
+        k for k in law.params if k in reasons and k not in law.tradeoffs and k != law.irreducible
+    ]
     for name in [k for k in point if k not in law.params]:
         why = _interval(point[name], ci.get(name))
         if shapes:
@@ -180,8 +199,10 @@ def allocation_exponents(section: dict) -> dict[str, str]:
     for name in ("a", "b"):
         why = _interval(section[name], ci.get(name))
         if np.isfinite(section[name]) and not 0.0 <= section[name] <= 1.0:
-            why = (f"{name} = {section[name]:.3g} is outside [0, 1] (N_opt or D_opt would shrink "
-                   "as compute grows)")  # fmt: skip
+            why = (
+                f"{name} = {section[name]:.3g} is outside [0, 1] (N_opt or D_opt would shrink "
+                "as compute grows)"
+            )
         why = why or out_of_range.get(name)
         if why:
             reasons[name] = why
@@ -234,8 +255,10 @@ def range_problems(section: dict) -> dict[str, str]:
         if hi < lo_ok or lo > hi_ok:
             out[name] = f"its 95% interval [{lo:.3g}, {hi:.3g}] lies outside [{lo_ok:g}, {hi_ok:g}]"
         elif lo < lo_ok - CLIP_ATOL and hi > hi_ok + CLIP_ATOL:
-            out[name] = (f"its bootstrap replicates reach from {lo:.3g} to {hi:.3g}, past both ends "
-                         f"of [{lo_ok:g}, {hi_ok:g}]: these runs do not determine it")  # fmt: skip
+            out[name] = (
+                f"its bootstrap replicates reach from {lo:.3g} to {hi:.3g}, past both ends "
+                f"of [{lo_ok:g}, {hi_ok:g}]: these runs do not determine it"
+            )
     return out
 
 
@@ -247,7 +270,9 @@ def clip_note(section: dict, name: str, spec: str = ".3g", inside: bool = False)
     if not raw:
         return ""
     lo_ok, hi_ok = ALLOCATION_RANGE
-    reach = [f"{v:{spec}}" for v, out in ((raw[0], raw[0] < lo_ok), (raw[1], raw[1] > hi_ok)) if out]
+    reach = [
+        f"{v:{spec}}" for v, out in ((raw[0], raw[0] < lo_ok), (raw[1], raw[1] > hi_ok)) if out
+    ]
     bounds = [f"{b:g}" for b, out in ((lo_ok, raw[0] < lo_ok), (hi_ok, raw[1] > hi_ok)) if out]
     text = f"bootstrap reached {' and '.join(reach)}, cut at {' and '.join(bounds)}"
     return f"; {text}" if inside else f" ({text})"
@@ -267,16 +292,20 @@ def lr_rule(section: dict, n_sizes: int) -> dict[str, str]:
     distinct x, or an exponent interval that is missing, collapsed or too wide to use."""
     names = ("scale", "exponent")
     if n_sizes < MIN_RULE_SIZES:
-        why = (f"fitted from {section['n_arms']} arm(s) at {n_sizes} distinct "
-               f"{section['variable']}; a rule needs tuned optima at {MIN_RULE_SIZES} or more")  # fmt: skip
+        why = (
+            f"fitted from {section['n_arms']} arm(s) at {n_sizes} distinct "
+            f"{section['variable']}; a rule needs tuned optima at {MIN_RULE_SIZES} or more"
+        )
         return {k: why for k in names}
     reasons: dict[str, str] = {}
     ci = section.get("ci95", {})
     why = _interval(section["exponent"], ci.get("exponent"))
     if why is None and ci["exponent"][1] - ci["exponent"][0] > MAX_RULE_EXPONENT_WIDTH:
         lo, hi = ci["exponent"]
-        why = (f"its 95% interval [{lo:.3g}, {hi:.3g}] is wider than {MAX_RULE_EXPONENT_WIDTH:g}: "
-               "the tuned optima do not say how the value scales")  # fmt: skip
+        why = (
+            f"its 95% interval [{lo:.3g}, {hi:.3g}] is wider than {MAX_RULE_EXPONENT_WIDTH:g}: "
+            "the tuned optima do not say how the value scales"
+        )
     if why:
         reasons["exponent"] = why
     why = _interval(section["scale"], ci.get("scale"))

@@ -95,8 +95,14 @@ def scattered_groups(runs: pd.DataFrame, rtol: float = 0.1) -> pd.DataFrame:
     labels = budget_groups(runs["C"], rtol, sweep_labels(runs))
     frame = pd.DataFrame({"N": np.asarray(runs["N"], float), "C": np.asarray(runs["C"], float)})
     by = frame.groupby(labels)
-    out = pd.DataFrame({"n_runs": by.size(), "n_sizes": by["N"].nunique(), "C_min": by["C"].min(),
-                        "C_max": by["C"].max()})  # fmt: skip
+    out = pd.DataFrame(
+        {
+            "n_runs": by.size(),
+            "n_sizes": by["N"].nunique(),
+            "C_min": by["C"].min(),
+            "C_max": by["C"].max(),
+        }
+    )
     return out[(out["n_sizes"] >= MIN_PROFILE_SIZES) & (out["C_max"] > out["C_min"] * (1 + rtol))]
 
 
@@ -159,8 +165,11 @@ def isoflop_optima(N, C, loss, labels, weights=None, k: float = 1.0) -> pd.DataF
     for label in np.unique(labels):
         sel = (labels == label) & (weights > 0)
         budget = budget_of(C[labels == label])
-        row = {"C": budget, "n_points": int(sel.sum()),
-               **profile_optimum(np.log(N[sel]), loss[sel], weights[sel])}  # fmt: skip
+        row = {
+            "C": budget,
+            "n_points": int(sel.sum()),
+            **profile_optimum(np.log(N[sel]), loss[sel], weights[sel]),
+        }
         row["D_opt"] = budget / (6 * k * row["N_opt"])
         rows.append(row)
     return pd.DataFrame(rows)
@@ -169,16 +178,29 @@ def isoflop_optima(N, C, loss, labels, weights=None, k: float = 1.0) -> pd.DataF
 def profile_optimum(x, y, w) -> dict:
     """One budget by the module's rule; x = ln N, y = loss, w > 0 the runs' weights."""
     nan = float("nan")
-    row = {"N_min": nan, "N_max": nan, "N_best": nan, "n_fit": 0, "N_fit_min": nan,
-           "N_fit_max": nan, "N_opt": nan, "loss_opt": nan, "curvature": nan, "interior": False,
-           "why_not_used": None}  # fmt: skip
+    row = {
+        "N_min": nan,
+        "N_max": nan,
+        "N_best": nan,
+        "n_fit": 0,
+        "N_fit_min": nan,
+        "N_fit_max": nan,
+        "N_opt": nan,
+        "loss_opt": nan,
+        "curvature": nan,
+        "interior": False,
+        "why_not_used": None,
+    }
     if x.size == 0:
         return {**row, "why_not_used": "no runs"}
     sizes = np.unique(x)
     lowest = np.array([y[x == v].min() for v in sizes])  # per size: its best run
     i = int(np.argmin(lowest))
-    row.update(N_min=float(np.exp(sizes[0])), N_max=float(np.exp(sizes[-1])),
-               N_best=float(np.exp(sizes[i])))  # fmt: skip
+    row.update(
+        N_min=float(np.exp(sizes[0])),
+        N_max=float(np.exp(sizes[-1])),
+        N_best=float(np.exp(sizes[i])),
+    )
     if sizes.size < MIN_PROFILE_SIZES:
         return {**row, "why_not_used": f"fewer than {MIN_PROFILE_SIZES} distinct sizes"}
     if i in (0, sizes.size - 1):
@@ -187,8 +209,12 @@ def profile_optimum(x, y, w) -> dict:
     lo, hi = _window(lowest, i)
     fit = (x >= sizes[lo]) & (x <= sizes[hi])
     c2, c1, c0 = np.polyfit(x[fit], y[fit], 2, w=np.sqrt(w[fit]))  # polyfit weights residuals
-    row.update(n_fit=int(fit.sum()), N_fit_min=float(np.exp(sizes[lo])),
-               N_fit_max=float(np.exp(sizes[hi])), curvature=float(c2))  # fmt: skip
+    row.update(
+        n_fit=int(fit.sum()),
+        N_fit_min=float(np.exp(sizes[lo])),
+        N_fit_max=float(np.exp(sizes[hi])),
+        curvature=float(c2),
+    )
     if not c2 > 0:
         return {**row, "why_not_used": "parabola not convex"}
     x_opt = -c1 / (2 * c2)
@@ -239,8 +265,10 @@ def isoflop_report(
     warning = {} if scattered.empty else {"warning": _not_a_design(scattered, rtol, some=True)}
     point = frontier_exponents(used_optima(optima))
     if point is None:  # profiles exist, but fewer than 2 have an interior minimum: say so
-        why = ("fewer than two budgets have an interior minimum (lowest loss inside the "
-               "measured sizes, parabola minimum inside the sizes fitted)")  # fmt: skip
+        why = (
+            "fewer than two budgets have an interior minimum (lowest loss inside the "
+            "measured sizes, parabola minimum inside the sizes fitted)"
+        )
         section = {"per_budget": optima.to_dict(orient="records"), "n_boot": 0, **warning}
         return identification.with_reasons(section, {"a": why, "b": why})
     used = used_optima(optima)
@@ -264,8 +292,10 @@ def isoflop_report(
 def _not_a_design(scattered: pd.DataFrame, rtol: float, some: bool = False) -> str:
     span = float((scattered["C_max"] / scattered["C_min"]).max())
     n = int(scattered["n_runs"].sum())
-    text = (f"{n} runs chain into {len(scattered)} budget group(s) whose compute spans more than "
-            f"{100 * rtol:.0f}% (up to {span:.3g}x): not IsoFLOP profiles")  # fmt: skip
+    text = (
+        f"{n} runs chain into {len(scattered)} budget group(s) whose compute spans more than "
+        f"{100 * rtol:.0f}% (up to {span:.3g}x): not IsoFLOP profiles"
+    )
     if some:
         return text + "; they are left out of approach 2"
     return f"the runs are not an IsoFLOP design: {text}"

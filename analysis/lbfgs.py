@@ -23,8 +23,12 @@ Objective = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 # Why each row stopped (BatchResult.status).
 GTOL, FTOL, LINE_SEARCH_FAILED, MAX_ITER, NOT_FINITE = (
-    "gtol", "ftol", "line_search_failed", "max_iter", "not_finite"
-)  # fmt: skip
+    "gtol",
+    "ftol",
+    "line_search_failed",
+    "max_iter",
+    "not_finite",
+)
 
 
 @dataclass
@@ -64,7 +68,11 @@ class _State:
 
 
 def minimize_batched(
-    fun: Objective, x0: np.ndarray, *, max_iter: int = 500, free: np.ndarray | None = None,
+    fun: Objective,
+    x0: np.ndarray,
+    *,
+    max_iter: int = 500,
+    free: np.ndarray | None = None,
     settings: Settings = Settings(),
 ) -> BatchResult:
     """L-BFGS with Armijo backtracking, independently per row of `x0` (S, P).
@@ -101,10 +109,18 @@ def _start(fun: Objective, x0: np.ndarray, settings: Settings) -> _State:
     status = np.full(n_starts, MAX_ITER, dtype=object)
     status[converged] = GTOL
     status[~np.isfinite(f)] = NOT_FINITE
-    return _State(x, f, g, np.zeros((n_starts, settings.history, n_par)),
-                  np.zeros((n_starts, settings.history, n_par)),
-                  np.zeros((n_starts, settings.history)), np.zeros(n_starts, dtype=int),
-                  active, converged, status)
+    return _State(
+        x,
+        f,
+        g,
+        np.zeros((n_starts, settings.history, n_par)),
+        np.zeros((n_starts, settings.history, n_par)),
+        np.zeros((n_starts, settings.history)),
+        np.zeros(n_starts, dtype=int),
+        active,
+        converged,
+        status,
+    )
 
 
 def _iterate(fun: Objective, st: _State, rows: np.ndarray, it: int, settings: Settings) -> None:

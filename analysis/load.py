@@ -31,8 +31,18 @@ TUNING_TAGS = ("arm", "tune_role")
 PARAMETRIC_PARAMS = 5  # E, A, B, alpha, beta
 K_COLUMN = "k"  # C / (6 N D) of a run whose C is not 6 N D (analysis.compute_factor)
 # MLflow's tracking store schemes (its store registry), for a one-line error on any other
-URI_SCHEMES = {"file", "sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks",
-               "databricks-uc", "uc"}  # fmt: skip
+URI_SCHEMES = {
+    "file",
+    "sqlite",
+    "http",
+    "https",
+    "postgresql",
+    "mysql",
+    "mssql",
+    "databricks",
+    "databricks-uc",
+    "uc",
+}
 
 
 class InputError(ValueError):
@@ -94,7 +104,9 @@ def complete_axes(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def check_fittable(
-    df: pd.DataFrame, what: str = "the data", n_params: int = PARAMETRIC_PARAMS,
+    df: pd.DataFrame,
+    what: str = "the data",
+    n_params: int = PARAMETRIC_PARAMS,
     form: str = "the fit L(N, D) = E + A/N^alpha + B/D^beta",
 ) -> None:
     """A parametric fit (approach 3 unless `form` and `n_params` name another law) needs more
@@ -264,7 +276,9 @@ def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | N
     for run in found:
         reason = _exclusion(run)
         if reason:
-            excluded.append({"run_id": run.info.run_id, "status": run.info.status, "reason": reason})
+            excluded.append(
+                {"run_id": run.info.run_id, "status": run.info.status, "reason": reason}
+            )
         else:
             rows.append(_row(run, budget_keys))
     where = f"experiment '{experiment}'" + (f", sweep parent run {sweep}" if sweep else "")
@@ -426,16 +440,21 @@ def load_curves(run_ids, tracking_uri: str | None = None, metric: str = "val_los
 
 def add_selection_args(parser: argparse.ArgumentParser) -> None:
     src = parser.add_argument_group("runs (MLflow or CSV; several sources are concatenated)")
-    src.add_argument("--experiment", action="append",
-                     help="MLflow experiment name; repeatable")  # fmt: skip
-    src.add_argument("--sweep", action="append",
-                     help="sweep parent run id: use only the runs of its plan (its children "
-                          "without a plan artifact); repeatable, each looked "
-                          "up in the selected experiment that holds it (an experiment holding "
-                          "none of them contributes all its runs)")  # fmt: skip
+    src.add_argument("--experiment", action="append", help="MLflow experiment name; repeatable")
+    src.add_argument(
+        "--sweep",
+        action="append",
+        help="sweep parent run id: use only the runs of its plan (its children "
+        "without a plan artifact); repeatable, each looked "
+        "up in the selected experiment that holds it (an experiment holding "
+        "none of them contributes all its runs)",
+    )
     src.add_argument("--tracking-uri", help="MLflow tracking URI, e.g. sqlite:////abs/mlruns.db")
-    src.add_argument("--csv", action="append",
-                     help="CSV with 'loss' and two of 'N', 'D', 'C' (e.g. runs.csv); repeatable")  # fmt: skip
+    src.add_argument(
+        "--csv",
+        action="append",
+        help="CSV with 'loss' and two of 'N', 'D', 'C' (e.g. runs.csv); repeatable",
+    )
 
 
 def resolve_tracking_uri(uri: str | None) -> str:

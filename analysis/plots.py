@@ -54,20 +54,34 @@ def compute_label(compute: str = "6nd", k: float = 1.0) -> str:
     return COMPUTE_LABELS[compute]
 
 
-def loss_vs_compute(runs: pd.DataFrame, frontier_law: dict | None, compute: str = "6nd",
-                    k: float = 1.0):  # fmt: skip
+def loss_vs_compute(
+    runs: pd.DataFrame, frontier_law: dict | None, compute: str = "6nd", k: float = 1.0
+):
     """Every run's final loss against C (k 6ND or exact), coloured by N, with the fitted L(C)."""
     fig, ax = plt.subplots(figsize=(6, 4))
-    sns.scatterplot(data=runs, x="C", y="loss", hue="N", hue_norm=matplotlib.colors.LogNorm(),
-                    palette="viridis", ax=ax, legend=False)  # fmt: skip
+    sns.scatterplot(
+        data=runs,
+        x="C",
+        y="loss",
+        hue="N",
+        hue_norm=matplotlib.colors.LogNorm(),
+        palette="viridis",
+        ax=ax,
+        legend=False,
+    )
     if frontier_law:
         c = np.geomspace(runs["C"].min(), runs["C"].max(), 200)
         y = frontier_law.get("E", 0.0) + frontier_law["A"] * c ** -frontier_law["alpha"]
         ax.plot(c, y, color="black", lw=1.5, label=f"frontier, C^-{frontier_law['alpha']:.3f}")
         ax.legend()
     _loglog(ax, compute_label(compute, k))
-    fig.colorbar(plt.cm.ScalarMappable(matplotlib.colors.LogNorm(runs["N"].min(), runs["N"].max()),
-                                       "viridis"), ax=ax, label="N (non-embedding)")  # fmt: skip
+    fig.colorbar(
+        plt.cm.ScalarMappable(
+            matplotlib.colors.LogNorm(runs["N"].min(), runs["N"].max()), "viridis"
+        ),
+        ax=ax,
+        label="N (non-embedding)",
+    )
     return fig
 
 
@@ -149,8 +163,19 @@ def training_curves(curves: pd.DataFrame, runs: pd.DataFrame):
     """Validation loss against tokens seen, one line per run, coloured by N."""
     data = curves.merge(runs[["run_id", "N"]], on="run_id")
     fig, ax = plt.subplots(figsize=(6, 4))
-    sns.lineplot(data=data, x="tokens", y="val_loss", hue="N", units="run_id", estimator=None,
-                 hue_norm=matplotlib.colors.LogNorm(), palette="viridis", ax=ax, legend=False, lw=1)  # fmt: skip
+    sns.lineplot(
+        data=data,
+        x="tokens",
+        y="val_loss",
+        hue="N",
+        units="run_id",
+        estimator=None,
+        hue_norm=matplotlib.colors.LogNorm(),
+        palette="viridis",
+        ax=ax,
+        legend=False,
+        lw=1,
+    )
     _loglog(ax, "tokens seen")
     return fig
 
@@ -163,8 +188,9 @@ def training_curves_by_variant(curves: pd.DataFrame, runs: pd.DataFrame):
     longest = runs[runs["D"] == runs.groupby(["variant", "size"])["D"].transform("max")]
     data = curves.merge(longest[["run_id", "variant", "size", "N"]], on="run_id")
     sizes = sorted(data["size"].unique())
-    fig, axes = plt.subplots(1, len(sizes), figsize=(4 * len(sizes), 3.6), sharey=True,
-                             squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        1, len(sizes), figsize=(4 * len(sizes), 3.6), sharey=True, squeeze=False
+    )
     variants = sorted(data["variant"].unique())
     palette = dict(zip(variants, sns.color_palette("deep", n_colors=len(variants))))
     for ax, size in zip(axes[0], sizes):
@@ -196,8 +222,9 @@ def forest(ablation: dict, compute: str = "6nd"):
     for y, (v, _, m, lo, hi, verdict) in enumerate(rows):
         decided = verdict in ("better", "worse")
         ax.hlines(y, lo, hi, color=palette[v], lw=1.5)
-        ax.scatter([m], [y], color=palette[v] if decided else "white", edgecolor=palette[v],
-                   zorder=3, s=28)  # fmt: skip
+        ax.scatter(
+            [m], [y], color=palette[v] if decided else "white", edgecolor=palette[v], zorder=3, s=28
+        )
     ax.axvline(1.0, color="gray", ls="--", lw=1)
     ax.set_yticks(range(len(rows)), [f"{v}, C {C:.2g}" for v, C, *_ in rows], fontsize=7)
     ax.invert_yaxis()
@@ -215,8 +242,16 @@ def multipliers(ablation: dict, compute: str = "6nd"):
             continue
         for m in res["multipliers"]:
             lo, hi = m["ci95"] or (np.nan, np.nan)
-            rows.append({"variant": v, "C": m["C"], "m": m["multiplier"], "lo": lo, "hi": hi,
-                         "measured": m["measured"]})  # fmt: skip
+            rows.append(
+                {
+                    "variant": v,
+                    "C": m["C"],
+                    "m": m["multiplier"],
+                    "lo": lo,
+                    "hi": hi,
+                    "measured": m["measured"],
+                }
+            )
     data = pd.DataFrame(rows)
     fig, ax = plt.subplots(figsize=(6, 4))
     palette = sns.color_palette("deep", n_colors=max(data["variant"].nunique(), 1))
@@ -243,27 +278,41 @@ def loss_vs_hyperparameter(points: pd.DataFrame, key: str):
     smallest N of each variant) and token budget, one line per variant, the chosen value a
     star, halving's early-stopped candidates hollow circles (their loss at fewer tokens)."""
     points = points.assign(size=points.groupby("variant")["N"].rank(method="dense").astype(int))
-    panels = sorted({(s, d) for s, d in zip(points["size"], points["D"].map(lambda d: float(f"{d:.2g}")))})
+    panels = sorted(
+        {(s, d) for s, d in zip(points["size"], points["D"].map(lambda d: float(f"{d:.2g}")))}
+    )
     budgets = sorted({d for _, d in panels})
     sizes = sorted({s for s, _ in panels})
-    fig, axes = plt.subplots(len(budgets), len(sizes), figsize=(3.4 * len(sizes), 2.9 * len(budgets)),
-                             squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        len(budgets), len(sizes), figsize=(3.4 * len(sizes), 2.9 * len(budgets)), squeeze=False
+    )
     variants = sorted(points["variant"].unique())
     palette = dict(zip(variants, sns.color_palette("deep", n_colors=len(variants))))
     for ax in axes.ravel():
         ax.set_visible(False)
     numeric = pd.api.types.is_numeric_dtype(points["value"])
-    for (size, budget) in panels:
+    for size, budget in panels:
         ax = axes[budgets.index(budget)][sizes.index(size)]
         ax.set_visible(True)
-        panel = points[(points["size"] == size) & (points["D"].map(lambda d: float(f"{d:.2g}")) == budget)]
+        panel = points[
+            (points["size"] == size) & (points["D"].map(lambda d: float(f"{d:.2g}")) == budget)
+        ]
         for v, g in panel.groupby("variant", sort=True):
             full, stopped = g[~g["stopped"]], g[g["stopped"]]
             ax.plot(full["value"], full["loss"], "o-", color=palette[v], ms=3, lw=1.2, label=v)
-            ax.scatter(stopped["value"], stopped["loss"], facecolor="white", edgecolor=palette[v], s=16)
+            ax.scatter(
+                stopped["value"], stopped["loss"], facecolor="white", edgecolor=palette[v], s=16
+            )
             best = full[full["chosen"]]
-            ax.scatter(best["value"], best["loss"], marker="*", s=110, color=palette[v],
-                       edgecolor="black", zorder=5)  # fmt: skip
+            ax.scatter(
+                best["value"],
+                best["loss"],
+                marker="*",
+                s=110,
+                color=palette[v],
+                edgecolor="black",
+                zorder=5,
+            )
         if numeric and (panel["value"] > 0).all():
             ax.set_xscale("log")
         ax.set_title(f"size {size} (N ~ {panel['N'].median():.3g}), D {budget:.2g}", fontsize=8)

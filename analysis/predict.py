@@ -44,8 +44,10 @@ def load_fit(path: str, group: str | None = None) -> dict:
     if "groups" in data:
         names = sorted(data["groups"])
         if group is None or group not in data["groups"]:
-            raise InputError(f"--fit: {p} holds one fit per {data.get('group_by', 'group')}; "
-                             f"choose one with --group ({', '.join(names)})")  # fmt: skip
+            raise InputError(
+                f"--fit: {p} holds one fit per {data.get('group_by', 'group')}; "
+                f"choose one with --group ({', '.join(names)})"
+            )
         data = data["groups"][group]
     elif group is not None:
         raise InputError(f"--group {group}: {p} is not a grouped fit")
@@ -55,8 +57,10 @@ def load_fit(path: str, group: str | None = None) -> dict:
     law = law_of(section)
     missing = [k for k in law.params if not _finite(section.get(k))]
     if missing:
-        raise InputError(f"--fit: the {law.name} law needs finite {', '.join(law.params)}; "
-                         f"{p} lacks {', '.join(missing)}")  # fmt: skip
+        raise InputError(
+            f"--fit: the {law.name} law needs finite {', '.join(law.params)}; "
+            f"{p} lacks {', '.join(missing)}"
+        )
     if section.get("compute", "6nd") != "6nd":
         raise InputError("--fit: predictions use C = 6ND; this fit's C counts exact FLOPs")
     return section
@@ -78,8 +82,9 @@ def load_replicates(path: str | None, law: Law, group: str | None) -> np.ndarray
         raise InputError(f"--replicates: {path} lacks column(s) {', '.join(missing)} of {law.name}")
     values = reps[list(law.params)].to_numpy(dtype=float)
     with np.errstate(all="ignore"):
-        return np.column_stack([np.log(values[:, i]) if log else values[:, i]
-                                for i, log in enumerate(law.log_scale)])  # fmt: skip
+        return np.column_stack(
+            [np.log(values[:, i]) if log else values[:, i] for i, log in enumerate(law.log_scale)]
+        )
 
 
 def read_points(path: str, law: Law, k: float = 1.0) -> tuple[pd.DataFrame, bool]:
@@ -97,12 +102,16 @@ def read_points(path: str, law: Law, k: float = 1.0) -> tuple[pd.DataFrame, bool
         df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
         bad = ~(np.isfinite(df[col]) & (df[col] > 0))
         if bad.any():
-            raise InputError(f"--csv: column '{col}' has {int(bad.sum())} missing, non-numeric or "
-                             "non-positive value(s)")  # fmt: skip
+            raise InputError(
+                f"--csv: column '{col}' has {int(bad.sum())} missing, non-numeric or "
+                "non-positive value(s)"
+            )
     need_u = "U" in law.columns
     if need_u and "U" not in df.columns:
-        raise InputError(f"--csv: the {law.name} law needs a column 'U' (unique tokens); "
-                         f"got {sorted(map(str, df.columns))}")  # fmt: skip
+        raise InputError(
+            f"--csv: the {law.name} law needs a column 'U' (unique tokens); "
+            f"got {sorted(map(str, df.columns))}"
+        )
     optimal = "C" in df.columns and "N" not in df.columns and "D" not in df.columns
     if not optimal:
         if "N" not in df.columns and {"C", "D"} <= set(df.columns):
@@ -110,13 +119,17 @@ def read_points(path: str, law: Law, k: float = 1.0) -> tuple[pd.DataFrame, bool
         if "D" not in df.columns and {"C", "N"} <= set(df.columns):
             df["D"] = df["C"] / (6 * k * df["N"])
         if not {"N", "D"} <= set(df.columns):
-            raise InputError("--csv: need columns N and D (C may replace one of them), or C "
-                             f"alone for compute-optimal points; got {sorted(map(str, df.columns))}")  # fmt: skip
+            raise InputError(
+                "--csv: need columns N and D (C may replace one of them), or C "
+                f"alone for compute-optimal points; got {sorted(map(str, df.columns))}"
+            )
         df["C"] = 6 * k * df["N"] * df["D"]
         if need_u and (df["U"] > df["D"] * (1 + 1e-9)).any():
             i = int(np.flatnonzero(df["U"] > df["D"] * (1 + 1e-9))[0])
-            raise InputError(f"--csv: column 'U' is larger than D in row {i} (U = {df['U'][i]:.4g}"
-                             f" > D = {df['D'][i]:.4g}); unique tokens cannot exceed tokens trained")  # fmt: skip
+            raise InputError(
+                f"--csv: column 'U' is larger than D in row {i} (U = {df['U'][i]:.4g}"
+                f" > D = {df['D'][i]:.4g}); unique tokens cannot exceed tokens trained"
+            )
     return df, optimal
 
 
@@ -130,8 +143,9 @@ def _band(samples: np.ndarray) -> np.ndarray:
     return out
 
 
-def predict(section: dict, points: pd.DataFrame, optimal: bool,
-            thetas: np.ndarray | None = None) -> pd.DataFrame:
+def predict(
+    section: dict, points: pd.DataFrame, optimal: bool, thetas: np.ndarray | None = None
+) -> pd.DataFrame:
     """One row per point: the input's columns, C, the predicted loss `loss_pred` and its interval
     (`loss_pred_lo`, `loss_pred_hi`); for compute-optimal points also N, D and their intervals."""
     law = law_of(section)
@@ -147,8 +161,12 @@ def predict(section: dict, points: pd.DataFrame, optimal: bool,
             with np.errstate(all="ignore"):
                 N, D = law.optimal(law.to_values(th), C / k, U)
             cols = {"N": N, "D": D} | ({"U": np.minimum(U[None, :], D)} if U is not None else {})
-            loss = np.stack([law.predict(t, {c: v[r] for c, v in cols.items()})[0]
-                             for r, t in enumerate(np.atleast_2d(th))])  # fmt: skip
+            loss = np.stack(
+                [
+                    law.predict(t, {c: v[r] for c, v in cols.items()})[0]
+                    for r, t in enumerate(np.atleast_2d(th))
+                ]
+            )
             return N, D, loss
         cols = {c: points[c].to_numpy(float) for c in law.columns}
         return None, None, law.predict(th, cols)
@@ -171,14 +189,19 @@ def predict(section: dict, points: pd.DataFrame, optimal: bool,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.predict", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis.predict",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--fit", required=True, help="fit.json (or a hand-written section)")
     parser.add_argument("--csv", required=True, help="points: N, D (U); C may replace one")
     parser.add_argument("--out", required=True, help="predictions CSV to write")
     parser.add_argument("--group", help="the group of a grouped fit.json (fit --group)")
-    parser.add_argument("--replicates", help="bootstrap replicates (default: "
-                        "fit.replicates.csv next to fit.json, when present)")  # fmt: skip
+    parser.add_argument(
+        "--replicates",
+        help="bootstrap replicates (default: fit.replicates.csv next to fit.json, when present)",
+    )
     args = parser.parse_args(argv)
     try:
         section = load_fit(args.fit, args.group)
@@ -195,7 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     result.to_csv(out, index=False)
     print(result.to_string(index=False, float_format=lambda v: f"{v:.5g}"))
-    print(f"wrote {out} ({'no interval: no replicates' if thetas is None else f'{len(thetas)} replicates'})")
+    print(
+        f"wrote {out} ({'no interval: no replicates' if thetas is None else f'{len(thetas)} replicates'})"
+    )
     return 0
 
 

@@ -61,8 +61,13 @@ def _not_identified_block(section: dict, what: str) -> list[tuple]:
     for k, why in reasons.items():
         by_reason.setdefault(why, []).append(k)
     text = "; ".join(f"{', '.join(names)}: {why}" for why, names in by_reason.items())
-    return [("p", f"Not identified by these runs ({what}): {text}. Those entries are shown as "
-                  "'not identified', not as a law.")]  # fmt: skip
+    return [
+        (
+            "p",
+            f"Not identified by these runs ({what}): {text}. Those entries are shown as "
+            "'not identified', not as a law.",
+        )
+    ]
 
 
 # Where each figure goes: after the content of the section whose heading starts with this.
@@ -89,11 +94,18 @@ def build_blocks(an: Analysis, excluded, figures, title, source="") -> list[tupl
     n_boot = result["parametric"]["n_boot"] if result else (ablation or {}).get("n_boot", "")
     fitted = f" ({result['n_runs']} in the baseline fits)" if result else ""
     if tuned:
-        fitted += (f", the best of {tuned['n_runs']} runs of a tuning grid over "
-                   f"{', '.join(tuned['keys'])} in each of {tuned['n_arms']} arms")  # fmt: skip
-    b.append(("p", f"{len(runs)} finished runs{fitted}; {len(excluded)} excluded. Every estimate "
-                   f"carries a 95% bootstrap percentile interval over runs"
-                   f"{f' ({n_boot} replicates)' if n_boot else ''}."))  # fmt: skip
+        fitted += (
+            f", the best of {tuned['n_runs']} runs of a tuning grid over "
+            f"{', '.join(tuned['keys'])} in each of {tuned['n_arms']} arms"
+        )
+    b.append(
+        (
+            "p",
+            f"{len(runs)} finished runs{fitted}; {len(excluded)} excluded. Every estimate "
+            f"carries a 95% bootstrap percentile interval over runs"
+            f"{f' ({n_boot} replicates)' if n_boot else ''}.",
+        )
+    )
     b.append(("h2", SUMMARY))
     if ablation:
         b.extend(headline.ablation_summary(ablation))
@@ -107,7 +119,9 @@ def build_blocks(an: Analysis, excluded, figures, title, source="") -> list[tupl
             b.append(("fig", "loss_vs_compute", figs.pop("loss_vs_compute")))
     elif not ablation:
         b.append(("p", "No law could be fitted to these runs."))
-    notes = (tuning_report.summary_sentences(tuned, rule) if tuned else []) + epochs.summary_sentence(runs)
+    notes = (
+        tuning_report.summary_sentences(tuned, rule) if tuned else []
+    ) + epochs.summary_sentence(runs)
     if notes:
         b.append(("list", notes))
     b.extend(_runs_blocks(runs, excluded, source))
@@ -118,15 +132,23 @@ def build_blocks(an: Analysis, excluded, figures, title, source="") -> list[tupl
         b.extend(an.law_comparison)
     else:
         b.append(("h2", "Baseline law"))
-        b.append(("p", "The baseline has one token budget, so no L(N, D) law is fitted: this is "
-                       "an ablation report."))  # fmt: skip
+        b.append(
+            (
+                "p",
+                "The baseline has one token budget, so no L(N, D) law is fitted: this is "
+                "an ablation report.",
+            )
+        )
     if ablation:
         b.extend(_ablation_blocks(ablation))
         b.extend(_matched_loss_blocks(runs, ablation["baseline"]))
     if "training_curves" in figs:
         b.append(("h2", "Training curves"))
     # the frontier figure, when not in the summary, goes with the single-variable laws
-    sections = {**FIGURE_SECTION, "loss_vs_compute": "Single-variable laws" if result else "Baseline law"}
+    sections = {
+        **FIGURE_SECTION,
+        "loss_vs_compute": "Single-variable laws" if result else "Baseline law",
+    }
     for stem, caption in figs.items():
         _place(b, sections.get(stem, SUMMARY), ("fig", stem, caption))
     return b
@@ -189,14 +211,20 @@ def _matched_loss_blocks(runs: pd.DataFrame, baseline: str) -> list[tuple]:
             sd = f" ± {c['sd']:.3f}" if c["n"] > 1 else ""
             row.append(f"{c['loss']:.3f}{sd} (N {c['N']:.3g})")
         rows.append(row)
-    return [("h2", "Final validation loss per variant at matched sizes (mean ± std over seeds)"),
-            ("table", header, rows)]  # fmt: skip
+    return [
+        ("h2", "Final validation loss per variant at matched sizes (mean ± std over seeds)"),
+        ("table", header, rows),
+    ]
 
 
 def _fit_blocks(result) -> list[tuple]:
     """Every fit's section: approaches 3, 2, 1, the single-variable laws, the extrapolation."""
-    return [*_approach3_blocks(result), *_approach12_blocks(result), *_kaplan_blocks(result),
-            *_extrapolation_blocks(result)]
+    return [
+        *_approach3_blocks(result),
+        *_approach12_blocks(result),
+        *_kaplan_blocks(result),
+        *_extrapolation_blocks(result),
+    ]
 
 
 def _approach3_blocks(result) -> list[tuple]:
@@ -204,28 +232,51 @@ def _approach3_blocks(result) -> list[tuple]:
     p = result["parametric"]
     b: list[tuple] = []
     b.append(("h2", "Approach 3: parametric fit L(N, D) = E + A/N^alpha + B/D^beta"))
-    b.append(("p", "Hoffmann et al. / Besiroglu et al. (2024) procedure: log-sum-exp prediction, "
-                   f"sum of Huber losses (delta = {p['huber_delta']}) on log residuals, L-BFGS from "
-                   "the 4,500-point grid of starts, best kept."))  # fmt: skip
+    b.append(
+        (
+            "p",
+            "Hoffmann et al. / Besiroglu et al. (2024) procedure: log-sum-exp prediction, "
+            f"sum of Huber losses (delta = {p['huber_delta']}) on log residuals, L-BFGS from "
+            "the 4,500-point grid of starts, best kept.",
+        )
+    )
     if p.get("fixed"):
-        b.append(("p", "Held fixed, not fitted: " + ", ".join(
-            f"{k} = {v:g}" for k, v in p["fixed"].items()) + "."))  # fmt: skip
+        b.append(
+            (
+                "p",
+                "Held fixed, not fitted: "
+                + ", ".join(f"{k} = {v:g}" for k, v in p["fixed"].items())
+                + ".",
+            )
+        )
     b.extend(_not_identified_block(p, "approach 3"))
-    b.append(("table", ["quantity", "estimate [95% CI]"],
-              [[k, cell(p, k)] for k in ("E", "A", "B", "alpha", "beta", "a", "b")]))  # fmt: skip
+    b.append(
+        (
+            "table",
+            ["quantity", "estimate [95% CI]"],
+            [[k, cell(p, k)] for k in ("E", "A", "B", "alpha", "beta", "a", "b")],
+        )
+    )
     conv = convention(result)
     rows = []
     for r in p["allocation"]:
         t = f"@{r['C']:.3g}"
-        rows.append([f"{r['C']:.3g}"] + [cell(p, q, ".3g", q + t, r[q])
-                                          for q in ("N_opt", "D_opt", "tokens_per_param")])  # fmt: skip
+        rows.append(
+            [f"{r['C']:.3g}"]
+            + [cell(p, q, ".3g", q + t, r[q]) for q in ("N_opt", "D_opt", "tokens_per_param")]
+        )
     b.append(("table", [f"C (FLOPs, {conv})", "N_opt", "D_opt", "tokens per parameter"], rows))
     if p.get("flops_per_token"):  # --compute exact
         f = p["flops_per_token"]
         six_n = "6N" if p.get("k", 1.0) == 1.0 else f"6 k N (k = {p['k']:.4g})"
-        b.append(("p", "Allocation under exact training FLOPs: L(N, C / f(N)) minimised over N, "
-                       f"with f(N) = {six_n} + {f['c']:.3g} N^{f['q']:.3f} fitted to the runs' exact "
-                       "FLOPs per token; a and b are the 6ND exponents it approaches at large N."))  # fmt: skip
+        b.append(
+            (
+                "p",
+                "Allocation under exact training FLOPs: L(N, C / f(N)) minimised over N, "
+                f"with f(N) = {six_n} + {f['c']:.3g} N^{f['q']:.3f} fitted to the runs' exact "
+                "FLOPs per token; a and b are the 6ND exponents it approaches at large N.",
+            )
+        )
     return b
 
 
@@ -233,19 +284,37 @@ def _approach12_blocks(result) -> list[tuple]:
     """Approaches 2 and 1: allocation exponents, per-budget optima or why they were skipped."""
     b: list[tuple] = []
     conv = convention(result)
-    for key, name in (("isoflop", "Approach 2: IsoFLOP profiles"),
-                      ("envelope", "Approach 1: lower envelope of loss vs compute")):  # fmt: skip
+    for key, name in (
+        ("isoflop", "Approach 2: IsoFLOP profiles"),
+        ("envelope", "Approach 1: lower envelope of loss vs compute"),
+    ):
         s = result.get(key)
         b.append(("h2", name))
         if key == "isoflop" and s and "a" not in s and "per_budget" in s:
-            b.append(("p", "Fewer than two budgets have an interior minimum, so no N_opt(C) law "
-                           "is fitted. " + ISOFLOP_RULE + " Per budget:"))  # fmt: skip
+            b.append(
+                (
+                    "p",
+                    "Fewer than two budgets have an interior minimum, so no N_opt(C) law "
+                    "is fitted. " + ISOFLOP_RULE + " Per budget:",
+                )
+            )
             b.extend(_isoflop_warning(s))
-            b.append(_with_sweep(s, [f"C ({conv})", "points", "N measured", "lowest loss at N", "used"],
-                      [[fmt(o["C"], ".3g"), o["n_points"],
-                        f"{fmt(o['N_min'], '.3g')} - {fmt(o['N_max'], '.3g')}",
-                        fmt(o["N_best"], ".3g"), _used(o)]
-                       for o in s["per_budget"]]))  # fmt: skip
+            b.append(
+                _with_sweep(
+                    s,
+                    [f"C ({conv})", "points", "N measured", "lowest loss at N", "used"],
+                    [
+                        [
+                            fmt(o["C"], ".3g"),
+                            o["n_points"],
+                            f"{fmt(o['N_min'], '.3g')} - {fmt(o['N_max'], '.3g')}",
+                            fmt(o["N_best"], ".3g"),
+                            _used(o),
+                        ]
+                        for o in s["per_budget"]
+                    ],
+                )
+            )
             continue
         if s and "skipped" in s:
             b.append(("p", f"Skipped: {s['skipped']}."))
@@ -253,23 +322,62 @@ def _approach12_blocks(result) -> list[tuple]:
         if not s or "a" not in s:
             b.append(("p", "Not enough points per compute budget for this approach."))
             continue
-        b.append(("p", f"N_opt ~ C^a with a = {cell(s, 'a', '.3f')}; "
-                       f"D_opt ~ C^b with b = {cell(s, 'b', '.3f')}."))  # fmt: skip
+        b.append(
+            (
+                "p",
+                f"N_opt ~ C^a with a = {cell(s, 'a', '.3f')}; "
+                f"D_opt ~ C^b with b = {cell(s, 'b', '.3f')}.",
+            )
+        )
         b.extend(_not_identified_block(s, name.split(":")[0].lower()))
         if key == "isoflop":
-            b.append(("p", f"{ISOFLOP_RULE} {s['n_budgets']} of {len(s['per_budget'])} budgets "
-                           "used; intervals from a bootstrap over them."))  # fmt: skip
+            b.append(
+                (
+                    "p",
+                    f"{ISOFLOP_RULE} {s['n_budgets']} of {len(s['per_budget'])} budgets "
+                    "used; intervals from a bootstrap over them.",
+                )
+            )
             b.extend(_isoflop_warning(s))
-            b.append(_with_sweep(s, [f"C ({conv})", "points", "N fitted", "N_opt", "D_opt", "loss at optimum", "used"],
-                      [[fmt(o["C"], ".3g"), o["n_points"],
-                        f"{fmt(o.get('N_fit_min'), '.3g')} - {fmt(o.get('N_fit_max'), '.3g')}",
-                        fmt(o["N_opt"], ".3g"), fmt(o["D_opt"], ".3g"), fmt(o["loss_opt"]), _used(o)]
-                       for o in s["per_budget"]]))  # fmt: skip
+            b.append(
+                _with_sweep(
+                    s,
+                    [
+                        f"C ({conv})",
+                        "points",
+                        "N fitted",
+                        "N_opt",
+                        "D_opt",
+                        "loss at optimum",
+                        "used",
+                    ],
+                    [
+                        [
+                            fmt(o["C"], ".3g"),
+                            o["n_points"],
+                            f"{fmt(o.get('N_fit_min'), '.3g')} - {fmt(o.get('N_fit_max'), '.3g')}",
+                            fmt(o["N_opt"], ".3g"),
+                            fmt(o["D_opt"], ".3g"),
+                            fmt(o["loss_opt"]),
+                            _used(o),
+                        ]
+                        for o in s["per_budget"]
+                    ],
+                )
+            )
         else:
-            b.append(("p", "Final point of each run only" + (
-                " plus intermediate evaluations (valid only for schedules that do not depend "
-                "on run length)." if s["uses_intermediate_points"] else
-                ": a cosine run's intermediate losses are not those of a run planned that short.")))  # fmt: skip
+            b.append(
+                (
+                    "p",
+                    "Final point of each run only"
+                    + (
+                        " plus intermediate evaluations (valid only for schedules that do not depend "
+                        "on run length)."
+                        if s["uses_intermediate_points"]
+                        else ": a cosine run's intermediate losses are not those of a run planned that short."
+                    ),
+                )
+            )
     return b
 
 
@@ -279,8 +387,11 @@ def _kaplan_blocks(result) -> list[tuple]:
     b.append(("h2", "Single-variable laws (Kaplan style), y = E + A x^-alpha"))
     k = result["kaplan"]
     rows, notes = [], []
-    for law, label in (("L_N", f"L(N) at D = {k['L_N_at_D']:.3g}"),
-                       ("L_D", f"L(D) at N = {k['L_D_at_N']:.3g}"), ("L_C", "L(C) frontier")):  # fmt: skip
+    for law, label in (
+        ("L_N", f"L(N) at D = {k['L_N_at_D']:.3g}"),
+        ("L_D", f"L(D) at N = {k['L_D_at_N']:.3g}"),
+        ("L_C", "L(C) frontier"),
+    ):
         s = k[law]
         if s is None:
             rows.append([label, "too few points", "", "", ""])
@@ -290,8 +401,13 @@ def _kaplan_blocks(result) -> list[tuple]:
         for q, why in s.get("why_not_identified", {}).items():
             notes.append(f"{label}, {q}: {why}")
     b.append(("table", ["law", "A", "alpha", "E", "points"], rows))
-    b.append(("p", "L(C) is fitted to the compute frontier (runs that no cheaper run matches); "
-                   "its intervals resample runs and recompute the frontier in each replicate."))  # fmt: skip
+    b.append(
+        (
+            "p",
+            "L(C) is fitted to the compute frontier (runs that no cheaper run matches); "
+            "its intervals resample runs and recompute the frontier in each replicate.",
+        )
+    )
     if notes:
         b.append(("p", "Not identified by these runs: " + "; ".join(notes) + "."))
     return b
@@ -306,19 +422,40 @@ def _extrapolation_blocks(result) -> list[tuple]:
     if "runs" not in ext:
         b.append(("p", f"Skipped: {ext.get('skipped')}"))
     else:
-        b.append(("p", f"Approach 3 fitted on the {ext['n_train']} runs with C ({conv}) < "
-                       f"{ext['threshold_C']:.3g}, evaluated on the {ext['n_test']} larger runs: "
-                       f"mean |relative error| {100 * ext['mean_abs_rel_error']:.2f}%."))  # fmt: skip
-        b.append(("table", ["run", "N", "D", "loss", "predicted", "relative error"],
-                  [[r["run_id"], fmt(r["N"], ".3g"), fmt(r["D"], ".3g"), fmt(r["loss"]),
-                    fmt(r["predicted"]), f"{100 * r['rel_error']:+.2f}%"] for r in ext["runs"]]))  # fmt: skip
+        b.append(
+            (
+                "p",
+                f"Approach 3 fitted on the {ext['n_train']} runs with C ({conv}) < "
+                f"{ext['threshold_C']:.3g}, evaluated on the {ext['n_test']} larger runs: "
+                f"mean |relative error| {100 * ext['mean_abs_rel_error']:.2f}%.",
+            )
+        )
+        b.append(
+            (
+                "table",
+                ["run", "N", "D", "loss", "predicted", "relative error"],
+                [
+                    [
+                        r["run_id"],
+                        fmt(r["N"], ".3g"),
+                        fmt(r["D"], ".3g"),
+                        fmt(r["loss"]),
+                        fmt(r["predicted"]),
+                        f"{100 * r['rel_error']:+.2f}%",
+                    ]
+                    for r in ext["runs"]
+                ],
+            )
+        )
     return b
 
 
-ISOFLOP_RULE = ("Approach 2's rule: a budget is used when its lowest loss is not at its "
-                "smallest or largest size; its parabola in ln N is fitted to the sizes within "
-                "2% of that loss (at least one on each side), and its minimum must lie inside "
-                "them.")  # fmt: skip
+ISOFLOP_RULE = (
+    "Approach 2's rule: a budget is used when its lowest loss is not at its "
+    "smallest or largest size; its parabola in ln N is fitted to the sizes within "
+    "2% of that loss (at least one on each side), and its minimum must lie inside "
+    "them."
+)
 
 
 def _used(o: dict) -> str:
@@ -342,12 +479,17 @@ def _ablation_blocks(ablation) -> list[tuple]:
     b: list[tuple] = []
     b.append(("h2", f"Ablations: effective compute multiplier vs '{ablation['baseline']}'"))
     n_cells = ablation.get("n_comparisons", 0)
-    b.append(("p", "m > 1: the baseline needs m times more compute to match the variant. "
-                   "Verdicts are given at measured budgets only and control the family-wise "
-                   f"error over all {n_cells} of them at {ablation.get('family_level', 0.05):g} "
-                   "(Holm): 'p' is the bootstrap p-value of m = 1 (below 0.05 exactly when the "
-                   "95% interval excludes 1), 'p (Holm)' the adjusted one the verdict uses. "
-                   "Extrapolated budgets carry an interval and no verdict."))  # fmt: skip
+    b.append(
+        (
+            "p",
+            "m > 1: the baseline needs m times more compute to match the variant. "
+            "Verdicts are given at measured budgets only and control the family-wise "
+            f"error over all {n_cells} of them at {ablation.get('family_level', 0.05):g} "
+            "(Holm): 'p' is the bootstrap p-value of m = 1 (below 0.05 exactly when the "
+            "95% interval excludes 1), 'p (Holm)' the adjusted one the verdict uses. "
+            "Extrapolated budgets carry an interval and no verdict.",
+        )
+    )
     rows, notes = [], []
     for v, res in ablation["variants"].items():
         if v == ablation["baseline"]:
@@ -358,21 +500,40 @@ def _ablation_blocks(ablation) -> list[tuple]:
             p_raw = fmt(m.get("p"), ".3f") if m["measured"] else ""
             p_holm = fmt(m.get("p_holm"), ".3f") if m["measured"] else ""
             estimate = "not identified" if bad else est(m["multiplier"], m["ci95"], ".3g")
-            rows.append([v, fmt(m["C"], ".3g"), "measured" if m["measured"] else "extrapolated",
-                         estimate, p_raw, p_holm, verdict])  # fmt: skip
+            rows.append(
+                [
+                    v,
+                    fmt(m["C"], ".3g"),
+                    "measured" if m["measured"] else "extrapolated",
+                    estimate,
+                    p_raw,
+                    p_holm,
+                    verdict,
+                ]
+            )
             if m.get("verdict") == "not identified" and not bad and m.get("why_not_identified"):
                 notes.append(f"{v} at C {m['C']:.3g}: {m['why_not_identified']}")
         if bad:
             b.append(("p", f"{v}: not identified ({bad})."))
     conv = convention(ablation)
-    b.append(("table", ["variant", f"C ({conv})", "scale", "multiplier [95% CI]", "p", "p (Holm)", "verdict"],
-              rows))  # fmt: skip
+    b.append(
+        (
+            "table",
+            ["variant", f"C ({conv})", "scale", "multiplier [95% CI]", "p", "p (Holm)", "verdict"],
+            rows,
+        )
+    )
     if notes:
         b.append(("p", "Not identified: " + "; ".join(notes) + "."))
     spread = ablation["seed_std_median"]
     if spread:
-        b.append(("p", "Seed-to-seed loss std (median over configurations): " + ", ".join(
-            f"{v} {s:.4f}" for v, s in spread.items())))  # fmt: skip
+        b.append(
+            (
+                "p",
+                "Seed-to-seed loss std (median over configurations): "
+                + ", ".join(f"{v} {s:.4f}" for v, s in spread.items()),
+            )
+        )
     return b
 
 
@@ -410,8 +571,12 @@ STYLE = (
 
 def render_html(blocks, fig_dir: Path, title: str) -> str:
     """Self-contained HTML: the summary as a highlighted section, every later h2 a <details>."""
-    out = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'>",
-           f"<title>{html.escape(title)}</title>", f"<style>{STYLE}</style></head><body>"]  # fmt: skip
+    out = [
+        "<!DOCTYPE html>",
+        "<html><head><meta charset='utf-8'>",
+        f"<title>{html.escape(title)}</title>",
+        f"<style>{STYLE}</style></head><body>",
+    ]
     open_tag = None
     for block in blocks:
         kind = block[0]
@@ -465,44 +630,79 @@ def make_figures(an: Analysis, fig_dir: Path, compute: str = "6nd") -> list[tupl
         figures.append((stem, caption))
 
     if fits is None:
-        add("loss_vs_compute", plots.loss_vs_compute(runs, None, compute, compute_factor.of_runs(runs)),
-            "Final validation loss of the baseline against compute, coloured by N.")  # fmt: skip
+        add(
+            "loss_vs_compute",
+            plots.loss_vs_compute(runs, None, compute, compute_factor.of_runs(runs)),
+            "Final validation loss of the baseline against compute, coloured by N.",
+        )
     else:
-        add("loss_vs_compute", plots.loss_vs_compute(runs, fits.kaplan["L_C"], compute, fits.k),
+        add(
+            "loss_vs_compute",
+            plots.loss_vs_compute(runs, fits.kaplan["L_C"], compute, fits.k),
             "Final validation loss against compute, coloured by N, with the fitted frontier "
-            "L(C): its slope is -gamma, how fast the best reachable loss falls with compute.")  # fmt: skip
+            "L(C): its slope is -gamma, how fast the best reachable loss falls with compute.",
+        )
         if (fits.isoflop or {}).get("per_budget"):
-            add("isoflop", plots.isoflop_curves(runs, fits.isoflop),
+            add(
+                "isoflop",
+                plots.isoflop_curves(runs, fits.isoflop),
                 "IsoFLOP profiles: loss against N per budget, parabolas in log N, minima (stars). "
-                "The minima moving to larger N as the budget grows are N_opt(C).")  # fmt: skip
-        add("loss_vs_params", plots.loss_vs_params(runs, fits.law),
+                "The minima moving to larger N as the budget grows are N_opt(C).",
+            )
+        add(
+            "loss_vs_params",
+            plots.loss_vs_params(runs, fits.law),
             "L(N) per token budget with the fitted L(N, D) (approach 3): where the lines miss "
-            "the points, the law does not describe these runs.")  # fmt: skip
-        add("contours", plots.contours(runs, fits.law, fits.k),
+            "the points, the law does not describe these runs.",
+        )
+        add(
+            "contours",
+            plots.contours(runs, fits.law, fits.k),
             "Fitted L(N, D) contours with the compute-optimal allocation line (drawn from the "
-            "point estimate, also where parts of the fit are not identified).")  # fmt: skip
-    if curves is not None and not curves.empty and all_runs is not None and all_runs["variant"].nunique() > 1:
-        add("training_curves", plots.training_curves_by_variant(curves, all_runs),
+            "point estimate, also where parts of the fit are not identified).",
+        )
+    if (
+        curves is not None
+        and not curves.empty
+        and all_runs is not None
+        and all_runs["variant"].nunique() > 1
+    ):
+        add(
+            "training_curves",
+            plots.training_curves_by_variant(curves, all_runs),
             "Validation loss against tokens seen per variant, one panel per size (its longest "
             "token budget), mean over seeds with the range of seeds as a band: where the "
-            "variants part and whether the gap exceeds the seed spread.")  # fmt: skip
+            "variants part and whether the gap exceeds the seed spread.",
+        )
     elif curves is not None and not curves.empty:
-        add("training_curves", plots.training_curves(curves, runs),
+        add(
+            "training_curves",
+            plots.training_curves(curves, runs),
             "Validation loss against tokens seen, one line per run: plateaus and spikes here "
-            "explain odd final losses.")  # fmt: skip
+            "explain odd final losses.",
+        )
     if tuned:
         key = tuning.lr_key(tuned["keys"]) or tuned["keys"][0]
-        add("tuning", plots.loss_vs_hyperparameter(tuning.curve_points(tuned_runs, tuned, key), key),
-            tuning_report.figure_caption(key))  # fmt: skip
+        add(
+            "tuning",
+            plots.loss_vs_hyperparameter(tuning.curve_points(tuned_runs, tuned, key), key),
+            tuning_report.figure_caption(key),
+        )
     if ablation:
-        add("forest", plots.forest(ablation, compute),
+        add(
+            "forest",
+            plots.forest(ablation, compute),
             "Forest plot of every measured cell: the multiplier with its 95% interval; right of "
             "the dashed line at 1 the variant needs less compute than the baseline. Filled "
-            "markers: decided after the Holm correction; hollow: cannot tell.")  # fmt: skip
-        add("multipliers", plots.multipliers(ablation, compute),
+            "markers: decided after the Holm correction; hollow: cannot tell.",
+        )
+        add(
+            "multipliers",
+            plots.multipliers(ablation, compute),
             "Effective compute multiplier of each variant over the baseline against compute "
             "(95% intervals; open markers extrapolated): above the dashed line at 1 the variant "
-            "needs less compute than the baseline for the same loss.")  # fmt: skip
+            "needs less compute than the baseline for the same loss.",
+        )
     return figures
 
 
@@ -544,7 +744,9 @@ def choose_variants(
     return Comparison(runs=runs, base=base, variants=variants, law_fit=law_fit)
 
 
-def label_variants(runs: pd.DataFrame, compare: str = "variant", baseline: str = "base") -> pd.DataFrame:
+def label_variants(
+    runs: pd.DataFrame, compare: str = "variant", baseline: str = "base"
+) -> pd.DataFrame:
     """Every run's `variant` as text: its value of `compare`; the baseline where it has none."""
     if compare != "variant":
         if compare not in runs.columns:
@@ -562,22 +764,36 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__)
     add_selection_args(parser)
     add_fit_args(parser)
-    parser.add_argument("--curves", action="append",
-                        help="curves.csv (run_id, tokens, val_loss) for --csv input; repeatable")  # fmt: skip
-    parser.add_argument("--intermediate", action="store_true",
-                        help="approach 1 also uses intermediate evaluations (constant-LR runs only)")  # fmt: skip
-    parser.add_argument("--compare", default="variant",
-                        help="column whose values are compared, one scaling law each: variant "
-                             "(ablation sweeps) or arch (a grid over presets)")  # fmt: skip
-    parser.add_argument("--baseline", default="base",
-                        help="baseline value of --compare (default: base)")  # fmt: skip
-    parser.add_argument("--group", choices=("family",),
-                        help="one report over several model families: a section per family "
-                             "(its own law and figures) and a table comparing only their "
-                             "compute-optimal allocations (losses of different objectives "
-                             "are not comparable)")  # fmt: skip
-    parser.add_argument("--title", help="report title (default: experiment name(s) or CSV "
-                                             "folder name(s))")  # fmt: skip
+    parser.add_argument(
+        "--curves",
+        action="append",
+        help="curves.csv (run_id, tokens, val_loss) for --csv input; repeatable",
+    )
+    parser.add_argument(
+        "--intermediate",
+        action="store_true",
+        help="approach 1 also uses intermediate evaluations (constant-LR runs only)",
+    )
+    parser.add_argument(
+        "--compare",
+        default="variant",
+        help="column whose values are compared, one scaling law each: variant "
+        "(ablation sweeps) or arch (a grid over presets)",
+    )
+    parser.add_argument(
+        "--baseline", default="base", help="baseline value of --compare (default: base)"
+    )
+    parser.add_argument(
+        "--group",
+        choices=("family",),
+        help="one report over several model families: a section per family "
+        "(its own law and figures) and a table comparing only their "
+        "compute-optimal allocations (losses of different objectives "
+        "are not comparable)",
+    )
+    parser.add_argument(
+        "--title", help="report title (default: experiment name(s) or CSV folder name(s))"
+    )
     parser.add_argument("--out", required=True, help="output folder")
     return parser
 
@@ -610,8 +826,9 @@ class Analysis:
         return {**(self.result or {"parametric": None}), **tuned_json, "ablation": self.ablation}
 
 
-def analyse(frame: pd.DataFrame, args, budgets: list[float] | None = None,
-            curves_of=None) -> Analysis:  # fmt: skip
+def analyse(
+    frame: pd.DataFrame, args, budgets: list[float] | None = None, curves_of=None
+) -> Analysis:
     """Every fit of one family's runs (InputError before any file is written). `budgets`
     replaces --budget (a families report states every family's allocation at the same C);
     `curves_of(runs)` the curves of those runs (default: --curves or the store)."""
@@ -628,24 +845,50 @@ def analyse(frame: pd.DataFrame, args, budgets: list[float] | None = None,
         fits = fit_all(base, options, curves=curves, intermediate=args.intermediate, tuned=tuned)
     # every law form the columns allow, judged on the runs above the hold-out threshold
     # (nothing when the runs are too few); 200 refits at most: it refits four laws
-    law_comparison = compare_laws.report_blocks(
-        base, min(args.bootstrap, 200), args.seed, args.holdout_above,
-    ) if chosen.law_fit else []  # fmt: skip
+    law_comparison = (
+        compare_laws.report_blocks(
+            base,
+            min(args.bootstrap, 200),
+            args.seed,
+            args.holdout_above,
+        )
+        if chosen.law_fit
+        else []
+    )
     rule = None
     if tuned:  # the baseline's lr rule (its arms), also in an ablation without a law fit
-        rule = fits.lr_rule if fits else tuning.lr_rule(
-            tuning.for_runs(tuned, base["run_id"]), args.bootstrap, args.seed,
-            compute_factor.of_runs(base))  # fmt: skip
+        rule = (
+            fits.lr_rule
+            if fits
+            else tuning.lr_rule(
+                tuning.for_runs(tuned, base["run_id"]),
+                args.bootstrap,
+                args.seed,
+                compute_factor.of_runs(base),
+            )
+        )
     ablation = None
     if len(chosen.variants) > 1:
-        ablation = compare_variants(runs, baseline=args.baseline, n_boot=args.bootstrap,
-                                    seed=args.seed)  # fmt: skip
+        ablation = compare_variants(
+            runs, baseline=args.baseline, n_boot=args.bootstrap, seed=args.seed
+        )
         ablation["compute"] = args.compute
-    return Analysis(runs=runs, grid_runs=grid_runs, base=base, curves=curves, fits=fits,
-                    law_comparison=law_comparison, ablation=ablation, tuned=tuned, rule=rule)  # fmt: skip
+    return Analysis(
+        runs=runs,
+        grid_runs=grid_runs,
+        base=base,
+        curves=curves,
+        fits=fits,
+        law_comparison=law_comparison,
+        ablation=ablation,
+        tuned=tuned,
+        rule=rule,
+    )
 
 
-def report_blocks(an: Analysis, excluded, fig_dir: Path, title: str, source: str, args) -> list[tuple]:
+def report_blocks(
+    an: Analysis, excluded, fig_dir: Path, title: str, source: str, args
+) -> list[tuple]:
     """The figures (written to `fig_dir`) and the blocks of one analysis."""
     figures = make_figures(an, fig_dir, args.compute)
     return build_blocks(an, excluded, figures, title, source)
@@ -666,8 +909,11 @@ def main(argv: list[str] | None = None) -> int:
         loaded = load_selected(args)
         if args.group == "family":
             return families_main(args, loaded)
-        check_one_family(loaded.frame, "the selection", "report one family at a time, or one "
-                         "section per family: --group family")  # fmt: skip
+        check_one_family(
+            loaded.frame,
+            "the selection",
+            "report one family at a time, or one section per family: --group family",
+        )
         an = analyse(loaded.frame, args)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -708,30 +954,51 @@ def families_main(args, loaded: Runs) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     pd.concat([an.exported for an in analyses.values()]).to_csv(out / "runs.csv", index=False)
-    curves = [an.curves for an in analyses.values() if an.curves is not None and not an.curves.empty]
+    curves = [
+        an.curves for an in analyses.values() if an.curves is not None and not an.curves.empty
+    ]
     if curves:
         pd.concat(curves).to_csv(out / "curves.csv", index=False)
     n_runs = sum(len(an.exported) for an in analyses.values())
     blocks: list[tuple] = [("h1", f"Scaling-law report by model family: {title}")]
-    blocks.append(("p", f"{n_runs} finished runs of {len(analyses)} families "
-                        f"({', '.join(f'{f} {len(an.exported)}' for f, an in analyses.items())}); "
-                        f"{len(loaded.excluded)} excluded. Every estimate carries a 95% bootstrap "
-                        f"percentile interval over runs ({args.bootstrap} replicates)."))  # fmt: skip
+    blocks.append(
+        (
+            "p",
+            f"{n_runs} finished runs of {len(analyses)} families "
+            f"({', '.join(f'{f} {len(an.exported)}' for f, an in analyses.items())}); "
+            f"{len(loaded.excluded)} excluded. Every estimate carries a 95% bootstrap "
+            f"percentile interval over runs ({args.bootstrap} replicates).",
+        )
+    )
     blocks += families_report.comparison_blocks(analyses, budgets, bool(args.budget))
     if len(loaded.excluded):
         blocks.append(("h2", "Excluded runs"))
-        blocks.append(("table", ["excluded run", "status", "reason"], loaded.excluded.values.tolist()))
+        blocks.append(
+            ("table", ["excluded run", "status", "reason"], loaded.excluded.values.tolist())
+        )
     for f, an in analyses.items():
-        section = report_blocks(an, loaded.excluded.iloc[0:0], out / "figures" / families_report.folder(f), f"{title}, {f}",
-                                loaded.source, args)  # fmt: skip
+        section = report_blocks(
+            an,
+            loaded.excluded.iloc[0:0],
+            out / "figures" / families_report.folder(f),
+            f"{title}, {f}",
+            loaded.source,
+            args,
+        )
         blocks += families_report.family_blocks(f, section)
-    fit_json = {"group_by": "family", "budgets": budgets, "comparison": families_report.comparison(analyses),
-                "groups": {f: an.fit_json() for f, an in analyses.items()}}  # fmt: skip
+    fit_json = {
+        "group_by": "family",
+        "budgets": budgets,
+        "comparison": families_report.comparison(analyses),
+        "groups": {f: an.fit_json() for f, an in analyses.items()},
+    }
     write_report(out, blocks, title, fit_json)
     for f, an in analyses.items():
         if an.result is not None:
             print(summary(an.result, f"family={f}"))
-    print(f"wrote {out}/report.md, report.html, fit.json, runs.csv, figures/ ({len(analyses)} families)")
+    print(
+        f"wrote {out}/report.md, report.html, fit.json, runs.csv, figures/ ({len(analyses)} families)"
+    )
     return 0
 
 

@@ -29,13 +29,19 @@ def verdict_sentence(name: str, baseline: str, cell: dict, conv: str, why: str |
         reason = why or cell.get("why_not_identified") or "see the details"
         return f"{name}: not identified {where} ({reason})."
     if verdict == "better":
-        return (f"{name} is better than {baseline}: {baseline} needs {m:.2g}x the compute to "
-                f"reach its loss {where} (95% CI {ci}).")  # fmt: skip
+        return (
+            f"{name} is better than {baseline}: {baseline} needs {m:.2g}x the compute to "
+            f"reach its loss {where} (95% CI {ci})."
+        )
     if verdict == "worse":
-        return (f"{name} is worse than {baseline}: it needs {1 / m:.2g}x {baseline}'s compute "
-                f"to reach the same loss {where} (multiplier {m:.2g}, 95% CI {ci}).")  # fmt: skip
-    return (f"{name}: cannot tell from {baseline} {where} (multiplier {m:.2g}, 95% CI {ci}, "
-            f"adjusted p = {fmt(cell.get('p_holm'), '.2f')}).")  # fmt: skip
+        return (
+            f"{name} is worse than {baseline}: it needs {1 / m:.2g}x {baseline}'s compute "
+            f"to reach the same loss {where} (multiplier {m:.2g}, 95% CI {ci})."
+        )
+    return (
+        f"{name}: cannot tell from {baseline} {where} (multiplier {m:.2g}, 95% CI {ci}, "
+        f"adjusted p = {fmt(cell.get('p_holm'), '.2f')})."
+    )
 
 
 def ablation_summary(ablation: dict) -> list[tuple]:
@@ -49,14 +55,23 @@ def ablation_summary(ablation: dict) -> list[tuple]:
             continue
         why = res.get("why_not_identified", {}).get("multipliers")
         shown = "not identified" if why else est(cell["multiplier"], cell["ci95"], ".3g")
-        rows.append([v, f"{cell['C']:.3g}", shown, fmt(cell.get("p_holm"), ".3f"),
-                     cell.get("verdict") or "n/a"])  # fmt: skip
+        rows.append(
+            [
+                v,
+                f"{cell['C']:.3g}",
+                shown,
+                fmt(cell.get("p_holm"), ".3f"),
+                cell.get("verdict") or "n/a",
+            ]
+        )
         sentences.append(verdict_sentence(v, base, cell, conv, why))
     n = ablation.get("n_comparisons", 0)
-    lead = (f"Each variant against '{base}' at its largest measured compute. m > 1: the "
-            f"baseline needs m times the compute to match the variant. Verdicts control the "
-            f"family-wise error at {ablation.get('family_level', 0.05):g} over all {n} measured "
-            "variant x budget cells (Holm); the full table is under 'Ablations' below.")  # fmt: skip
+    lead = (
+        f"Each variant against '{base}' at its largest measured compute. m > 1: the "
+        f"baseline needs m times the compute to match the variant. Verdicts control the "
+        f"family-wise error at {ablation.get('family_level', 0.05):g} over all {n} measured "
+        "variant x budget cells (Holm); the full table is under 'Ablations' below."
+    )
     return [
         ("p", lead),
         ("table", ["variant", f"C ({conv})", "multiplier [95% CI]", "p (Holm)", "verdict"], rows),
@@ -68,15 +83,17 @@ def law_summary(result: dict) -> list[tuple]:
     """Summary of a law fit: allocation, exponents, frontier, held-out error (blocks)."""
     p, conv = result["parametric"], convention(result)
     rows = [["N_opt ~ C^a, approach 3 (L = E + A/N^alpha + B/D^beta)", cell(p, "a", ".3g")]]
-    for key, label in (("isoflop", "approach 2 (IsoFLOP minima)"), ("envelope", "approach 1 (lower envelope)")):
+    for key, label in (
+        ("isoflop", "approach 2 (IsoFLOP minima)"),
+        ("envelope", "approach 1 (lower envelope)"),
+    ):
         s = result.get(key)
         if s and "a" in s:
             rows.append([f"N_opt ~ C^a, {label}", cell(s, "a", ".3g")])
     for r in p["allocation"]:
         tag = f"@{r['C']:.3g}"
         for q, label in (("N_opt", "N_opt"), ("D_opt", "D_opt"), ("tokens_per_param", "D/N")):
-            rows.append([f"{label} at C = {r['C']:.3g} ({conv})",
-                         cell(p, q, ".3g", q + tag, r[q])])  # fmt: skip
+            rows.append([f"{label} at C = {r['C']:.3g} ({conv})", cell(p, q, ".3g", q + tag, r[q])])
     lc = result["kaplan"].get("L_C")
     if lc:
         rows.append(["frontier L(C) ~ C^-gamma: gamma", cell(lc, "alpha", ".3g")])
@@ -84,35 +101,51 @@ def law_summary(result: dict) -> list[tuple]:
     sentences = []
     if "mean_abs_rel_error" in ext:
         worst = max(ext["runs"], key=lambda r: abs(r["rel_error"]))
-        rows.append([f"held-out error (fit on C < {ext['threshold_C']:.3g}, {ext['n_test']} runs)",
-                     f"mean {100 * ext['mean_abs_rel_error']:.2f}%, worst "
-                     f"{100 * worst['rel_error']:+.1f}%"])  # fmt: skip
+        rows.append(
+            [
+                f"held-out error (fit on C < {ext['threshold_C']:.3g}, {ext['n_test']} runs)",
+                f"mean {100 * ext['mean_abs_rel_error']:.2f}%, worst "
+                f"{100 * worst['rel_error']:+.1f}%",
+            ]
+        )
         sentences.append(
             f"Fitted on the {ext['n_train']} runs below C = {ext['threshold_C']:.3g}, approach 3 "
             f"predicts the {ext['n_test']} larger runs within {100 * ext['mean_abs_rel_error']:.1f}% "
             f"on average (worst {100 * worst['rel_error']:+.1f}%)."
         )
     if "a" in p.get("not_identified", []):
-        sentences.insert(0, f"The compute-optimal exponent is not identified by these runs: "
-                            f"{p['why_not_identified']['a']}.")  # fmt: skip
+        sentences.insert(
+            0,
+            f"The compute-optimal exponent is not identified by these runs: "
+            f"{p['why_not_identified']['a']}.",
+        )
     else:
         top = p["allocation"][0]
         at = f"N_opt@{top['C']:.3g}"
-        optimum = (f"the allocation is not identified: {p['why_not_identified'][at]}"
-                   if at in p.get("not_identified", []) else
-                   f"the optimum is N = {cell(p, 'N_opt', '.3g', at, top['N_opt'])} trained on "
-                   f"{fmt(top['tokens_per_param'], '.2g')} tokens per parameter")  # fmt: skip
-        sentences.insert(0, (
-            f"Compute-optimal allocation (approach 3): N_opt grows as C^{p['a']:.2f} "
-            f"(95% CI {interval(p['ci95'].get('a'), '.2f')}{identification.clip_note(p, 'a', '.2f', inside=True)}); at C = {top['C']:.3g} FLOPs "
-            f"({conv}) {optimum}."
-        ))  # fmt: skip
+        optimum = (
+            f"the allocation is not identified: {p['why_not_identified'][at]}"
+            if at in p.get("not_identified", [])
+            else f"the optimum is N = {cell(p, 'N_opt', '.3g', at, top['N_opt'])} trained on "
+            f"{fmt(top['tokens_per_param'], '.2g')} tokens per parameter"
+        )
+        sentences.insert(
+            0,
+            (
+                f"Compute-optimal allocation (approach 3): N_opt grows as C^{p['a']:.2f} "
+                f"(95% CI {interval(p['ci95'].get('a'), '.2f')}{identification.clip_note(p, 'a', '.2f', inside=True)}); at C = {top['C']:.3g} FLOPs "
+                f"({conv}) {optimum}."
+            ),
+        )
     counts = result.get("compute_convention")
     if counts:  # a family whose C is not 6ND: say what each axis counts
-        sentences.append(f"Here N counts {counts['N']}; D counts {counts['D']}; C counts "
-                         f"{counts['C']}, k = {counts['k']:.4g}.")  # fmt: skip
+        sentences.append(
+            f"Here N counts {counts['N']}; D counts {counts['D']}; C counts "
+            f"{counts['C']}, k = {counts['k']:.4g}."
+        )
     missing = [k for k in p.get("not_identified", []) if "@" not in k]
     if missing:
-        sentences.append(f"Not identified by these runs: {', '.join(missing)} (reasons under "
-                         "'Approach 3' below); they are not stated as results.")  # fmt: skip
+        sentences.append(
+            f"Not identified by these runs: {', '.join(missing)} (reasons under "
+            "'Approach 3' below); they are not stated as results."
+        )
     return [("table", ["quantity", "estimate [95% CI]"], rows), ("list", sentences)]

@@ -42,8 +42,17 @@ def isoflop_runs(
             N = float(n_opt[0] * factor)
             D = C / (6 * k * N)
             loss = float(law.predict(N, D) * np.exp(noise * rng.standard_normal()))
-            rows.append({"run_id": f"{variant}-{len(rows):03d}", "variant": variant, "N": N,
-                         "D": D, "C": 6 * k * N * D, "loss": loss} | ({} if k == 1.0 else {"k": k}))  # fmt: skip
+            rows.append(
+                {
+                    "run_id": f"{variant}-{len(rows):03d}",
+                    "variant": variant,
+                    "N": N,
+                    "D": D,
+                    "C": 6 * k * N * D,
+                    "loss": loss,
+                }
+                | ({} if k == 1.0 else {"k": k})
+            )
     return pd.DataFrame(rows)
 
 
@@ -60,12 +69,14 @@ def grid_runs(
     N = np.exp(rng.uniform(*np.log(sizes), n))
     D = np.exp(rng.uniform(*np.log(tokens), n))
     loss = law.predict(N, D) * np.exp(noise * rng.standard_normal(n))
-    return pd.DataFrame({"run_id": [f"run-{i:04d}" for i in range(n)], "N": N, "D": D,
-                         "C": 6 * N * D, "loss": loss})  # fmt: skip
+    return pd.DataFrame(
+        {"run_id": [f"run-{i:04d}" for i in range(n)], "N": N, "D": D, "C": 6 * N * D, "loss": loss}
+    )
 
 
-def law_runs(law: Law, truth: dict[str, float], N, D, U=None, noise: float = 0.005,
-             seed: int = 0) -> pd.DataFrame:
+def law_runs(
+    law: Law, truth: dict[str, float], N, D, U=None, noise: float = 0.005, seed: int = 0
+) -> pd.DataFrame:
     """One run per (N, D[, U]) row of any form: loss = law(N, D[, U]) * exp(noise * standard
     normal)."""
     cols = {"N": np.asarray(N, float), "D": np.asarray(D, float)}

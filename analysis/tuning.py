@@ -111,10 +111,13 @@ def _arm_entry(arm: str, g: pd.DataFrame, keys: list[str], variant: str) -> tupl
         "n_runs": int(len(g)),
         "selected": sorted(map(str, chosen["run_id"])),
         "stopped_early": [
-            {"value": combo_text(keys, tuple(r[k] for k in keys)), "D": float(r["D"]),
-             "loss": float(r["loss"])}
+            {
+                "value": combo_text(keys, tuple(r[k] for k in keys)),
+                "D": float(r["D"]),
+                "loss": float(r["loss"]),
+            }
             for _, r in stopped.sort_values([*keys, "D"]).iterrows()
-        ],  # fmt: skip
+        ],
     }
     for j, key in enumerate(keys):
         grid = sorted(set(g[key]))
@@ -122,8 +125,11 @@ def _arm_entry(arm: str, g: pd.DataFrame, keys: list[str], variant: str) -> tupl
         if len(grid) >= 2 and _numeric(grid) and best[j] in (grid[0], grid[-1]):
             entry["edge"][key] = "lowest" if best[j] == grid[0] else "highest"
         # the slice through the best point along this key: the other keys at their best values
-        line = {c[j]: v for c, v in combos.items()
-                if all(c[i] == best[i] for i in range(len(keys)) if i != j)}  # fmt: skip
+        line = {
+            c[j]: v
+            for c, v in combos.items()
+            if all(c[i] == best[i] for i in range(len(keys)) if i != j)
+        }
         if _numeric(line):
             xs = sorted(line)
             entry["optimum"][key] = _vertex(xs, [line[x] for x in xs], best[j])
@@ -131,7 +137,9 @@ def _arm_entry(arm: str, g: pd.DataFrame, keys: list[str], variant: str) -> tupl
     return entry, list(chosen["run_id"])
 
 
-def select(runs: pd.DataFrame, keys: list[str], variant: str = "variant") -> tuple[pd.DataFrame, dict]:
+def select(
+    runs: pd.DataFrame, keys: list[str], variant: str = "variant"
+) -> tuple[pd.DataFrame, dict]:
     """The arms' results (rows of `runs`, their order kept) and fit.json's `tuning` section."""
     check_keys(runs, keys)
     runs = runs.reset_index(drop=True)  # concatenated sources may repeat index labels
@@ -165,10 +173,14 @@ def for_runs(section: dict, run_ids) -> dict:
     arms = [a for a in section["arms"] if set(a["selected"]) & ids]
     # every run belongs to exactly one arm, so the counts are the kept arms' sums (a group's
     # section must not report the whole sweep's runs)
-    return {**section, "n_arms": len(arms), "arms": arms,
-            "n_runs": sum(a["n_runs"] for a in arms),
-            "n_selected": sum(len(a["selected"]) for a in arms),
-            "n_stopped_early": sum(len(a["stopped_early"]) for a in arms)}  # fmt: skip
+    return {
+        **section,
+        "n_arms": len(arms),
+        "arms": arms,
+        "n_runs": sum(a["n_runs"] for a in arms),
+        "n_selected": sum(len(a["selected"]) for a in arms),
+        "n_stopped_early": sum(len(a["stopped_early"]) for a in arms),
+    }
 
 
 # ---------------------------------------------------------------- the lr rule
@@ -201,8 +213,9 @@ def _rule(points: list[dict], variable: str, n_boot: int, seed: int) -> dict:
         "variable": variable,
         "scale": float(scale[0]),
         "exponent": float(exponent[0]),
-        "ci95": intervals({"scale": reps[0], "exponent": reps[1]}) if reps else
-                {"scale": None, "exponent": None},  # fmt: skip
+        "ci95": intervals({"scale": reps[0], "exponent": reps[1]})
+        if reps
+        else {"scale": None, "exponent": None},
         "n_arms": len(points),
         "points": points,
     }
@@ -225,14 +238,22 @@ def lr_rule(section: dict, n_boot: int, seed: int, k: float = 1.0) -> dict | Non
         elif key in a["edge"]:
             left_out[a["arm"]] = f"best {key} at the {a['edge'][key]} grid value: only a bound"
         elif key in a["optimum"]:
-            points.append({"arm": a["arm"], "N": a["N"], "C": 6 * k * a["N"] * a["D"],
-                           "lr": a["optimum"][key]})  # fmt: skip
+            points.append(
+                {
+                    "arm": a["arm"],
+                    "N": a["N"],
+                    "C": 6 * k * a["N"] * a["D"],
+                    "lr": a["optimum"][key],
+                }
+            )
     in_n = _rule([{"arm": p["arm"], "x": p["N"], "y": p["lr"]} for p in points], "N", n_boot, seed)
     in_c = _rule([{"arm": p["arm"], "x": p["C"], "y": p["lr"]} for p in points], "C", n_boot, seed)
     return {"key": key, **in_n, "left_out": left_out, "n_boot": int(n_boot), "in_C": in_c}
 
 
-def curve_points(runs: pd.DataFrame, section: dict, key: str, variant: str = "variant") -> pd.DataFrame:
+def curve_points(
+    runs: pd.DataFrame, section: dict, key: str, variant: str = "variant"
+) -> pd.DataFrame:
     """Loss against `key` in every arm, the other tuned keys at the arm's best values: columns
     arm, variant, N, D, value, loss (mean over seeds), stopped (a halving loser, its loss at its
     own tokens), chosen (the arm's best value, full length)."""
@@ -246,8 +267,18 @@ def curve_points(runs: pd.DataFrame, section: dict, key: str, variant: str = "va
                 g = g[g[k] == v]
         stopped = g["D"] < a["D"] / (1 + FULL_RTOL)
         for (value, is_stopped), part in g.groupby([key, stopped], sort=True):
-            rows.append({"arm": a["arm"], "variant": a["variant"], "N": a["N"], "D": a["D"],
-                         "value": value, "loss": float(part["loss"].mean()),
-                         "stopped": bool(is_stopped),
-                         "chosen": bool(not is_stopped and value == a["best"][key])})  # fmt: skip
-    return pd.DataFrame(rows, columns=["arm", "variant", "N", "D", "value", "loss", "stopped", "chosen"])
+            rows.append(
+                {
+                    "arm": a["arm"],
+                    "variant": a["variant"],
+                    "N": a["N"],
+                    "D": a["D"],
+                    "value": value,
+                    "loss": float(part["loss"].mean()),
+                    "stopped": bool(is_stopped),
+                    "chosen": bool(not is_stopped and value == a["best"][key]),
+                }
+            )
+    return pd.DataFrame(
+        rows, columns=["arm", "variant", "N", "D", "value", "loss", "stopped", "chosen"]
+    )

@@ -88,8 +88,11 @@ def _same(a: float, b: float) -> bool:
 
 
 def _match(arm: dict, grid: list[dict]) -> dict | None:
-    found = [g for g in grid
-             if g["variant"] == arm["variant"] and _same(g["N"], arm["N"]) and _same(g["D"], arm["D"])]  # fmt: skip
+    found = [
+        g
+        for g in grid
+        if g["variant"] == arm["variant"] and _same(g["N"], arm["N"]) and _same(g["D"], arm["D"])
+    ]
     return found[0] if len(found) == 1 else None
 
 
@@ -116,17 +119,24 @@ def compare(tuned: list[dict], grid: list[dict], keys: list[str]) -> tuple[pd.Da
         best = ordered[0][0]
         grid_at_choice = common[choice]
         rank = 1 + [v for v, _ in ordered].index(choice)
-        rows.append({
-            "variant": arm["variant"], "N": arm["N"], "D": arm["D"],
-            "halving_choice": choice, "grid_choice": best,
-            "rank": rank, "n_grid": len(ordered), "n_left_out": len(g["losses"]) - len(common),
-            "grid_best_loss": ordered[0][1],
-            "grid_loss_at_choice": grid_at_choice,
-            "regret": grid_at_choice - ordered[0][1],
-            "margin": ordered[1][1] - ordered[0][1] if len(ordered) > 1 else math.nan,
-            "halving_loss": arm["losses"][choice],
-            "replay": arm["losses"][choice] - grid_at_choice,
-        })  # fmt: skip
+        rows.append(
+            {
+                "variant": arm["variant"],
+                "N": arm["N"],
+                "D": arm["D"],
+                "halving_choice": choice,
+                "grid_choice": best,
+                "rank": rank,
+                "n_grid": len(ordered),
+                "n_left_out": len(g["losses"]) - len(common),
+                "grid_best_loss": ordered[0][1],
+                "grid_loss_at_choice": grid_at_choice,
+                "regret": grid_at_choice - ordered[0][1],
+                "margin": ordered[1][1] - ordered[0][1] if len(ordered) > 1 else math.nan,
+                "halving_loss": arm["losses"][choice],
+                "replay": arm["losses"][choice] - grid_at_choice,
+            }
+        )
     return pd.DataFrame(rows), missing
 
 
@@ -156,8 +166,10 @@ def summary(table: pd.DataFrame, missing: list[str], keys: list[str]) -> list[st
     )
     wider = int(table["n_left_out"].max())
     if wider:
-        out.append(f"The grid's values that halving did not try (up to {wider} per arm) are left "
-                   "out: every rank and regret is among the values both compared.")  # fmt: skip
+        out.append(
+            f"The grid's values that halving did not try (up to {wider} per arm) are left "
+            "out: every rank and regret is among the values both compared."
+        )
     if missing:
         out.append(f"Not in the grid, so not checked: {'; '.join(missing)}.")
     return out
@@ -185,8 +197,11 @@ def markdown(table: pd.DataFrame, lines: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.tuning_check", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis.tuning_check",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--tuned", required=True, help="CSV of the halving sweep's runs")
     parser.add_argument("--grid", required=True, help="CSV of the full grid at the same arms")
     parser.add_argument("--tune", action="append", required=True, help="a tuned key (repeatable)")
@@ -199,8 +214,10 @@ def main(argv: list[str] | None = None) -> int:
         grid = _arms(args.grid, args.tune, tuned_only=False)
         table, missing = compare(tuned, grid, args.tune)
         if table.empty:
-            raise InputError(f"--grid {args.grid}: none of the {len(tuned)} tuned arms is in it "
-                             "(arms match on variant x N x D)")  # fmt: skip
+            raise InputError(
+                f"--grid {args.grid}: none of the {len(tuned)} tuned arms is in it "
+                "(arms match on variant x N x D)"
+            )
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -76,8 +76,11 @@ def loss(args) -> None:
                 return f
 
             print(f"{family} d_model {d}")
-            ab({"logits + cross_entropy": step(True), "return_logits=False": step(False)},
-               args.reps, args.inner)  # fmt: skip
+            ab(
+                {"logits + cross_entropy": step(True), "return_logits=False": step(False)},
+                args.reps,
+                args.inner,
+            )
 
 
 def adamw(args) -> None:
@@ -123,9 +126,14 @@ def loop(args) -> None:
     m1, o1 = make()
     m2, o2 = make()
     print(f"loop body, d_model {cfg.d_model}, {cfg.n_layers} layers")
-    ab({"Accelerate wrappers": body(m1, o1, accelerator.clip_grad_norm_),
-        "torch directly (step_and_clip)": body(m2, *step_and_clip(accelerator, o2))},
-       args.reps, args.inner)  # fmt: skip
+    ab(
+        {
+            "Accelerate wrappers": body(m1, o1, accelerator.clip_grad_norm_),
+            "torch directly (step_and_clip)": body(m2, *step_and_clip(accelerator, o2)),
+        },
+        args.reps,
+        args.inner,
+    )
     same = all(torch.equal(a, b) for a, b in zip(m1.parameters(), m2.parameters()))
     print(f"  parameters bit-identical after the same steps: {same}")
 

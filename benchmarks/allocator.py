@@ -55,22 +55,26 @@ def main(argv=None) -> list[dict]:
     args = p.parse_args(argv)
     if args.reps < 1 or args.steps < 1 or args.warmup < 1:
         p.error("--reps, --steps and --warmup must be positive")
-    print("| model | impl | d_model | ms/step system | ms/step keep | keep speed-up "
-          "| peak MB system | peak MB keep |\n|---|---|---|---|---|---|---|---|")  # fmt: skip
+    print(
+        "| model | impl | d_model | ms/step system | ms/step keep | keep speed-up "
+        "| peak MB system | peak MB keep |\n|---|---|---|---|---|---|---|---|"
+    )
     rows = []
     for d in args.d_models:
         for family in args.families:
             for impl in args.impls:
                 r = compare(family, impl, d, args)
                 rows.append(r)
-                print(f"| {family} | {impl} | {d} | {r['ms_system']:.1f} | {r['ms_keep']:.1f} "
-                      f"| {r['speedup_keep']:.3f}x | {r['peak_mb_system']:.0f} "
-                      f"| {r['peak_mb_keep']:.0f} |", flush=True)  # fmt: skip
+                print(
+                    f"| {family} | {impl} | {d} | {r['ms_system']:.1f} | {r['ms_keep']:.1f} "
+                    f"| {r['speedup_keep']:.3f}x | {r['peak_mb_system']:.0f} "
+                    f"| {r['peak_mb_keep']:.0f} |",
+                    flush=True,
+                )
     if args.out:
         info = machine(torch.device("cpu"), args.threads, "system vs keep")
         with open(args.out, "w") as f:
-            json.dump({"args": vars(args),
-                       "machine": info, "rows": rows}, f, indent=2)  # fmt: skip
+            json.dump({"args": vars(args), "machine": info, "rows": rows}, f, indent=2)
             f.write("\n")
     return rows
 

@@ -81,8 +81,14 @@ def _spawn(payload: dict, cache_dir: str) -> dict:
 
 
 def measure(family: str, shape: Shape, args) -> dict:
-    payload = {"family": family, "shape": vars(shape), "device": args.device,
-               "threads": args.threads, "reps": args.reps, "steps": args.steps}  # fmt: skip
+    payload = {
+        "family": family,
+        "shape": vars(shape),
+        "device": args.device,
+        "threads": args.threads,
+        "reps": args.reps,
+        "steps": args.steps,
+    }
     with tempfile.TemporaryDirectory(prefix="inductor-cache-") as cache:
         cold = _spawn({**payload, "measure": True}, cache)
         warm = _spawn({**payload, "measure": False}, cache)
@@ -120,9 +126,12 @@ def main(argv=None) -> list[dict]:
         for family in args.families:
             r = measure(family, Shape(args.vocab, d, args.layers, args.seq, args.batch), args)
             rows.append(r)
-            print(f"| {family} | {d} | {r['eager_ms']:.1f} | {r['compiled_ms']:.1f} | "
-                  f"{r['speedup']:.2f}x | {r['compile_cold_s']:.1f} | {r['compile_warm_s']:.1f} | "
-                  f"{r['compile_same_process_s']:.1f} | {r['break_even_steps']} |", flush=True)  # fmt: skip
+            print(
+                f"| {family} | {d} | {r['eager_ms']:.1f} | {r['compiled_ms']:.1f} | "
+                f"{r['speedup']:.2f}x | {r['compile_cold_s']:.1f} | {r['compile_warm_s']:.1f} | "
+                f"{r['compile_same_process_s']:.1f} | {r['break_even_steps']} |",
+                flush=True,
+            )
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=2) + "\n")
     return rows

@@ -115,8 +115,15 @@ def generate(folder: Path, mb: int, seed: int = 0, file_mb: int = FILE_MB) -> Pa
 
 
 def _cfg(path: Path, tokenizer: str, train_chars: float) -> DataConfig:
-    return DataConfig.from_dict({"source": "text", "path": str(path), "tokenizer": tokenizer,
-                                 "vocab_size": 4096, "tokenizer_train_chars": train_chars})
+    return DataConfig.from_dict(
+        {
+            "source": "text",
+            "path": str(path),
+            "tokenizer": tokenizer,
+            "vocab_size": 4096,
+            "tokenizer_train_chars": train_chars,
+        }
+    )
 
 
 def _prepare(cfg: DataConfig, root: Path, module=None) -> dict:
@@ -126,10 +133,17 @@ def _prepare(cfg: DataConfig, root: Path, module=None) -> dict:
     n = len(data.train) + len(data.val)
     mb = sum(p.stat().st_size for p in Path(cfg.path).iterdir()) / 1e6
     encode = data.meta["build_seconds"] - data.meta["tokenizer_seconds"]  # after BPE training
-    return {"seconds": round(dt, 1), "mb": round(mb), "tokens": n, "mb_s": round(mb / dt, 2),
-            "tok_s": round(n / dt), "tokenizer_s": data.meta["tokenizer_seconds"],
-            "encode_mb_s": round(mb / encode, 2), "encode_tok_s": round(n / encode),
-            "cache": str(data.cache_dir)}
+    return {
+        "seconds": round(dt, 1),
+        "mb": round(mb),
+        "tokens": n,
+        "mb_s": round(mb / dt, 2),
+        "tok_s": round(n / dt),
+        "tokenizer_s": data.meta["tokenizer_seconds"],
+        "encode_mb_s": round(mb / encode, 2),
+        "encode_tok_s": round(n / encode),
+        "cache": str(data.cache_dir),
+    }
 
 
 def _startup(cfg: DataConfig, root: Path, module=None) -> dict:
@@ -194,8 +208,12 @@ def _rehash(folder: Path, workdir: Path) -> dict:
     source_fingerprint(_cfg(folder, "bpe", 1e7))
     dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     mb = sum(p.stat().st_size for p in files) / 1e6
-    return {"what": f"re-hash, {mb:.0f} MB", "seconds": round(dt, 2), "cpu_s": round(cpu, 2),
-            "mb_s": round(mb / dt)}
+    return {
+        "what": f"re-hash, {mb:.0f} MB",
+        "seconds": round(dt, 2),
+        "cpu_s": round(cpu, 2),
+        "mb_s": round(mb / dt),
+    }
 
 
 def _paired(mb: int, reps: int, workdir: Path) -> dict:
@@ -214,19 +232,31 @@ def _paired(mb: int, reps: int, workdir: Path) -> dict:
         t = {name: _timed(runs[name]) for name in order}
         wall.append(t["bare"][0] / t["ours"][0])
         cpu.append(t["bare"][1] / t["ours"][1])
-        print(f"paired {r}: ours {t['ours'][0]:.2f} s ({t['ours'][1]:.2f} CPU s), "
-              f"bare {t['bare'][0]:.2f} s ({t['bare'][1]:.2f} CPU s)", flush=True)
+        print(
+            f"paired {r}: ours {t['ours'][0]:.2f} s ({t['ours'][1]:.2f} CPU s), "
+            f"bare {t['bare'][0]:.2f} s ({t['bare'][1]:.2f} CPU s)",
+            flush=True,
+        )
 
     def spread(x: list[float]) -> str:
         return f"{np.median(x):.3f} ({min(x):.3f}-{max(x):.3f})"
 
-    return {"what": f"paired, {mb} MB x {reps}", "wall_ratio": spread(wall), "cpu_ratio": spread(cpu)}
+    return {
+        "what": f"paired, {mb} MB x {reps}",
+        "wall_ratio": spread(wall),
+        "cpu_ratio": spread(cpu),
+    }
 
 
 def _baseline_module(rev: str):
     """training/data.py as of `rev`, imported under another name."""
-    code = subprocess.run(["git", "show", f"{rev}:training/data.py"], cwd=ROOT, check=True,
-                          capture_output=True, text=True).stdout
+    code = subprocess.run(
+        ["git", "show", f"{rev}:training/data.py"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     path = Path(tempfile.mkdtemp()) / "baseline_data.py"
     path.write_text(code)
     spec = importlib.util.spec_from_file_location("baseline_data", path)
@@ -258,9 +288,12 @@ def _tokens_run(cfg: DataConfig) -> dict:
     for _ in range(100):
         sampler.next()
     after = _rss_parts_mb()
-    return {"seconds": round(startup, 3), "tokens": len(data.train) + len(data.val),
-            "anon_growth_mb": round(after["RssAnon"] - before["RssAnon"]),
-            "file_pages_mb": round(after["RssFile"] - before["RssFile"])}
+    return {
+        "seconds": round(startup, 3),
+        "tokens": len(data.train) + len(data.val),
+        "anon_growth_mb": round(after["RssAnon"] - before["RssAnon"]),
+        "file_pages_mb": round(after["RssFile"] - before["RssFile"]),
+    }
 
 
 def _tokens_row(n_tokens: int, workdir: Path) -> dict:
@@ -270,12 +303,17 @@ def _tokens_row(n_tokens: int, workdir: Path) -> dict:
         t0 = time.perf_counter()
         _shards(folder, n_tokens)
         written = time.perf_counter() - t0
-        cfg = DataConfig.from_dict({"source": "tokens", "path": str(folder), "vocab_size": 50257,
-                                    "eot_id": 50256})
+        cfg = DataConfig.from_dict(
+            {"source": "tokens", "path": str(folder), "vocab_size": 50257, "eot_id": 50256}
+        )
         first = _in_child(_tokens_run, cfg)
         again = _in_child(_tokens_run, cfg)
-        return {"what": f"tokens, {n_tokens:,} uint16", "written_s": round(written, 1),
-                "first": first, "again": again}
+        return {
+            "what": f"tokens, {n_tokens:,} uint16",
+            "written_s": round(written, 1),
+            "first": first,
+            "again": again,
+        }
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -311,13 +349,18 @@ def main(argv: list[str] | None = None) -> None:
         cfg, root = _cfg(corpus, args.tokenizer, args.train_chars), args.workdir / "cache_baseline"
         shutil.rmtree(root, ignore_errors=True)
         base = _baseline_module(args.baseline_rev)
-        row = {"what": f"baseline {args.baseline_rev}, {args.baseline_mb} MB",
-               **_in_child(_prepare, cfg, root, base),
-               "startup": _in_child(_startup, cfg, root, base)}
+        row = {
+            "what": f"baseline {args.baseline_rev}, {args.baseline_mb} MB",
+            **_in_child(_prepare, cfg, root, base),
+            "startup": _in_child(_startup, cfg, root, base),
+        }
         rows.append(row)
         print(json.dumps(row), flush=True)
-        row = {"what": f"ours, {args.baseline_mb} MB", **_in_child(_prepare, cfg, root / "ours"),
-               "startup": _in_child(_startup, cfg, root / "ours")}
+        row = {
+            "what": f"ours, {args.baseline_mb} MB",
+            **_in_child(_prepare, cfg, root / "ours"),
+            "startup": _in_child(_startup, cfg, root / "ours"),
+        }
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.rehash:

@@ -65,8 +65,14 @@ def main(argv=None) -> int:
     fit, grid_wall, grid_cpu = _timed(lambda: chinchilla.fit(N, D, L), args.repeats)
     counts = resample_counts(len(runs), args.bootstrap, seed=0)
     (thetas, _), boot_wall, boot_cpu = _timed(
-        lambda: base.bootstrap(chinchilla.LAW, {"N": N, "D": D}, L, counts,
-                               np.vstack([fit.theta[None, :], chinchilla.BOOTSTRAP_STARTS])), args.repeats
+        lambda: base.bootstrap(
+            chinchilla.LAW,
+            {"N": N, "D": D},
+            L,
+            counts,
+            np.vstack([fit.theta[None, :], chinchilla.BOOTSTRAP_STARTS]),
+        ),
+        args.repeats,
     )
     # What a user waits for on a real ladder: the whole approach-3 section (grid fit, every
     # replicate from its own starts, identification) on the committed reference ladder.
@@ -75,13 +81,23 @@ def main(argv=None) -> int:
         lambda: chinchilla.section(ladder, [1e13], args.bootstrap, 0), args.repeats
     )
     rows = [
-        {"task": f"approach 3, full grid ({len(chinchilla.hoffmann_grid())} starts), "
-                 f"{args.points} points", "wall_s": grid_wall, "cpu_s": grid_cpu},
-        {"task": f"{args.bootstrap} bootstrap refits (warm + 9 grid starts), {args.points} points",
-         "wall_s": boot_wall, "cpu_s": boot_cpu},
-        {"task": f"approach 3 + {args.bootstrap} refits, ref_ladder_v2 ({len(ladder)} runs)",
-         "wall_s": ladder_wall, "cpu_s": ladder_cpu},
-    ]  # fmt: skip
+        {
+            "task": f"approach 3, full grid ({len(chinchilla.hoffmann_grid())} starts), "
+            f"{args.points} points",
+            "wall_s": grid_wall,
+            "cpu_s": grid_cpu,
+        },
+        {
+            "task": f"{args.bootstrap} bootstrap refits (warm + 9 grid starts), {args.points} points",
+            "wall_s": boot_wall,
+            "cpu_s": boot_cpu,
+        },
+        {
+            "task": f"approach 3 + {args.bootstrap} refits, ref_ladder_v2 ({len(ladder)} runs)",
+            "wall_s": ladder_wall,
+            "cpu_s": ladder_cpu,
+        },
+    ]
     result = {
         "machine": info,
         "repeats": args.repeats,

@@ -171,12 +171,23 @@ def probe(case: Case, dtype: str, threads: int, warmup: int, steps: int, malloc:
     """``case``'s training steps in a fresh Python process, so no other model's allocations (or
     allocator setting) count: {"peak_mb": peak RSS above the RSS after imports, "ms_per_step":
     mean of the ``steps`` timed steps after ``warmup``}."""
-    payload = json.dumps({"case": asdict(case), "dtype": dtype, "threads": threads,
-                          "warmup": warmup, "steps": steps, "malloc": malloc})  # fmt: skip
+    payload = json.dumps(
+        {
+            "case": asdict(case),
+            "dtype": dtype,
+            "threads": threads,
+            "warmup": warmup,
+            "steps": steps,
+            "malloc": malloc,
+        }
+    )
     out = subprocess.run(
         [sys.executable, "-m", "benchmarks.harness", payload],
-        cwd=ROOT, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if out.returncode != 0:
         raise RuntimeError(f"probe of {case.label} failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -206,8 +217,14 @@ def _probe_main(payload: str) -> None:
     runner = Runner(case, torch.device("cpu"), p["dtype"])
     runner.run(p["warmup"])
     seconds = runner.run(p["steps"])
-    print(json.dumps({"peak_mb": (_proc_status_kb("VmHWM") - base_kb) / 1024,
-                      "ms_per_step": 1e3 * seconds / p["steps"]}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "peak_mb": (_proc_status_kb("VmHWM") - base_kb) / 1024,
+                "ms_per_step": 1e3 * seconds / p["steps"],
+            }
+        )
+    )
 
 
 def machine(device, threads: int, malloc: str) -> dict:
@@ -233,7 +250,6 @@ def machine(device, threads: int, malloc: str) -> dict:
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     return info
-
 
 
 def log(msg: str) -> None:

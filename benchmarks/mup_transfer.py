@@ -136,8 +136,12 @@ def optimum(lrs: list[float], losses: list[float]) -> dict:
     finite = [(lr, loss) for lr, loss in sorted(zip(lrs, losses)) if math.isfinite(loss)]
     i = min(range(len(finite)), key=lambda j: finite[j][1])
     best = finite[i][0]
-    out = {"best_lr_grid": best, "best_loss": finite[i][1], "at_edge": i in (0, len(finite) - 1),
-           "best_lr_refined": best}  # fmt: skip
+    out = {
+        "best_lr_grid": best,
+        "best_loss": finite[i][1],
+        "at_edge": i in (0, len(finite) - 1),
+        "best_lr_refined": best,
+    }
     if not out["at_edge"]:
         (x0, y0), (x1, y1), (x2, y2) = [(math.log2(a), b) for a, b in finite[i - 1 : i + 2]]
         # Vertex of the parabola through three points (x spacing need not be equal).
@@ -174,8 +178,11 @@ def plot(rows: list[dict], summary: dict, out: Path) -> None:
         fig, ax = plt.subplots(figsize=(6, 4.2))
         cmap = plt.get_cmap("viridis")
         for k, d in enumerate(WIDTHS):
-            pts = sorted((r["train.lr"], r["loss"]) for r in rows
-                         if r["parametrization"] == p and r["d_model"] == d)  # fmt: skip
+            pts = sorted(
+                (r["train.lr"], r["loss"])
+                for r in rows
+                if r["parametrization"] == p and r["d_model"] == d
+            )
             color = cmap(k / max(1, len(WIDTHS) - 1))
             ax.plot(
                 [a for a, _ in pts], [b for _, b in pts], "o-", color=color, label=f"d_model {d}"
@@ -183,8 +190,13 @@ def plot(rows: list[dict], summary: dict, out: Path) -> None:
             best = summary[p]["widths"][d]
             ax.plot(best["best_lr_grid"], best["best_loss"], "*", color=color, markersize=14)
         name = {"sp": "SP", "mup": f"muP (base width {BASE_WIDTH})"}[p]
-        ax.set(xscale="log", xlabel="train.lr (peak)", ylabel="final validation loss (nats/byte)",
-               ylim=ylim, title=f"{name}: optimal-lr spread {summary[p]['spread_refined']:.2f}x")  # fmt: skip
+        ax.set(
+            xscale="log",
+            xlabel="train.lr (peak)",
+            ylabel="final validation loss (nats/byte)",
+            ylim=ylim,
+            title=f"{name}: optimal-lr spread {summary[p]['spread_refined']:.2f}x",
+        )
         ax.set_xticks(LRS, [f"{lr:g}" for lr in LRS], rotation=30)
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.grid(alpha=0.3)
@@ -212,8 +224,10 @@ def main() -> None:
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     for p, s in summary.items():
         best = ", ".join(f"d{d}: {w['best_lr_refined']:.3g}" for d, w in s["widths"].items())
-        print(f"{p}: optimal lr {best}; spread {s['spread_refined']:.2f}x "
-              f"(grid {s['spread_grid']:.1f}x){' (an optimum at the grid edge)' if s['any_at_edge'] else ''}")  # fmt: skip
+        print(
+            f"{p}: optimal lr {best}; spread {s['spread_refined']:.2f}x "
+            f"(grid {s['spread_grid']:.1f}x){' (an optimum at the grid edge)' if s['any_at_edge'] else ''}"
+        )
 
 
 if __name__ == "__main__":

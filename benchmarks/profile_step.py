@@ -68,8 +68,10 @@ def compare(family: str, shape: Shape, args) -> str:
         vals = d.get(k, [])
         return statistics.median(vals + [0.0] * (args.reps - len(vals))) if vals else 0.0
 
-    lines = [f"## {family} d_model {shape.d_model} (layers {shape.layers}, seq {shape.seq}, "
-             f"batch {shape.batch}, vocab {shape.vocab}); ms per step, median of {args.reps}"]  # fmt: skip
+    lines = [
+        f"## {family} d_model {shape.d_model} (layers {shape.layers}, seq {shape.seq}, "
+        f"batch {shape.batch}, vocab {shape.vocab}); ms per step, median of {args.reps}"
+    ]
     lines.append(f"{'phase':<24}{'ours':>10}{'hf':>10}{'hf-ours':>10}")
     for ph in PHASES:
         a, b = med(phases["ours"], ph), med(phases["hf"], ph)

@@ -53,8 +53,9 @@ def run_sweep(sweep: str, jobs: int, extra: list[str], env: dict, uri: str) -> d
         raise SystemExit(
             f"sweep failed ({' '.join(cmd)}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
         )
-    experiment = next((a.split("=", 1)[1] for a in extra if a.startswith("tracking.experiment=")),
-                      "scaling-lab")  # fmt: skip
+    experiment = next(
+        (a.split("=", 1)[1] for a in extra if a.startswith("tracking.experiment=")), "scaling-lab"
+    )
     mlflow.set_tracking_uri(uri)
     runs = mlflow.search_runs(experiment_names=[experiment])
     runs = runs[runs["metrics.wall_time_s"].notna()]  # children (the parent has none)

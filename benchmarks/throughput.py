@@ -147,11 +147,16 @@ def _row(case: Case, times: list, peak: float, rep_peaks: list | None, mem, args
         flops * s.batch * s.seq * args.steps / t / p for t, p in zip(times, rep_peaks)
     )
     return {
-        "family": case.family, "d_model": s.d_model, "mode": "compiled" if case.compiled else "eager",
-        "impl": case.impl, "tokens_per_s": s.batch * s.seq / sec, "ms_per_step": 1e3 * sec,
-        "mfu": mfu, "peak_mem_mb": mem,
+        "family": case.family,
+        "d_model": s.d_model,
+        "mode": "compiled" if case.compiled else "eager",
+        "impl": case.impl,
+        "tokens_per_s": s.batch * s.seq / sec,
+        "ms_per_step": 1e3 * sec,
+        "mfu": mfu,
+        "peak_mem_mb": mem,
         "step_times_s": [t / args.steps for t in times],
-    }  # fmt: skip
+    }
 
 
 def _add_ratios(rows: list[dict]) -> None:
@@ -220,9 +225,11 @@ def parse_args(argv=None):
     p.add_argument("--threads", default=0, type=int, help="torch threads (0: all cores)")
     p.add_argument("--peak-tflops", default=0.0, type=float, help="datasheet peak (0: measure)")
     p.add_argument(
-        "--malloc", default="system", choices=["system", "keep"],
+        "--malloc",
+        default="system",
+        choices=["system", "keep"],
         help="host allocator for both models: C library defaults | keep freed blocks (training.train)",
-    )  # fmt: skip
+    )
     p.add_argument("--no-memory", dest="memory", action="store_false", help="skip RSS probes (CPU)")
     p.add_argument("--out", default=str(ROOT / "results" / "benchmarks"), help="output directory")
     p.add_argument("--name", default=None, help="output file stem (default throughput_<device>)")

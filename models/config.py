@@ -101,7 +101,9 @@ class ModelConfig:
             if v is None and name in _OPTIONAL_INT_FIELDS:
                 continue
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                allowed = "a positive integer" + (" or null" if name in _OPTIONAL_INT_FIELDS else "")
+                allowed = "a positive integer" + (
+                    " or null" if name in _OPTIONAL_INT_FIELDS else ""
+                )
                 raise ValueError(f"{name} must be {allowed}, got {v!r}")
         for name, choices in _choices().items():
             v = getattr(self, name)
@@ -283,8 +285,12 @@ _INT_FIELDS = (
     "mup_base_width",
 )
 _OPTIONAL_INT_FIELDS = (
-    "n_kv_heads", "d_ff", "n_encoder_layers", "n_decoder_layers", "mup_base_width",
-)  # fmt: skip
+    "n_kv_heads",
+    "d_ff",
+    "n_encoder_layers",
+    "n_decoder_layers",
+    "mup_base_width",
+)
 
 
 @functools.cache

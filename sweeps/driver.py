@@ -143,7 +143,9 @@ class Sweep:
         spec.check_conflicts(cli_keys)
         compose = cached_compose(compose)
         # where records and checkpoints go: the command line and sweep.fixed may set them
-        base = compose([*fixed_args, *(f"{k}={plan.format_value(v)}" for k, v in spec.fixed.items())])
+        base = compose(
+            [*fixed_args, *(f"{k}={plan.format_value(v)}" for k, v in spec.fixed.items())]
+        )
         uri = tracking.resolve_tracking_uri(base.tracking.get("uri"))
         experiment = str(base.tracking.experiment)
         return cls(cfg, spec, fixed_args, cli_keys, compose, base, uri, experiment, _runs_dir(base))
@@ -208,7 +210,10 @@ class Sweep:
         return tuned.first_stage(), tuned
 
     def job_overrides(self, run: plan.PlannedRun, parent_run_id: str) -> list[str]:
-        extra = [f"tracking.parent_run_id={parent_run_id}", f"++tracking.tags.sweep={self.spec.name}"]
+        extra = [
+            f"tracking.parent_run_id={parent_run_id}",
+            f"++tracking.tags.sweep={self.spec.name}",
+        ]
         if "train.progress" not in self.cli_keys:
             extra.append("train.progress=none")  # the sweep bar is the progress display
         return [*self.fixed_args, *run.overrides, *extra, f"++tracking.tags.variant={run.variant}"]
@@ -251,8 +256,11 @@ def cached_compose(compose: Compose) -> Compose:
 
     def composed(overrides: Sequence[str]) -> DictConfig:
         parsed = parser.parse_overrides(list(overrides))
-        values = [o for o in parsed if "." in o.key_or_group and "/" not in o.key_or_group
-                  and not o.is_delete()]  # fmt: skip
+        values = [
+            o
+            for o in parsed
+            if "." in o.key_or_group and "/" not in o.key_or_group and not o.is_delete()
+        ]
         groups = tuple(o.input_line for o in parsed if o not in values)
         if groups not in cache:
             cache[groups] = compose(list(groups))
@@ -325,7 +333,11 @@ def _execute(sweep: Sweep, runs: list[plan.PlannedRun], launch: Launch, more=Non
     """Launch every run that is not skipped, wave by wave (then each stage `more` derives),
     under the sweep's parent run; print the summary and raise SystemExit(1) if a point failed."""
     exp_id = tracking.ensure_experiment(sweep.uri, sweep.experiment)
-    tags = {"git_commit": tracking.git_commit(), "sweep_kind": sweep.spec.kind, "n_points": len(runs)}
+    tags = {
+        "git_commit": tracking.git_commit(),
+        "sweep_kind": sweep.spec.kind,
+        "n_points": len(runs),
+    }
     parent = Parent(exp_id, sweep_records.open_parent(sweep.uri, exp_id, sweep.spec.name, tags))
     sweep_yaml = OmegaConf.to_yaml(sweep.cfg.sweep)
     sweep_records.log_plan(sweep.uri, parent.run_id, plan_rows(runs), sweep_yaml)
@@ -370,7 +382,9 @@ def _run_waves(sweep: Sweep, runs, outcomes, launch: Launch, more, parent: Paren
                     "finished",
                     "done-before",
                 ):
-                    outcomes[r.index] = Outcome(r, "not-run", f"stable run #{stable} did not finish")
+                    outcomes[r.index] = Outcome(
+                        r, "not-run", f"stable run #{stable} did not finish"
+                    )
                     continue
                 batch.append(r)
             if not batch:

@@ -41,9 +41,18 @@ LADDER_KEYS = ("model.n_layers", "model.d_model")
 TOKENS_KEY = "train.tokens"
 SIZE_KEY = "model.size"
 SPEC_FIELDS = {
-    "axes", "variants", "budgets", "budget_flops", "tokens_per_param", "wsd", "fixed",
-    "tune", "tune_at", "tune_halving", "lr_rule",
-}  # fmt: skip
+    "axes",
+    "variants",
+    "budgets",
+    "budget_flops",
+    "tokens_per_param",
+    "wsd",
+    "fixed",
+    "tune",
+    "tune_at",
+    "tune_halving",
+    "lr_rule",
+}
 # Where a tuning grid is tried: at every arm, or at the smallest token budget of each
 # variant x size (the chosen values then train that size's other budgets).
 TUNE_AT = ("every_arm", "smallest_budget")
@@ -208,6 +217,7 @@ class LrRule:
             )
         return cls(rule["scale"], rule["exponent"], f"fitted: {path}")
 
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -243,7 +253,9 @@ def check_settings(sweep: Mapping[str, Any]) -> None:
     for key in ("dry_run", "retry_failed"):
         if key in sweep and not isinstance(sweep[key], bool):
             raise PlanError(f"sweep.{key}: expected true or false, got {sweep[key]!r}")
-    throughput = _mapping(sweep.get("throughput") or {}, "sweep.throughput", "flops_per_sec, overhead_s")
+    throughput = _mapping(
+        sweep.get("throughput") or {}, "sweep.throughput", "flops_per_sec, overhead_s"
+    )
     for key, low in (("flops_per_sec", "> 0"), ("overhead_s", ">= 0")):
         name = f"sweep.throughput.{key}"
         if key in throughput:
@@ -328,7 +340,9 @@ class SweepSpec:
             raise PlanError(
                 f"sweep.wsd: unknown field(s) {sorted(unknown)}; allowed: tokens, decay"
             )
-        variants = _mapping(d.get("variants") or {"base": {}}, "sweep.variants", "name -> overrides")
+        variants = _mapping(
+            d.get("variants") or {"base": {}}, "sweep.variants", "name -> overrides"
+        )
         spec = cls(
             name=name,
             axes=_mapping(d.get("axes") or {}, "sweep.axes", "override key -> values"),
@@ -345,8 +359,13 @@ class SweepSpec:
             tune=TuneSpec.from_dict(d),
             lr_rule=LrRule.from_value(d.get("lr_rule")),
         )
-        if not (spec.axes or set(spec.variants) != {"base"} or spec.budgets or spec.wsd_tokens
-                or spec.tune):
+        if not (
+            spec.axes
+            or set(spec.variants) != {"base"}
+            or spec.budgets
+            or spec.wsd_tokens
+            or spec.tune
+        ):
             raise PlanError(
                 "sweep.axes: nothing to sweep (no axes, variants, budgets, wsd.tokens or tune): the "
                 "sweep would train one default point; add an axis such as model.size: [1e6, 3e6]"
@@ -662,17 +681,23 @@ def _isoflop_tokens(
     # a skipped point shows the D it would have had; it has no config, hence no run key
     unplanned = replace(shape, tokens=ideal_d, run_key="")
     if ideal_d < shape.batch_tokens:
-        return 0, unplanned, (
-            f"D = {formula} = {ideal_d:.3g} tokens is below one batch "
-            f"({shape.batch_tokens} tokens)"
+        return (
+            0,
+            unplanned,
+            (
+                f"D = {formula} = {ideal_d:.3g} tokens is below one batch "
+                f"({shape.batch_tokens} tokens)"
+            ),
         )
     ratio = ideal_d / shape.n_params_nonembed
     if spec.tokens_per_param and not (
         spec.tokens_per_param[0] <= ratio <= spec.tokens_per_param[1]
     ):
         lo, hi = spec.tokens_per_param
-        return 0, unplanned, (
-            f"D/N = {ratio:.3g} is outside sweep.tokens_per_param [{lo:g}, {hi:g}]"
+        return (
+            0,
+            unplanned,
+            (f"D/N = {ratio:.3g} is outside sweep.tokens_per_param [{lo:g}, {hi:g}]"),
         )
     # whole batches, so the run trains exactly the planned D
     return round(ideal_d / shape.batch_tokens) * shape.batch_tokens, shape, None

@@ -40,17 +40,21 @@ def check_sweep_name(argv: list[str]) -> None:
         if arg.startswith("sweep="):
             name, names = arg.split("=", 1)[1], available_sweeps(extra)
             if name not in names:
-                print(f"error: sweep={name}: unknown sweep; available: {', '.join(names)}",
-                      file=sys.stderr)  # fmt: skip
+                print(
+                    f"error: sweep={name}: unknown sweep; available: {', '.join(names)}",
+                    file=sys.stderr,
+                )
                 sys.exit(2)
             # Hydra searches conf/ before a --config-dir, so a file of yours named like one of
             # ours would silently run ours: refuse the clash instead
             clash = [Path(d) / "sweep" / f"{name}.yaml" for d in extra]
             clash = [p for p in clash if p.is_file()]
             if clash and (CONF_DIR / "sweep" / f"{name}.yaml").is_file():
-                print(f"error: sweep={name}: {clash[0]} has the name of the project's "
-                      f"conf/sweep/{name}.yaml, which Hydra would run instead; rename yours",
-                      file=sys.stderr)  # fmt: skip
+                print(
+                    f"error: sweep={name}: {clash[0]} has the name of the project's "
+                    f"conf/sweep/{name}.yaml, which Hydra would run instead; rename yours",
+                    file=sys.stderr,
+                )
                 sys.exit(2)
 
 

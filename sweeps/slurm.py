@@ -23,9 +23,18 @@ from dataclasses import dataclass
 
 # Job states after which SLURM runs nothing more for the job (a requeued job is PENDING again).
 ENDED = {
-    "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
-    "PREEMPTED", "TIMEOUT", "REVOKED", "SPECIAL_EXIT",
-}  # fmt: skip
+    "BOOT_FAIL",
+    "CANCELLED",
+    "COMPLETED",
+    "DEADLINE",
+    "FAILED",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "PREEMPTED",
+    "TIMEOUT",
+    "REVOKED",
+    "SPECIAL_EXIT",
+}
 # Stopped from outside (scancel, preemption, the time limit): the run is KILLED, not FAILED, and a
 # rerun of the sweep resumes it from its last checkpoint.
 STOPPED = {"CANCELLED", "DEADLINE", "PREEMPTED", "TIMEOUT"}

@@ -126,7 +126,12 @@ def print_summary(name: str, outcomes, uri: str, parent_run_id: str) -> None:
         for o in bad:
             r = o.run
             d.add_row(
-                str(r.index), r.variant, plan.format_count(r.n), plan.format_count(r.d), o.state, o.reason
+                str(r.index),
+                r.variant,
+                plan.format_count(r.n),
+                plan.format_count(r.d),
+                o.state,
+                o.reason,
             )
         out.print(d)
     out.print(f"MLflow: parent run {parent_run_id} in {uri}")

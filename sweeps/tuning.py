@@ -47,9 +47,13 @@ from training.schedules import warmup_steps
 WARMUP_KEY = "train.warmup"
 # Keys the tuning runs set themselves; an arm's own value for them is dropped.
 SET_HERE = (
-    plan.TOKENS_KEY, "train.schedule", "train.decay_fraction", "train.decay_start_tokens",
-    "train.save_at_tokens", "train.init_from",
-)  # fmt: skip
+    plan.TOKENS_KEY,
+    "train.schedule",
+    "train.decay_fraction",
+    "train.decay_start_tokens",
+    "train.save_at_tokens",
+    "train.init_from",
+)
 
 ConfigOf = Callable[[Sequence[str]], Any]  # overrides -> composed DictConfig
 ResolvePoints = Callable[[Sequence[Point]], list[PlannedRun]]  # resolved, MLflow state applied
@@ -473,8 +477,19 @@ def print_tuning(tp: TuningPlan, jobs: int) -> None:
         f"{', '.join(spec.grid)}; decay {spec.decay:g}"
     )
     t = Table(title=title, title_justify="left")
-    for col in ("arm", "variant", "N", "D", "role", "rungs (tokens)", "runs", "C tuned",
-                "C full grid", "C untuned", "tuned/untuned"):  # fmt: skip
+    for col in (
+        "arm",
+        "variant",
+        "N",
+        "D",
+        "role",
+        "rungs (tokens)",
+        "runs",
+        "C tuned",
+        "C full grid",
+        "C untuned",
+        "tuned/untuned",
+    ):
         t.add_column(col, justify="left" if col in ("arm", "variant", "role") else "right")
     tot = [0.0, 0.0, 0.0, 0]
     for arm in tp.arms:
@@ -483,10 +498,18 @@ def print_tuning(tp: TuningPlan, jobs: int) -> None:
         role = "tuned" if arm.tuned else f"transfer from {tp.arms[arm.tuned_at].id[:8]}"
         rungs = " ".join(plan.format_count(r) for r in arm.rungs) if arm.tuned else ""
         t.add_row(
-            arm.id, arm.run.variant, plan.format_count(arm.run.n), plan.format_count(arm.tokens),
-            role, rungs, str(runs), f"{spent:.2e}", f"{grid:.2e}", f"{untuned:.2e}",
+            arm.id,
+            arm.run.variant,
+            plan.format_count(arm.run.n),
+            plan.format_count(arm.tokens),
+            role,
+            rungs,
+            str(runs),
+            f"{spent:.2e}",
+            f"{grid:.2e}",
+            f"{untuned:.2e}",
             f"{spent / untuned:.2f}x",
-        )  # fmt: skip
+        )
     out = console()
     out.print(t)
     wall = sum(_packed(s, jobs) for s in stage_estimates(tp))

@@ -58,4 +58,3 @@ def lab(tmp_path, corpus, cache_dir, store) -> list[str]:
         f"data.path={corpus}",
         *TINY,
     ]
-

@@ -45,8 +45,9 @@ def test_fit_cli_writes_json_with_every_section(runs_csv, tmp_path, capsys):
 def test_fit_all_returns_the_fitted_law_that_fit_json_describes(runs_csv, tmp_path):
     """fit_all hands back approach 3's law as fitted (the report draws it, not a copy rebuilt
     from the JSON) next to the sections, and fit.json is exactly those sections."""
-    runs = load_selected(argparse.Namespace(csv=[str(runs_csv)], experiment=None, sweep=None,
-                                            tracking_uri=None)).frame  # fmt: skip
+    runs = load_selected(
+        argparse.Namespace(csv=[str(runs_csv)], experiment=None, sweep=None, tracking_uri=None)
+    ).frame
     fits = fit.fit_all(runs, fit.FitOptions(n_boot=20, seed=0))
     p = fits.parametric
     assert isinstance(fits.law, Parametric) and fits.flops is None
@@ -56,19 +57,34 @@ def test_fit_all_returns_the_fitted_law_that_fit_json_describes(runs_csv, tmp_pa
     for row in p["allocation"]:  # the object's allocation is the one the section reports
         n_opt, d_opt = fits.law.optimal(row["C"])
         assert (n_opt, d_opt) == pytest.approx((row["N_opt"], row["D_opt"]), rel=1e-9)
-    assert list(fits.as_dict()) == ["n_runs", "compute", "budgets", "parametric", "isoflop",
-                                    "envelope", "kaplan", "extrapolation"]  # fmt: skip
+    assert list(fits.as_dict()) == [
+        "n_runs",
+        "compute",
+        "budgets",
+        "parametric",
+        "isoflop",
+        "envelope",
+        "kaplan",
+        "extrapolation",
+    ]
     out = tmp_path / "fit.json"
     assert fit.main(["--csv", str(runs_csv), "--bootstrap", "20", "--out", str(out)]) == 0
     written = json.loads(out.read_text())
-    assert written == {"source": written["source"], "params": "nonembed",
-                       **json.loads(fit.dumps(fits.as_dict()))}  # fmt: skip
+    assert written == {
+        "source": written["source"],
+        "params": "nonembed",
+        **json.loads(fit.dumps(fits.as_dict())),
+    }
 
 
 def test_fit_cli_fits_each_group(tmp_path):
     path = tmp_path / "two.csv"
-    pd.concat([isoflop_runs(LAW, seed=0, variant="a", **SMALL),
-               isoflop_runs(LAW, seed=1, variant="b", **SMALL)]).to_csv(path, index=False)  # fmt: skip
+    pd.concat(
+        [
+            isoflop_runs(LAW, seed=0, variant="a", **SMALL),
+            isoflop_runs(LAW, seed=1, variant="b", **SMALL),
+        ]
+    ).to_csv(path, index=False)
     out = tmp_path / "fit.json"
     args = [
         "--csv",
@@ -129,29 +145,64 @@ def test_bad_arguments_exit_2(runs_csv, tmp_path, capsys):
 
 def test_python_dash_m_exit_code(tmp_path):
     bad = _bad(tmp_path, pd.DataFrame({"N": [1.0], "loss": [2.0]}))
-    proc = subprocess.run([sys.executable, "-m", "analysis.fit", "--csv", str(bad), "--out",
-                           str(tmp_path / "x.json")], capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "analysis.fit",
+            "--csv",
+            str(bad),
+            "--out",
+            str(tmp_path / "x.json"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: missing column(s)")
 
 
 def test_report_writes_everything_and_reruns_identically(tmp_path):
-    frame = pd.concat([isoflop_runs(LAW, seed=0, variant="base", **SMALL),
-                       isoflop_runs(LAW, seed=1, variant="wide", **SMALL)])  # fmt: skip
+    frame = pd.concat(
+        [
+            isoflop_runs(LAW, seed=0, variant="base", **SMALL),
+            isoflop_runs(LAW, seed=1, variant="wide", **SMALL),
+        ]
+    )
     src = _bad(tmp_path, frame)
     first, second = tmp_path / "r1", tmp_path / "r2"
     args = ["--csv", str(src), "--bootstrap", "30", "--title", "t"]
     assert report.main([*args, "--out", str(first)]) == 0
     figs = sorted(p.name for p in (first / "figures").iterdir())
-    for stem in ("loss_vs_compute", "isoflop", "loss_vs_params", "contours", "multipliers", "forest"):
+    for stem in (
+        "loss_vs_compute",
+        "isoflop",
+        "loss_vs_params",
+        "contours",
+        "multipliers",
+        "forest",
+    ):
         assert f"{stem}.png" in figs and f"{stem}.svg" in figs
     html = (first / "report.html").read_text()
     assert html.count("<svg") >= 5 and "src=" not in html  # figures inlined: self-contained
     md = (first / "report.md").read_text()
     assert "Approach 3" in md and "compute multiplier" in md and "figures/contours.png" in md
     # Regenerate from the exported runs.csv (no original input): byte-identical outputs.
-    assert report.main(["--csv", str(first / "runs.csv"), "--bootstrap", "30", "--title", "t",
-                        "--out", str(second)]) == 0  # fmt: skip
+    assert (
+        report.main(
+            [
+                "--csv",
+                str(first / "runs.csv"),
+                "--bootstrap",
+                "30",
+                "--title",
+                "t",
+                "--out",
+                str(second),
+            ]
+        )
+        == 0
+    )
     for name in ["report.md", "report.html", "fit.json", "runs.csv"] + [
         f"figures/{f}" for f in figs
     ]:
@@ -165,14 +216,24 @@ def test_report_leads_with_the_answer(tmp_path):
     import re
     from html.parser import HTMLParser
 
-    frame = pd.concat([isoflop_runs(LAW, seed=0, variant="base", **SMALL),
-                       isoflop_runs(LAW, seed=1, variant="wide", **SMALL)])  # fmt: skip
+    frame = pd.concat(
+        [
+            isoflop_runs(LAW, seed=0, variant="base", **SMALL),
+            isoflop_runs(LAW, seed=1, variant="wide", **SMALL),
+        ]
+    )
     src = _bad(tmp_path, frame)
     out = tmp_path / "r"
-    assert report.main(["--csv", str(src), "--bootstrap", "30", "--title", "t", "--out", str(out)]) == 0
+    assert (
+        report.main(["--csv", str(src), "--bootstrap", "30", "--title", "t", "--out", str(out)])
+        == 0
+    )
     md = (out / "report.md").read_text()
     headings = re.findall(r"^## (.+)$", md, flags=re.M)
-    assert headings[0] == "Summary" and headings.index("Approach 3: parametric fit L(N, D) = E + A/N^alpha + B/D^beta") > 0
+    assert (
+        headings[0] == "Summary"
+        and headings.index("Approach 3: parametric fit L(N, D) = E + A/N^alpha + B/D^beta") > 0
+    )
     summary = md[md.index("## Summary") : md.index(f"## {headings[1]}")]
     assert "| wide |" in summary and re.search(r"- wide(:| is)", summary)  # one sentence each
     assert "held-out error" in summary and "figures/forest.png" in summary
@@ -202,8 +263,12 @@ def test_report_leads_with_the_answer(tmp_path):
 def test_report_refuses_to_pool_architectures_and_compares_them_by_arch(tmp_path, capsys):
     """A grid over presets has one variant but two architectures: one law for both would be
     wrong, so the report says how to compare them, and --compare arch does."""
-    frame = pd.concat([isoflop_runs(LAW, seed=0, **SMALL).assign(arch="pre-a"),
-                       isoflop_runs(LAW, seed=1, **SMALL).assign(arch="post-b")])  # fmt: skip
+    frame = pd.concat(
+        [
+            isoflop_runs(LAW, seed=0, **SMALL).assign(arch="pre-a"),
+            isoflop_runs(LAW, seed=1, **SMALL).assign(arch="post-b"),
+        ]
+    )
     src = _bad(tmp_path, frame)
     out = tmp_path / "r"
     assert report.main(["--csv", str(src), "--bootstrap", "20", "--out", str(out)]) == 2
@@ -253,8 +318,16 @@ def test_ablation_at_one_token_budget_reports_multipliers_and_matched_losses(tmp
         for N in (1e5, 2e5, 4e5, 8e5):
             for seed in (0, 1):
                 loss = float(LAW.predict(N, 2e9) * worse * np.exp(0.002 * rng.standard_normal()))
-                rows.append({"run_id": f"{variant}{N:g}{seed}", "variant": variant, "seed": seed,
-                             "N": N, "D": 2e9, "loss": loss})  # fmt: skip
+                rows.append(
+                    {
+                        "run_id": f"{variant}{N:g}{seed}",
+                        "variant": variant,
+                        "seed": seed,
+                        "N": N,
+                        "D": 2e9,
+                        "loss": loss,
+                    }
+                )
     src = _bad(tmp_path, pd.DataFrame(rows))
     out = tmp_path / "r"
     assert report.main(["--csv", str(src), "--bootstrap", "20", "--out", str(out)]) == 0
@@ -279,14 +352,28 @@ def _token_grid(law, C, seed, sweep="grid"):
         for f in (0.25, 1.0, 4.0):
             D = f * C / (6 * N)
             loss = float(law.predict(N, D) * np.exp(0.005 * rng.standard_normal()))
-            rows.append({"run_id": f"grid-{len(rows):03d}", "variant": "base", "sweep": sweep,
-                         "N": N, "D": D, "C": 6 * N * D, "loss": loss})  # fmt: skip
+            rows.append(
+                {
+                    "run_id": f"grid-{len(rows):03d}",
+                    "variant": "base",
+                    "sweep": sweep,
+                    "N": N,
+                    "D": D,
+                    "C": 6 * N * D,
+                    "loss": loss,
+                }
+            )
     return pd.DataFrame(rows)
 
 
 def _curves_of(frame):
-    return pd.DataFrame([{"run_id": r.run_id, "tokens": t, "val_loss": r.loss * (1 + 1e-9 * (r.D - t))}
-                         for r in frame.itertuples() for t in (r.D / 2, r.D)])  # fmt: skip
+    return pd.DataFrame(
+        [
+            {"run_id": r.run_id, "tokens": t, "val_loss": r.loss * (1 + 1e-9 * (r.D - t))}
+            for r in frame.itertuples()
+            for t in (r.D / 2, r.D)
+        ]
+    )
 
 
 def test_report_over_an_isoflop_sweep_and_a_token_grid(tmp_path):
@@ -302,9 +389,16 @@ def test_report_over_an_isoflop_sweep_and_a_token_grid(tmp_path):
         _curves_of(frame).to_csv(tmp_path / f"{name}_curves.csv", index=False)
     out, again = tmp_path / "r", tmp_path / "again"
     common = ["--bootstrap", "30", "--title", "combined"]
-    args = ["--csv", str(paths["ladder"]), "--csv", str(paths["grid"]),
-            "--curves", str(tmp_path / "ladder_curves.csv"),
-            "--curves", str(tmp_path / "grid_curves.csv")]  # fmt: skip
+    args = [
+        "--csv",
+        str(paths["ladder"]),
+        "--csv",
+        str(paths["grid"]),
+        "--curves",
+        str(tmp_path / "ladder_curves.csv"),
+        "--curves",
+        str(tmp_path / "grid_curves.csv"),
+    ]
     assert report.main([*args, *common, "--out", str(out)]) == 0
     res = json.loads((out / "fit.json").read_text())
     assert res["n_runs"] == 18 and res["parametric"]["n_points"] == 18  # approach 3: all runs
@@ -347,8 +441,17 @@ def test_isoflop_figure_names_the_profiles_of_the_table(ladders):
         frames.append(ladder.assign(sweep=sweep, run_id=sweep + "-" + ladder["run_id"]))
     runs = pd.concat(frames, ignore_index=True)
     fits = fit.fit_all(runs, fit.FitOptions(n_boot=20, seed=0, holdout_threshold=1e30))
-    an = report.Analysis(runs=runs, grid_runs=None, base=runs, curves=None, fits=fits,
-                         law_comparison=[], ablation=None, tuned=None, rule=None)
+    an = report.Analysis(
+        runs=runs,
+        grid_runs=None,
+        base=runs,
+        curves=None,
+        fits=fits,
+        law_comparison=[],
+        ablation=None,
+        tuned=None,
+        rule=None,
+    )
     blocks = report.build_blocks(an, pd.DataFrame(), [], "t")
     start = blocks.index(("h2", "Approach 2: IsoFLOP profiles"))
     _, header, rows = next(b for b in blocks[start:] if b[0] == "table")
@@ -430,10 +533,18 @@ def test_multiplier_figure_draws_an_interval_that_misses_its_estimate():
     matplotlib.use("Agg")
     from analysis import plots
 
-    ablation = {"baseline": "base", "variants": {"base": {"multipliers": []}, "v": {"multipliers": [
-        {"C": 1e12, "multiplier": 5.0, "ci95": [0.5, 2.0], "measured": True},
-        {"C": 1e13, "multiplier": 3.0, "ci95": [1.5, 4.0], "measured": False},
-    ]}}}  # fmt: skip
+    ablation = {
+        "baseline": "base",
+        "variants": {
+            "base": {"multipliers": []},
+            "v": {
+                "multipliers": [
+                    {"C": 1e12, "multiplier": 5.0, "ci95": [0.5, 2.0], "measured": True},
+                    {"C": 1e13, "multiplier": 3.0, "ci95": [1.5, 4.0], "measured": False},
+                ]
+            },
+        },
+    }
     fig = plots.multipliers(ablation)
     from matplotlib.collections import LineCollection
 
@@ -443,9 +554,17 @@ def test_multiplier_figure_draws_an_interval_that_misses_its_estimate():
 
 # Final losses of the 2017 block in the demo sweep (lr 2e-3, batch 1024): a plateau at small D
 # and loss rising with N at D = 1e6, which L = E + A/N^alpha + B/D^beta cannot express.
-PLATEAU = [(29316, 2.5e5, 5.879), (29316, 5e5, 5.693), (29316, 1e6, 4.145),
-           (99968, 2.5e5, 5.847), (99968, 5e5, 4.201), (99968, 1e6, 3.267),
-           (303968, 2.5e5, 5.863), (303968, 5e5, 4.565), (303968, 1e6, 3.700)]  # fmt: skip
+PLATEAU = [
+    (29316, 2.5e5, 5.879),
+    (29316, 5e5, 5.693),
+    (29316, 1e6, 4.145),
+    (99968, 2.5e5, 5.847),
+    (99968, 5e5, 4.201),
+    (99968, 1e6, 3.267),
+    (303968, 2.5e5, 5.863),
+    (303968, 5e5, 4.565),
+    (303968, 1e6, 3.700),
+]
 
 
 def test_report_says_when_approach_3_is_not_identified(tmp_path):
@@ -453,8 +572,10 @@ def test_report_says_when_approach_3_is_not_identified(tmp_path):
     infinite optimum the fit lands on (A = inf or 4.6e151, alpha 34 or 70 across installs), the
     exponent is implausible, so alpha, A and everything derived from them are not identified,
     in fit.json and in the report, and no allocation is printed as a law."""
-    rows = [{"run_id": f"r{i}", "arch": "a", "N": n, "D": d, "C": 6 * n * d, "loss": loss}
-            for i, (n, d, loss) in enumerate(PLATEAU)]  # fmt: skip
+    rows = [
+        {"run_id": f"r{i}", "arch": "a", "N": n, "D": d, "C": 6 * n * d, "loss": loss}
+        for i, (n, d, loss) in enumerate(PLATEAU)
+    ]
     src = tmp_path / "runs.csv"
     pd.DataFrame(rows).to_csv(src, index=False)
     out = tmp_path / "r"
@@ -462,7 +583,9 @@ def test_report_says_when_approach_3_is_not_identified(tmp_path):
     fit = json.loads((out / "fit.json").read_text())["parametric"]
     assert {"alpha", "A", "a", "b"} <= set(fit["not_identified"])
     assert "outside the plausible range" in fit["why_not_identified"]["alpha"]
-    assert all(f"N_opt@{c:.3g}" in fit["not_identified"] for c in [r["C"] for r in fit["allocation"]])
+    assert all(
+        f"N_opt@{c:.3g}" in fit["not_identified"] for c in [r["C"] for r in fit["allocation"]]
+    )
     md = (out / "report.md").read_text()
     assert "Not identified by these runs (approach 3)" in md and "outside the plausible range" in md
     table = md[md.index("| quantity |") : md.index("| C (FLOPs, 6ND)")]
@@ -479,7 +602,9 @@ def test_e_on_its_bound_is_not_identified_and_fixing_it_is_reported(tmp_path):
     assert fit.main(["--csv", str(src), "--bootstrap", "20", "--out", str(out)]) == 0
     p = json.loads(out.read_text())["parametric"]
     assert "E" in p["not_identified"] and "--fix E=" in p["why_not_identified"]["E"]
-    assert fit.main(["--csv", str(src), "--bootstrap", "20", "--fix", "E=1.2", "--out", str(out)]) == 0
+    assert (
+        fit.main(["--csv", str(src), "--bootstrap", "20", "--fix", "E=1.2", "--out", str(out)]) == 0
+    )
     p = json.loads(out.read_text())["parametric"]
     assert p["E"] == pytest.approx(1.2) and p["fixed"] == {"E": 1.2} and p["ci95"]["E"] is None
     assert "E" not in p["not_identified"] and p["ci95"]["alpha"] is not None
@@ -501,9 +626,15 @@ def test_sizes_by_token_multipliers_grid_with_integer_columns_fits(tmp_path):
     from analysis.synthetic import HOFFMANN
 
     rng = np.random.default_rng(0)
-    rows = [{"N": int(n), "D": int(20 * n * m),
-             "loss": float(HOFFMANN.predict(n, 20 * n * m) * np.exp(0.01 * rng.standard_normal()))}
-            for n in (10e6, 40e6, 100e6, 400e6) for m in (0.25, 0.5, 1, 2, 4, 8, 16, 32)]  # fmt: skip
+    rows = [
+        {
+            "N": int(n),
+            "D": int(20 * n * m),
+            "loss": float(HOFFMANN.predict(n, 20 * n * m) * np.exp(0.01 * rng.standard_normal())),
+        }
+        for n in (10e6, 40e6, 100e6, 400e6)
+        for m in (0.25, 0.5, 1, 2, 4, 8, 16, 32)
+    ]
     src = tmp_path / "grid.csv"
     pd.DataFrame(rows).to_csv(src, index=False)
     out = tmp_path / "fit.json"

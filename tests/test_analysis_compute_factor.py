@@ -67,7 +67,9 @@ def test_encoder_decoder_fit_recovers_the_law_and_its_d_opt_under_its_k(tmp_path
     out2 = tmp_path / "fit2.json"
     assert fit.main(["--csv", str(src2), *FAST, "--budget", "1e19", "--out", str(out2)]) == 0
     p2 = json.loads(out2.read_text())["parametric"]
-    assert np.isclose(p2["alpha"], p["alpha"], rtol=1e-6) and np.isclose(p2["beta"], p["beta"], rtol=1e-6)
+    assert np.isclose(p2["alpha"], p["alpha"], rtol=1e-6) and np.isclose(
+        p2["beta"], p["beta"], rtol=1e-6
+    )
 
     # predictions under the same k: the compute-optimal point at C, and D of (N, C)
     points = tmp_path / "points.csv"
@@ -75,7 +77,9 @@ def test_encoder_decoder_fit_recovers_the_law_and_its_d_opt_under_its_k(tmp_path
     pred_out = tmp_path / "pred.csv"
     assert predict.main(["--fit", str(out), "--csv", str(points), "--out", str(pred_out)]) == 0
     pred = pd.read_csv(pred_out).iloc[0]
-    assert np.isclose(pred["N"], row["N_opt"], rtol=1e-9) and np.isclose(pred["D"], row["D_opt"], rtol=1e-9)
+    assert np.isclose(pred["N"], row["N_opt"], rtol=1e-9) and np.isclose(
+        pred["D"], row["D_opt"], rtol=1e-9
+    )
     pd.DataFrame({"N": [1e8], "C": [1e19]}).to_csv(points, index=False)
     assert predict.main(["--fit", str(out), "--csv", str(points), "--out", str(pred_out)]) == 0
     pred = pd.read_csv(pred_out).iloc[0]
@@ -116,14 +120,20 @@ def test_decoder_fit_is_unchanged_and_a_csv_without_k_is_a_decoder(tmp_path):
 
 
 def test_mixed_k_in_one_fit_is_refused_in_one_line(tmp_path, capsys):
-    runs = pd.concat([isoflop_runs(LAW, seed=5, k=K, **SMALL),
-                      isoflop_runs(LAW, seed=6, k=1.0, variant="other", **SMALL).assign(k=1.0)])  # fmt: skip
+    runs = pd.concat(
+        [
+            isoflop_runs(LAW, seed=5, k=K, **SMALL),
+            isoflop_runs(LAW, seed=6, k=1.0, variant="other", **SMALL).assign(k=1.0),
+        ]
+    )
     src, out = tmp_path / "runs.csv", tmp_path / "fit.json"
     runs.to_csv(src, index=False)  # no arch: one family as far as the analysis can tell
     assert fit.main(["--csv", str(src), *FAST, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and not out.exists()
-    assert err.startswith("error: the selection mix compute conventions: k = C / (6 N D) from 0.5045 to 1")
+    assert err.startswith(
+        "error: the selection mix compute conventions: k = C / (6 N D) from 0.5045 to 1"
+    )
     bad = tmp_path / "bad.csv"
     runs.assign(k=-1.0).to_csv(bad, index=False)
     assert fit.main(["--csv", str(bad), *FAST, "--out", str(out)]) == 2
@@ -145,14 +155,19 @@ def test_families_report_has_a_section_per_family_and_compares_no_loss(tmp_path,
     assert headings[0] == "Summary"
     for family in ("decoder", "encoder_decoder"):
         assert f"Family {family}: summary" in headings
-        assert f"Family {family}: Approach 3: parametric fit L(N, D) = E + A/N^alpha + B/D^beta" in headings
+        assert (
+            f"Family {family}: Approach 3: parametric fit L(N, D) = E + A/N^alpha + B/D^beta"
+            in headings
+        )
         assert (out / "figures" / family / "loss_vs_compute.svg").is_file()
         assert f"](figures/{family}/contours.png)" in md
     summary = md.split("## Summary", 1)[1].split("\n## ", 1)[0]
     tables = [line for line in summary.splitlines() if line.startswith("| family")]
-    assert tables == ["| family | runs fitted | a (N_opt ~ C^a) | b (D_opt ~ C^b) |",
-                      "| family | C (FLOPs) | N_opt | D_opt | tokens per parameter |",
-                      "| family | k = C / (6 N D) | D counts |"]  # fmt: skip
+    assert tables == [
+        "| family | runs fitted | a (N_opt ~ C^a) | b (D_opt ~ C^b) |",
+        "| family | C (FLOPs) | N_opt | D_opt | tokens per parameter |",
+        "| family | k = C / (6 N D) | D counts |",
+    ]
     assert "Losses are not compared across families" in summary
     assert "| encoder_decoder | 0.5045 |" in summary
     res = json.loads((out / "fit.json").read_text())
@@ -162,7 +177,9 @@ def test_families_report_has_a_section_per_family_and_compares_no_loss(tmp_path,
         p = res["groups"][family]["parametric"]
         assert comp[family]["k"] == k and comp[family]["a"] == p["a"]
         assert comp[family]["allocation"] == p["allocation"]
-        assert not {"E", "A", "B", "alpha", "beta"} & set(comp[family]) and "loss" not in json.dumps(comp)
+        assert not {"E", "A", "B", "alpha", "beta"} & set(
+            comp[family]
+        ) and "loss" not in json.dumps(comp)
         row = p["allocation"][0]  # every family's allocation at the same budget, its own k
         assert row["C"] == 1e19 and np.isclose(k * 6 * row["N_opt"] * row["D_opt"], 1e19, rtol=1e-9)
     assert "compute_convention" not in res["groups"]["decoder"]
@@ -179,8 +196,12 @@ def test_an_encoder_decoder_on_paired_data_is_never_pooled_with_span_corruption(
     # the same family, two objectives (objective.name, as the runs log it): two losses, two laws
     span = isoflop_runs(LAW, seed=7, k=K, **SMALL).assign(arch=f"encoder_decoder-{ARCH}")
     pairs = isoflop_runs(LAW, seed=8, k=0.5, **SMALL).assign(arch=f"encoder_decoder-{ARCH}")
-    runs = pd.concat([span.assign(**{"objective.name": "span_corruption"}),
-                      pairs.assign(run_id="p-" + pairs["run_id"], **{"objective.name": "seq2seq_pairs"})])  # fmt: skip
+    runs = pd.concat(
+        [
+            span.assign(**{"objective.name": "span_corruption"}),
+            pairs.assign(run_id="p-" + pairs["run_id"], **{"objective.name": "seq2seq_pairs"}),
+        ]
+    )
     src, out = tmp_path / "runs.csv", tmp_path / "fit.json"
     runs.to_csv(src, index=False)
     assert fit.main(["--csv", str(src), *FAST, "--out", str(out)]) == 2
@@ -193,8 +214,15 @@ def test_an_encoder_decoder_on_paired_data_is_never_pooled_with_span_corruption(
     conv = res["groups"]["encoder_decoder/seq2seq_pairs"]["compute_convention"]
     assert conv["k"] == 0.5 and conv["D"].startswith("source + target positions")
     report_out = tmp_path / "report"
-    assert report.main(["--csv", str(src), *FAST, "--group", "family", "--out", str(report_out)]) == 0
-    assert (report_out / "figures" / "encoder_decoder+seq2seq_pairs" / "loss_vs_compute.svg").is_file()
+    assert (
+        report.main(["--csv", str(src), *FAST, "--group", "family", "--out", str(report_out)]) == 0
+    )
+    assert (
+        report_out / "figures" / "encoder_decoder+seq2seq_pairs" / "loss_vs_compute.svg"
+    ).is_file()
     md = (report_out / "report.md").read_text()
     assert "Family encoder_decoder/seq2seq_pairs: summary" in md
-    assert "| encoder_decoder/seq2seq_pairs | 0.5 | source + target positions of the padded pairs" in md
+    assert (
+        "| encoder_decoder/seq2seq_pairs | 0.5 | source + target positions of the padded pairs"
+        in md
+    )

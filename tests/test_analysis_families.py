@@ -20,9 +20,12 @@ ARCH = "post-layernorm-sinusoidal-mha-gelu"  # ModelConfig.arch of conf/model/va
 def two_families(tmp_path):
     """A decoder's and an encoder's runs (the same arch otherwise, as a families sweep)."""
     path = tmp_path / "runs.csv"
-    pd.concat([isoflop_runs(LAW, seed=0, **SMALL).assign(arch=ARCH),
-               isoflop_runs(LAW, seed=1, **SMALL).assign(arch=f"encoder-{ARCH}")
-               ]).drop(columns=["C"]).to_csv(path, index=False)  # fmt: skip
+    pd.concat(
+        [
+            isoflop_runs(LAW, seed=0, **SMALL).assign(arch=ARCH),
+            isoflop_runs(LAW, seed=1, **SMALL).assign(arch=f"encoder-{ARCH}"),
+        ]
+    ).drop(columns=["C"]).to_csv(path, index=False)
     return path
 
 
@@ -58,5 +61,8 @@ def test_report_refuses_to_compare_families_by_loss(tmp_path, capsys):
     args = ["--csv", str(src), "--bootstrap", "20", "--compare", "arch", "--baseline", ARCH]
     assert report.main([*args, "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "the selection holds model families ['decoder', 'encoder']" in err and "--group family" in err
+    assert (
+        "the selection holds model families ['decoder', 'encoder']" in err
+        and "--group family" in err
+    )
     assert len(err.strip().splitlines()) == 1 and not out.exists()

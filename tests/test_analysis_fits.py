@@ -30,8 +30,13 @@ def test_hoffmann_full_precision_values_give_the_papers_allocation():
 def test_batched_lbfgs_minimises_every_row_independently():
     def rosenbrock(x, rows):  # minimum 0 at (1, 1)
         f = (1 - x[:, 0]) ** 2 + 100 * (x[:, 1] - x[:, 0] ** 2) ** 2
-        g = np.stack([-2 * (1 - x[:, 0]) - 400 * x[:, 0] * (x[:, 1] - x[:, 0] ** 2),
-                      200 * (x[:, 1] - x[:, 0] ** 2)], axis=1)  # fmt: skip
+        g = np.stack(
+            [
+                -2 * (1 - x[:, 0]) - 400 * x[:, 0] * (x[:, 1] - x[:, 0] ** 2),
+                200 * (x[:, 1] - x[:, 0] ** 2),
+            ],
+            axis=1,
+        )
         return f, g
 
     starts = np.array([[-1.2, 1.0], [2.0, 2.0], [0.0, -1.0], [1.0, 1.0]])
@@ -65,8 +70,9 @@ def test_approach3_objective_is_the_best_of_the_grid():
     fit = chinchilla.fit(runs["N"], runs["D"], runs["loss"])
     logs = [np.log(runs[c].to_numpy()) for c in ("N", "D", "loss")]
     some_starts = chinchilla.hoffmann_grid()[::97]
-    f, _ = chinchilla.huber_objective(some_starts, np.zeros(len(some_starts), int), *logs,
-                                      np.ones((1, len(runs))))  # fmt: skip
+    f, _ = chinchilla.huber_objective(
+        some_starts, np.zeros(len(some_starts), int), *logs, np.ones((1, len(runs)))
+    )
     assert fit.objective <= f.min()
     refit = chinchilla.fit(runs["N"], runs["D"], runs["loss"], starts=some_starts)
     assert fit.objective <= refit.objective + 1e-12
@@ -131,18 +137,22 @@ def test_resample_counts_is_seeded_and_keeps_strata_sizes():
 def _scaled(law, k):
     """Law of a variant worth k times the compute: L_v(N, D) = L(N sqrt k, D sqrt k)."""
     s = np.sqrt(k)
-    return chinchilla.Parametric(law.E, law.A * s**-law.alpha, law.B * s**-law.beta, law.alpha,
-                                 law.beta)  # fmt: skip
+    return chinchilla.Parametric(
+        law.E, law.A * s**-law.alpha, law.B * s**-law.beta, law.alpha, law.beta
+    )
 
 
 def test_ablation_multiplier_recovers_a_known_compute_advantage():
     budgets = (1e17, 1e18, 1e19)
     kw = dict(budgets=budgets, sizes_per_budget=5, noise=0.002)
-    runs = pd.concat([
-        isoflop_runs(TRUTH, seed=0, variant="base", **kw),
-        isoflop_runs(_scaled(TRUTH, 3.0), seed=1, variant="better", **kw),
-        isoflop_runs(TRUTH, seed=2, variant="same", **kw),
-    ], ignore_index=True)  # fmt: skip
+    runs = pd.concat(
+        [
+            isoflop_runs(TRUTH, seed=0, variant="base", **kw),
+            isoflop_runs(_scaled(TRUTH, 3.0), seed=1, variant="better", **kw),
+            isoflop_runs(TRUTH, seed=2, variant="same", **kw),
+        ],
+        ignore_index=True,
+    )
     res = compare_variants(runs, n_boot=200, seed=0)
     assert res["n_comparisons"] == 6  # 2 variants x 3 measured budgets: the Holm family
     better = [m for m in res["variants"]["better"]["multipliers"] if m["measured"]]
@@ -203,12 +213,14 @@ def test_bootstrap_intervals_cover_the_truth_when_e_is_weakly_identified():
 def test_envelope_keeps_only_points_that_no_cheaper_point_matches():
     # A bin whose only run is dominated by a cheaper one (C 5e11 at 2.69 after 2.35 at 2.7e11):
     # the old per-bin minimum put it on the frontier.
-    points = pd.DataFrame({
-        "run_id": list("abcdefg"),
-        "N": [1e4, 1e4, 1e4, 2e5, 5e4, 5e4, 1.5e5],
-        "C": [3e10, 1e11, 2.7e11, 5.15e11, 6.1e11, 1.2e12, 6.5e12],
-        "loss": [2.95, 2.49, 2.35, 2.69, 2.23, 2.06, 1.72],
-    })  # fmt: skip
+    points = pd.DataFrame(
+        {
+            "run_id": list("abcdefg"),
+            "N": [1e4, 1e4, 1e4, 2e5, 5e4, 5e4, 1.5e5],
+            "C": [3e10, 1e11, 2.7e11, 5.15e11, 6.1e11, 1.2e12, 6.5e12],
+            "loss": [2.95, 2.49, 2.35, 2.69, 2.23, 2.06, 1.72],
+        }
+    )
     front = envelope.envelope(points, n_bins=7)
     assert "d" not in set(front["run_id"])
     for _, row in front.iterrows():
@@ -245,8 +257,7 @@ def test_holm_adjustment_matches_the_step_down_formula():
 
 def test_fixing_e_at_the_truth_recovers_the_exponents():
     runs = isoflop_runs(TRUTH, noise=0.01, seed=3)
-    fit, section, _ = chinchilla.section(runs, [1e21], n_boot=50, seed=0,
-                                                fixed={"E": TRUTH.E})  # fmt: skip
+    fit, section, _ = chinchilla.section(runs, [1e21], n_boot=50, seed=0, fixed={"E": TRUTH.E})
     assert fit.E == pytest.approx(TRUTH.E)
     assert section["fixed"] == {"E": TRUTH.E} and section["ci95"]["E"] is None
     assert fit.alpha == pytest.approx(TRUTH.alpha, abs=0.03)
@@ -274,7 +285,9 @@ def test_allocation_intervals_are_cut_to_0_1_and_reaching_past_both_ends_is_not_
     """a + b = 1 with both >= 0: replicates outside [0, 1] are cut off the shown interval (the
     cut interval still covers a true value), and one that needs all of [0, 1] says nothing."""
     # three budgets within 1.4x of each other: the frontier's slope is hardly constrained
-    runs = isoflop_runs(TRUTH, budgets=(1e18, 1.2e18, 1.4e18), sizes_per_budget=5, noise=0.02, seed=0)
+    runs = isoflop_runs(
+        TRUTH, budgets=(1e18, 1.2e18, 1.4e18), sizes_per_budget=5, noise=0.02, seed=0
+    )
     iso = isoflop.isoflop_report(runs, n_boot=200, seed=0)
     lo, hi = iso["ci95_unclipped"]["a"]
     assert lo < 0 and hi > 1 and iso["ci95"]["a"] == [0.0, 1.0]
@@ -304,8 +317,15 @@ def wide_isoflop_runs(law, budgets, sizes: int, span: float, noise: float, seed:
         n_opt = law.optimal(C)[0][0]
         for N in n_opt * np.geomspace(1 / span, span, sizes):
             D = C / (6 * N)
-            rows.append({"run_id": f"r{len(rows)}", "N": N, "D": D, "C": C,
-                         "loss": float(law.predict(N, D) * np.exp(noise * rng.standard_normal()))})  # fmt: skip
+            rows.append(
+                {
+                    "run_id": f"r{len(rows)}",
+                    "N": N,
+                    "D": D,
+                    "C": C,
+                    "loss": float(law.predict(N, D) * np.exp(noise * rng.standard_normal())),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -339,7 +359,9 @@ def test_approach2_fits_the_parabola_near_each_minimum():
     assert all(3 <= o["n_fit"] < o["n_points"] for o in iso["per_budget"])
     assert iso["a"] == pytest.approx(TRUTH.a, abs=0.015)
     everything = np.polyfit(np.log(runs["N"][:13]), runs["loss"][:13], 2)  # the old fit
-    assert abs(np.exp(-everything[1] / (2 * everything[0])) / iso["per_budget"][0]["N_opt"] - 1) > 0.1
+    assert (
+        abs(np.exp(-everything[1] / (2 * everything[0])) / iso["per_budget"][0]["N_opt"] - 1) > 0.1
+    )
 
 
 def test_a_scatter_of_runs_is_not_an_isoflop_design():
@@ -350,8 +372,9 @@ def test_a_scatter_of_runs_is_not_an_isoflop_design():
     assert "not an IsoFLOP design" in iso["skipped"] and "a" not in iso
     # an IsoFLOP sweep next to a few scattered runs of another sweep: used, with a warning
     ladder = isoflop_runs(TRUTH, budgets=np.geomspace(1e17, 1e20, 6), noise=0.002, seed=0)
-    mixed = pd.concat([ladder.assign(sweep="iso"),
-                       scatter.iloc[:80].assign(sweep="scatter")], ignore_index=True)  # fmt: skip
+    mixed = pd.concat(
+        [ladder.assign(sweep="iso"), scatter.iloc[:80].assign(sweep="scatter")], ignore_index=True
+    )
     iso = isoflop.isoflop_report(mixed, n_boot=20, seed=0)
     assert sum(o["interior"] for o in iso["per_budget"] if o["sweep"] == "iso") == 6
     assert "left out of approach 2" in iso["warning"]
@@ -365,8 +388,9 @@ def test_an_asymptote_above_the_best_runs_is_not_a_law():
     al.'s tuned sweep sit below its fitted E): the robust fit keeps E above them, so E, and
     everything built from it, is flagged instead of shown with intervals."""
     law = chinchilla.Parametric(E=3.0, A=100.0, B=100.0, alpha=0.36, beta=0.30)
-    runs = isoflop_runs(law, budgets=np.geomspace(1e18, 1e21, 5), sizes_per_budget=5,
-                        noise=0.002, seed=0)  # best runs 3.09-3.11: near the floor  # fmt: skip
+    runs = isoflop_runs(
+        law, budgets=np.geomspace(1e18, 1e21, 5), sizes_per_budget=5, noise=0.002, seed=0
+    )  # best runs 3.09-3.11: near the floor
     best = runs["loss"].nsmallest(2).index
     runs.loc[best, "loss"] = runs.loc[best, "loss"] * 0.96
     fit, section, _ = chinchilla.section(runs, [1e21], n_boot=20, seed=0)
@@ -379,10 +403,26 @@ def test_an_asymptote_above_the_best_runs_is_not_a_law():
 def test_an_irreducible_loss_whose_interval_reaches_zero_flags_the_allocation():
     """Gadre et al.'s fit set gives E = 1.458 [2.5e-7, 1.84]: E is flagged, and the allocation
     built on it says so; the exponents keep their intervals."""
-    point = {"E": 1.458, "alpha": 0.3, "beta": 0.3, "A": 400.0, "B": 400.0, "a": 0.5, "b": 0.5,
-             "N_opt@1e+21": 1e10}  # fmt: skip
-    ci = {"E": [2.5e-7, 1.84], "alpha": [0.25, 0.35], "beta": [0.25, 0.35], "A": [300, 500],
-          "B": [300, 500], "a": [0.45, 0.55], "b": [0.45, 0.55], "N_opt@1e+21": [5e9, 2e10]}  # fmt: skip
+    point = {
+        "E": 1.458,
+        "alpha": 0.3,
+        "beta": 0.3,
+        "A": 400.0,
+        "B": 400.0,
+        "a": 0.5,
+        "b": 0.5,
+        "N_opt@1e+21": 1e10,
+    }
+    ci = {
+        "E": [2.5e-7, 1.84],
+        "alpha": [0.25, 0.35],
+        "beta": [0.25, 0.35],
+        "A": [300, 500],
+        "B": [300, 500],
+        "a": [0.45, 0.55],
+        "b": [0.45, 0.55],
+        "N_opt@1e+21": [5e9, 2e10],
+    }
     reasons = identification.law_reasons(chinchilla.LAW, point, ci, np.ones(20, bool), loss_min=2.1)
     assert "reaches down to 0" in reasons["E"]
     assert "built on E" in reasons["N_opt@1e+21"]
@@ -403,7 +443,9 @@ def test_degenerate_inputs_raise_no_runtime_warnings():
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         for irreducible in (True, False):
-            assert np.isnan(fit_power_laws(x, y, irreducible=irreducible, weights=empty)[0, :2]).all()
+            assert np.isnan(
+                fit_power_laws(x, y, irreducible=irreducible, weights=empty)[0, :2]
+            ).all()
         theta = chinchilla.Parametric(E=0.0, A=400.0, B=400.0, alpha=-0.1, beta=0.3).theta
         assert np.isnan(chinchilla.allocation(theta[None, :], [1e20])["N_opt"]).all()
         assert isoflop.isoflop_report(flat, n_boot=10, seed=0)["not_identified"] == ["a", "b"]

@@ -67,27 +67,33 @@ def test_overtrain_is_chinchilla_with_one_exponent():
     """Gadre et al.'s form is E + A/N^alpha + B/D^beta with alpha = beta = -b, B = c 6^(b/2)."""
     E, a, b, c = 1.9, 300.0, -0.28, 900.0
     N, D = np.geomspace(1e6, 1e9, 4), np.geomspace(1e8, 1e12, 4)
-    got = LAWS["overtrain"].predict(LAWS["overtrain"].to_theta(dict(E=E, a=a, b=b, c=c)),
-                                    {"N": N, "D": D})[0]  # fmt: skip
+    got = LAWS["overtrain"].predict(
+        LAWS["overtrain"].to_theta(dict(E=E, a=a, b=b, c=c)), {"N": N, "D": D}
+    )[0]
     M = D / N
     assert got == pytest.approx(a * N**b + c * 6 ** (b / 2) * (M * N) ** b + E, rel=1e-12)
     chin = LAWS["chinchilla"]
-    same = chin.predict(chin.to_theta(dict(E=E, A=a, B=c * 6 ** (b / 2), alpha=-b, beta=-b)),
-                        {"N": N, "D": D})[0]  # fmt: skip
+    same = chin.predict(
+        chin.to_theta(dict(E=E, A=a, B=c * 6 ** (b / 2), alpha=-b, beta=-b)), {"N": N, "D": D}
+    )[0]
     assert got == pytest.approx(same, rel=1e-12)
 
 
-@pytest.mark.parametrize("name, values", [
-    ("kaplan", kaplan.PUBLISHED),
-    ("overtrain", {"E": 1.9, "a": 300.0, "b": -0.28, "c": 900.0}),
-    ("chinchilla", {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.339, "beta": 0.285}),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, values",
+    [
+        ("kaplan", kaplan.PUBLISHED),
+        ("overtrain", {"E": 1.9, "a": 300.0, "b": -0.28, "c": 900.0}),
+        ("chinchilla", {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.339, "beta": 0.285}),
+    ],
+)
 def test_allocation_is_the_minimum_of_the_loss_at_fixed_compute(name, values):
     law = LAWS[name]
     C = np.array([1e18, 1e21])
     N, D = law.optimal({k: np.array([v]) for k, v in values.items()}, C)
     theta = law.to_theta(values)
     for k, c in enumerate(C):
+
         def loss(log_n, c=c):
             n = math.exp(log_n)
             return law.predict(theta, {"N": [n], "D": [c / (6 * n)]})[0, 0]
@@ -112,7 +118,9 @@ def _check(sec: dict, truth: dict, rtol: dict):
 
 def test_kaplan_recovers_its_parameters():
     truth = kaplan.PUBLISHED
-    sec, thetas = section(LAWS["kaplan"], runs(LAWS["kaplan"], truth, N_GRID, D_GRID), [1e18], 60, 0)
+    sec, thetas = section(
+        LAWS["kaplan"], runs(LAWS["kaplan"], truth, N_GRID, D_GRID), [1e18], 60, 0
+    )
     # exponents to 3%, the scales (exp of a log fitted against the exponent) to 40%
     _check(sec, truth, {"alpha_N": 0.03, "alpha_D": 0.03, "N_c": 0.4, "D_c": 0.4})
     assert sec["law"] == "kaplan" and thetas.shape == (60, 4)
@@ -143,8 +151,19 @@ def datablations_runs(truth, seed=0):
 def test_datablations_recovers_its_parameters():
     truth = dict(datablations.PUBLISHED)
     sec, _ = section(LAWS["datablations"], datablations_runs(truth), [1e18], 60, 0)
-    _check(sec, truth, {"E": 0.05, "A": 0.5, "B": 0.5, "alpha": 0.05, "beta": 0.05,
-                        "R_D_star": 0.25, "R_N_star": 0.5})  # fmt: skip
+    _check(
+        sec,
+        truth,
+        {
+            "E": 0.05,
+            "A": 0.5,
+            "B": 0.5,
+            "alpha": 0.05,
+            "beta": 0.05,
+            "R_D_star": 0.25,
+            "R_N_star": 0.5,
+        },
+    )
     assert sec["allocation"][0]["U"] == pytest.approx(datablations_runs(truth)["U"].max())
 
 
@@ -163,8 +182,18 @@ def test_fit_cli_writes_the_law_section_and_replicates(tmp_path, capsys):
     data = runs(LAWS["overtrain"], {"E": 1.8, "a": 400.0, "b": -0.3, "c": 600.0}, N_GRID, D_GRID)
     data.to_csv(tmp_path / "runs.csv", index=False)
     out = tmp_path / "fit.json"
-    code = fit.main(["--csv", str(tmp_path / "runs.csv"), "--law", "overtrain", "--bootstrap", "20",
-                     "--out", str(out)])  # fmt: skip
+    code = fit.main(
+        [
+            "--csv",
+            str(tmp_path / "runs.csv"),
+            "--law",
+            "overtrain",
+            "--bootstrap",
+            "20",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     p = json.loads(out.read_text())["parametric"]
     assert p["law"] == "overtrain" and set(p["ci95"]) >= {"E", "a", "b", "c"}
@@ -177,29 +206,47 @@ def test_fit_cli_writes_the_law_section_and_replicates(tmp_path, capsys):
 def test_default_law_keeps_fit_json_and_writes_the_replicates_of_its_intervals(tmp_path):
     """fit.json's default section is approach 3's, named `chinchilla`, and the replicates next
     to it are the ones its intervals come from."""
-    data = runs(LAWS["chinchilla"], {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.339,
-                                     "beta": 0.285}, N_GRID, D_GRID)  # fmt: skip
+    data = runs(
+        LAWS["chinchilla"],
+        {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.339, "beta": 0.285},
+        N_GRID,
+        D_GRID,
+    )
     data.to_csv(tmp_path / "runs.csv", index=False)
     out = tmp_path / "fit.json"
-    assert fit.main(["--csv", str(tmp_path / "runs.csv"), "--bootstrap", "20", "--out", str(out)]) == 0
+    assert (
+        fit.main(["--csv", str(tmp_path / "runs.csv"), "--bootstrap", "20", "--out", str(out)]) == 0
+    )
     p = json.loads(out.read_text())["parametric"]
     assert p["law"] == "chinchilla"
     reps = pd.read_csv(tmp_path / "fit.replicates.csv")
     assert list(reps.columns) == ["E", "A", "B", "alpha", "beta"] and len(reps) == 20
     for k in ("E", "alpha", "beta"):
         assert [float(v) for v in np.percentile(reps[k].dropna(), [2.5, 97.5])] == pytest.approx(
-            p["ci95"][k], rel=1e-9)
+            p["ci95"][k], rel=1e-9
+        )
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda d: d.drop(columns="U"), "needs a column 'U'"),
-    (lambda d: d.assign(U=d["D"] * 2), "'U' is larger than D"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda d: d.drop(columns="U"), "needs a column 'U'"),
+        (lambda d: d.assign(U=d["D"] * 2), "'U' is larger than D"),
+    ],
+)
 def test_fit_cli_bad_datablations_input_exits_2_with_one_line(tmp_path, capsys, edit, message):
     data = edit(datablations_runs(dict(datablations.PUBLISHED)))
     data.to_csv(tmp_path / "runs.csv", index=False)
-    code = fit.main(["--csv", str(tmp_path / "runs.csv"), "--law", "datablations",
-                     "--out", str(tmp_path / "fit.json")])  # fmt: skip
+    code = fit.main(
+        [
+            "--csv",
+            str(tmp_path / "runs.csv"),
+            "--law",
+            "datablations",
+            "--out",
+            str(tmp_path / "fit.json"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "fit.json").exists()
@@ -231,11 +278,17 @@ def test_a_four_parameter_law_fits_five_runs_that_approach_3_cannot(tmp_path, ca
     out.unlink()
     assert fit.main(args) == 2
     err = capsys.readouterr().err
-    assert "the fit L(N, D) = E + A/N^alpha + B/D^beta has 5 parameters and needs at least 6 runs" in err
+    assert (
+        "the fit L(N, D) = E + A/N^alpha + B/D^beta has 5 parameters and needs at least 6 runs"
+        in err
+    )
     # and a 4-parameter law its own five
     data = overtraining_design().iloc[:4]
     data.to_csv(tmp_path / "four.csv", index=False)
-    assert fit.main(["--csv", str(tmp_path / "four.csv"), "--law", "overtrain", "--out", str(out)]) == 2
+    assert (
+        fit.main(["--csv", str(tmp_path / "four.csv"), "--law", "overtrain", "--out", str(out)])
+        == 2
+    )
     err = capsys.readouterr().err
     assert "the overtrain law (E, a, b, c) has 4 parameters and needs at least 5 runs" in err
     assert not out.exists()

@@ -19,20 +19,34 @@ LAW = Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
 
 def _log_run(client, exp_id, parent, row, seed, status="FINISHED", final=True, sweep="iso"):
     N, D = int(row.N), int(row.D)
-    params = {"n_params_nonembed": N, "n_params": N + 4096, "n_params_embed": 4096, "tokens": D,
-              "flops_6nd": 6 * N * D, "flops_exact": 7 * N * D, "train.seed": seed,
-              "model.d_model": 64, "model.norm": "rmsnorm"}  # fmt: skip
+    params = {
+        "n_params_nonembed": N,
+        "n_params": N + 4096,
+        "n_params_embed": 4096,
+        "tokens": D,
+        "flops_6nd": 6 * N * D,
+        "flops_exact": 7 * N * D,
+        "train.seed": seed,
+        "model.d_model": 64,
+        "model.norm": "rmsnorm",
+    }
     key = f"key-{row.run_id}" + (f"-seed{seed}" if seed else "")  # the seed is in the key
-    tags = {"arch": "pre-rmsnorm-rope", "run_key": key, "variant": row.variant,
-            "sweep": sweep, "mlflow.parentRunId": parent}  # fmt: skip
+    tags = {
+        "arch": "pre-rmsnorm-rope",
+        "run_key": key,
+        "variant": row.variant,
+        "sweep": sweep,
+        "mlflow.parentRunId": parent,
+    }
     run = client.create_run(exp_id, tags=tags)
     steps = np.linspace(D / 4, D, 4).astype(int)
     metrics = [Metric("val_loss", row.loss * (1 + 0.1 * (D - s) / D), 0, int(s)) for s in steps]
     metrics += [Metric("train_loss", row.loss, 0, int(s)) for s in steps]
     if final:
         metrics.append(Metric("final_val_loss", row.loss, 0, D))
-    client.log_batch(run.info.run_id, metrics=metrics,
-                     params=[Param(k, str(v)) for k, v in params.items()])  # fmt: skip
+    client.log_batch(
+        run.info.run_id, metrics=metrics, params=[Param(k, str(v)) for k, v in params.items()]
+    )
     if status == "FAILED":
         client.log_batch(run.info.run_id, tags=[RunTag("failure_reason", "OOM at step 3")])
     client.set_terminated(run.info.run_id, status)
@@ -65,8 +79,21 @@ def test_loader_round_trip(store):
     np.testing.assert_allclose(merged["N_x"], merged["N_y"].astype(int))
     np.testing.assert_allclose(merged["C_x"], 6 * merged["N_x"] * merged["D_x"])
     np.testing.assert_allclose(df["N_total"] - df["N"], 4096)
-    assert set(df.columns) >= {"run_id", "run_key", "arch", "variant", "seed", "N", "N_total",
-                               "D", "C", "C_exact", "loss", "model.d_model", "model.norm"}  # fmt: skip
+    assert set(df.columns) >= {
+        "run_id",
+        "run_key",
+        "arch",
+        "variant",
+        "seed",
+        "N",
+        "N_total",
+        "D",
+        "C",
+        "C_exact",
+        "loss",
+        "model.d_model",
+        "model.norm",
+    }
     assert (df["seed"] == 0).all() and (df["model.d_model"] == 64).all()
     whole = load_mlflow("iso", tracking_uri=store["uri"]).frame  # no sweep: every training run
     assert len(whole) == len(df) + 1
@@ -119,16 +146,25 @@ def two_experiments(tmp_path_factory):
         name = f"grid{k}"
         parents[name] = client.create_run(grid_id, tags={"sweep_parent": name}).info.run_id
         D = np.array([0.25, 1.0, 4.0]) * 1e18 / (6 * N)
-        rows = pd.DataFrame({"run_id": [f"g{k}{j}" for j in range(3)], "variant": "base",
-                             "N": N, "D": D, "loss": LAW.predict(N, D)})  # fmt: skip
-        ids[name] = [_log_run(client, grid_id, parents[name], r, 0, sweep="grid")
-                     for r in rows.itertuples()]  # fmt: skip
+        rows = pd.DataFrame(
+            {
+                "run_id": [f"g{k}{j}" for j in range(3)],
+                "variant": "base",
+                "N": N,
+                "D": D,
+                "loss": LAW.predict(N, D),
+            }
+        )
+        ids[name] = [
+            _log_run(client, grid_id, parents[name], r, 0, sweep="grid") for r in rows.itertuples()
+        ]
     return {"uri": uri, "iso": iso, **{f"{k}_parent": v for k, v in parents.items()}, "ids": ids}
 
 
 def _select(store, experiments, sweeps=None):
-    ns = argparse.Namespace(csv=None, experiment=experiments, sweep=sweeps,
-                            tracking_uri=store["uri"])  # fmt: skip
+    ns = argparse.Namespace(
+        csv=None, experiment=experiments, sweep=sweeps, tracking_uri=store["uri"]
+    )
     return load_selected(ns)
 
 
@@ -136,21 +172,28 @@ def test_each_sweep_is_found_in_the_experiment_that_holds_it(two_experiments):
     s = two_experiments
     loaded = _select(s, ["ladder", "grid"], [s["grid1_parent"], s["iso"]])
     assert sorted(loaded.frame["run_id"]) == sorted(s["ids"]["iso"] + s["ids"]["grid1"])
-    assert loaded.source == (f"experiment 'ladder', sweep parent run {s['iso']} + "
-                             f"experiment 'grid', sweep parent run {s['grid1_parent']}")  # fmt: skip
+    assert loaded.source == (
+        f"experiment 'ladder', sweep parent run {s['iso']} + "
+        f"experiment 'grid', sweep parent run {s['grid1_parent']}"
+    )
     # An experiment holding none of the given sweeps contributes all its runs.
     loaded = _select(s, ["ladder", "grid"], [s["iso"]])
     assert sorted(loaded.frame["run_id"]) == sorted(sum(s["ids"].values(), []))
-    assert set(loaded.frame["source"]) == {f"experiment 'ladder', sweep parent run {s['iso']}",
-                                          "experiment 'grid'"}  # fmt: skip
+    assert set(loaded.frame["source"]) == {
+        f"experiment 'ladder', sweep parent run {s['iso']}",
+        "experiment 'grid'",
+    }
     whole = _select(s, ["grid", "ladder"]).frame  # whole experiments, in the order given
     assert list(whole["sweep"]) == ["grid"] * 6 + ["iso"] * 9
 
 
 def test_a_sweep_no_selected_experiment_holds_is_an_error(two_experiments):
     s = two_experiments
-    with pytest.raises(InputError, match=f"--sweep {s['iso']}: no run with this id in the "
-                                         r"selected experiment\(s\) \['grid'\]"):  # fmt: skip
+    with pytest.raises(
+        InputError,
+        match=f"--sweep {s['iso']}: no run with this id in the "
+        r"selected experiment\(s\) \['grid'\]",
+    ):
         _select(s, ["grid"], [s["grid0_parent"], s["iso"]])
     with pytest.raises(InputError, match="--sweep nope: no run with this id"):
         _select(s, ["ladder", "grid"], ["nope"])
@@ -164,8 +207,16 @@ def test_report_over_two_experiments(two_experiments, tmp_path):
     s = two_experiments
     out, again = tmp_path / "r", tmp_path / "again"
     common = ["--bootstrap", "20", "--title", "two", "--holdout-above", "1e30"]
-    args = ["--experiment", "ladder", "--experiment", "grid", "--sweep", s["iso"],
-            "--tracking-uri", s["uri"]]  # fmt: skip
+    args = [
+        "--experiment",
+        "ladder",
+        "--experiment",
+        "grid",
+        "--sweep",
+        s["iso"],
+        "--tracking-uri",
+        s["uri"],
+    ]
     assert report.main([*args, *common, "--out", str(out)]) == 0
     fit = json.loads((out / "fit.json").read_text())
     assert fit["n_runs"] == 15 and fit["parametric"]["n_points"] == 15
@@ -198,8 +249,9 @@ def test_sweep_selects_the_runs_of_its_latest_plan(tmp_path):
     kept_ids = [_log_run(client, exp_id, parent, r, 0) for r in kept.itertuples()]
     elsewhere_id = _log_run(client, exp_id, other, elsewhere, 0)
     failed_only = _log_run(client, exp_id, parent, runs.iloc[6], 0, status="FAILED", final=False)
-    plan = pd.DataFrame({"run_key": [f"key-{r}" for r in [*kept.run_id, elsewhere.run_id,
-                                                         runs.iloc[6].run_id]]})  # fmt: skip
+    plan = pd.DataFrame(
+        {"run_key": [f"key-{r}" for r in [*kept.run_id, elsewhere.run_id, runs.iloc[6].run_id]]}
+    )
     plan.to_csv(tmp_path / "plan.csv", index=False)
     client.log_artifact(parent, str(tmp_path / "plan.csv"))
 
@@ -220,15 +272,26 @@ def test_without_sweep_a_rerun_counts_once_and_d_is_what_was_trained(tmp_path):
     def run(key, start, loss, **params):
         run_id = client.create_run(exp_id, start_time=start, tags={"run_key": key}).info.run_id
         params = {"n_params_nonembed": N, "n_params": N + 4096, "tokens": 500_000, **params}
-        client.log_batch(run_id, metrics=[Metric("final_val_loss", loss, 0, 0)],
-                         params=[Param(k, str(v)) for k, v in params.items()])  # fmt: skip
+        client.log_batch(
+            run_id,
+            metrics=[Metric("final_val_loss", loss, 0, 0)],
+            params=[Param(k, str(v)) for k, v in params.items()],
+        )
         client.set_terminated(run_id, "FINISHED")
         return run_id
 
-    new = {"tokens_trained": 500_736, "flops_6nd": 6 * N * 500_736,
-           "flops_exact": fpt * 500_736, "flops_per_token_exact": fpt}  # fmt: skip
-    old = {"steps": 489, "batch_tokens": 1024, "flops_exact": fpt * 500_000,
-           "flops_per_token_exact": fpt}  # fmt: skip
+    new = {
+        "tokens_trained": 500_736,
+        "flops_6nd": 6 * N * 500_736,
+        "flops_exact": fpt * 500_736,
+        "flops_per_token_exact": fpt,
+    }
+    old = {
+        "steps": 489,
+        "batch_tokens": 1024,
+        "flops_exact": fpt * 500_000,
+        "flops_per_token_exact": fpt,
+    }
     first = run("k-new", 1000, 2.6, **new)
     rerun = run("k-new", 2000, 2.5, **new)
     older_store = run("k-old", 1000, 2.7, **old)
@@ -254,14 +317,18 @@ def test_budget_convention_comes_from_the_parents_plan_also_without_sweep(tmp_pa
     for half, convention in ((runs.iloc[:3], "exact"), (runs.iloc[3:], "6nd")):  # two sweeps
         parent = client.create_run(exp_id, tags={"mlflow.runName": "sweep-parent"}).info.run_id
         ids += [_log_run(client, exp_id, parent, r, seed=0) for r in half.itertuples()]
-        plan = pd.DataFrame({"run_key": [f"key-{r}" for r in half.run_id], "budget_flops": convention})
+        plan = pd.DataFrame(
+            {"run_key": [f"key-{r}" for r in half.run_id], "budget_flops": convention}
+        )
         plan.to_csv(tmp_path / "plan.csv", index=False)
         client.log_artifact(parent, str(tmp_path / "plan.csv"))
         parents.append(parent)
     whole = load_mlflow("planned-exact", tracking_uri=uri).frame
     assert sorted(whole["run_id"]) == sorted(ids)
     by_key = dict(zip(whole["run_key"], whole["budget_flops"]))
-    assert by_key == {**{f"key-{r}": "exact" for r in runs.run_id[:3]},
-                      **{f"key-{r}": "6nd" for r in runs.run_id[3:]}}  # fmt: skip
+    assert by_key == {
+        **{f"key-{r}": "exact" for r in runs.run_id[:3]},
+        **{f"key-{r}": "6nd" for r in runs.run_id[3:]},
+    }
     one = load_mlflow("planned-exact", sweep=parents[0], tracking_uri=uri).frame
     assert len(one) == 3 and (one["budget_flops"] == "exact").all()

@@ -25,15 +25,20 @@ def _write(tmp_path, name, obj):
 
 
 def test_hand_written_datablations_fit_predicts_the_readme_values(tmp_path):
-    fit_json = _write(tmp_path, "paper.json", {"parametric": {"law": "datablations",
-                                                              **datablations.PUBLISHED}})  # fmt: skip
-    points = _write(tmp_path, "points.csv", pd.DataFrame(
-        {"N": [6.34e9, 8.67e9], "D": [242e9, 178e9], "U": [25e9, 25e9]}))  # fmt: skip
+    fit_json = _write(
+        tmp_path, "paper.json", {"parametric": {"law": "datablations", **datablations.PUBLISHED}}
+    )
+    points = _write(
+        tmp_path,
+        "points.csv",
+        pd.DataFrame({"N": [6.34e9, 8.67e9], "D": [242e9, 178e9], "U": [25e9, 25e9]}),
+    )
     out = tmp_path / "pred.csv"
     assert predict.main(["--fit", fit_json, "--csv", points, "--out", str(out)]) == 0
     got = pd.read_csv(out)
-    assert got["loss_pred"].to_numpy() == pytest.approx([2.2256440889984477, 2.2269634075087867],
-                                                   rel=1e-12)  # fmt: skip
+    assert got["loss_pred"].to_numpy() == pytest.approx(
+        [2.2256440889984477, 2.2269634075087867], rel=1e-12
+    )
     assert got["loss_pred_lo"].isna().all()  # no replicates: no interval
 
 
@@ -55,22 +60,29 @@ def test_C_replaces_D_and_kaplan_published_law_predicts(tmp_path):
     assert predict.main(["--fit", fit_json, "--csv", points, "--out", str(out)]) == 0
     row = pd.read_csv(out).iloc[0]
     assert row["D"] == pytest.approx(2e10)
-    assert row["loss_pred"] == pytest.approx(((6.4e13 / 1e8) ** (0.076 / 0.103) + 1.8e13 / 2e10) ** 0.103)
+    assert row["loss_pred"] == pytest.approx(
+        ((6.4e13 / 1e8) ** (0.076 / 0.103) + 1.8e13 / 2e10) ** 0.103
+    )
 
 
 def test_fitted_law_predicts_with_an_interval_from_its_replicates(tmp_path):
     N, D = grid(np.geomspace(1e5, 1e8, 6), [2, 5, 20, 80, 300])
     csv = _write(tmp_path, "runs.csv", runs(LAWS["overtrain"], OVERTRAIN, N, D))
     fit_json = tmp_path / "fit.json"
-    assert fit.main(["--csv", csv, "--law", "overtrain", "--bootstrap", "40",
-                     "--out", str(fit_json)]) == 0  # fmt: skip
+    assert (
+        fit.main(["--csv", csv, "--law", "overtrain", "--bootstrap", "40", "--out", str(fit_json)])
+        == 0
+    )
     points = _write(tmp_path, "points.csv", pd.DataFrame({"N": [3e8, 1e9], "D": [3e10, 2e11]}))
     out = tmp_path / "pred.csv"
     assert predict.main(["--fit", str(fit_json), "--csv", points, "--out", str(out)]) == 0
     got = pd.read_csv(out)
-    truth = LAWS["overtrain"].predict(LAWS["overtrain"].to_theta(OVERTRAIN),
-                                      {"N": got["N"], "D": got["D"]})[0]  # fmt: skip
-    assert (got["loss_pred_lo"] < got["loss_pred"]).all() and (got["loss_pred"] < got["loss_pred_hi"]).all()
+    truth = LAWS["overtrain"].predict(
+        LAWS["overtrain"].to_theta(OVERTRAIN), {"N": got["N"], "D": got["D"]}
+    )[0]
+    assert (got["loss_pred_lo"] < got["loss_pred"]).all() and (
+        got["loss_pred"] < got["loss_pred_hi"]
+    ).all()
     # 3-10x beyond the largest run in N and D: within 1.5% of the truth (0.5% noise per run;
     # 0.34% and 0.77% here). The interval (about +-0.5%) need not cover it: a percentile
     # bootstrap over 30 runs of a 4-parameter law under-covers (measured: E, a, b, c all
@@ -85,11 +97,14 @@ def test_fitted_law_predicts_with_an_interval_from_its_replicates(tmp_path):
     assert row["N_lo"] < row["N"] < row["N_hi"]
 
 
-@pytest.mark.parametrize("points, message", [
-    ({"N": [1e9], "D": [1e10], "U": [2e10]}, "'U' is larger than D"),
-    ({"N": [1e9], "D": [1e10]}, "needs a column 'U'"),
-    ({"N": [1e9], "U": [1e9]}, "need columns N and D"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "points, message",
+    [
+        ({"N": [1e9], "D": [1e10], "U": [2e10]}, "'U' is larger than D"),
+        ({"N": [1e9], "D": [1e10]}, "needs a column 'U'"),
+        ({"N": [1e9], "U": [1e9]}, "need columns N and D"),
+    ],
+)
 def test_predict_bad_points_exit_2_with_one_line(tmp_path, capsys, points, message):
     fit_json = _write(tmp_path, "paper.json", {"law": "datablations", **datablations.PUBLISHED})
     csv = _write(tmp_path, "points.csv", pd.DataFrame(points))
@@ -115,8 +130,9 @@ def test_compare_laws_prefers_the_form_that_generated_the_runs(tmp_path):
     N, D = grid(np.geomspace(1e5, 1e8, 6), [2, 5, 20, 80, 300])
     data = runs(LAWS["overtrain"], OVERTRAIN, N, D, noise=0.005)
     threshold = float(np.sort(data["C"])[-6] * 0.999)  # the 6 largest-compute runs held out
-    result = compare_laws.compare(data, threshold, n_boot=20,
-                                  laws=[LAWS["kaplan"], LAWS["overtrain"]])  # fmt: skip
+    result = compare_laws.compare(
+        data, threshold, n_boot=20, laws=[LAWS["kaplan"], LAWS["overtrain"]]
+    )
     rows = {r["law"]: r for r in result["rows"]}
     assert rows["overtrain"]["n_params"] == 4 and rows["overtrain"]["n_test"] == 6
     assert rows["overtrain"]["mean_rel_error"] < 0.01  # 0.5% noise
@@ -129,12 +145,26 @@ def test_compare_laws_prefers_the_form_that_generated_the_runs(tmp_path):
 
 def test_compare_laws_cli_rollout_writes_table_and_figure(tmp_path, capsys):
     N, D = grid(np.geomspace(1e5, 1e7, 4), [5, 20, 80])
-    data = runs(LAWS["chinchilla"], {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.339,
-                                     "beta": 0.285}, N, D)  # fmt: skip
+    data = runs(
+        LAWS["chinchilla"], {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.339, "beta": 0.285}, N, D
+    )
     csv = _write(tmp_path, "runs.csv", data)
     out = tmp_path / "cmp"
-    code = compare_laws.main(["--csv", csv, "--rollout", "--law", "chinchilla", "--law",
-                              "overtrain", "--bootstrap", "10", "--out", str(out)])  # fmt: skip
+    code = compare_laws.main(
+        [
+            "--csv",
+            csv,
+            "--rollout",
+            "--law",
+            "chinchilla",
+            "--law",
+            "overtrain",
+            "--bootstrap",
+            "10",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     table = (out / "compare_laws.md").read_text()
     assert "| chinchilla | 5 |" in table and "| overtrain | 4 |" in table
@@ -166,8 +196,9 @@ def test_report_places_the_law_comparison_after_its_fits(tmp_path):
     from analysis import report
 
     N, D = grid(np.geomspace(1e5, 1e8, 6), [2, 5, 20, 80, 300])
-    data = runs(LAWS["chinchilla"], {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.339,
-                                     "beta": 0.285}, N, D)  # fmt: skip
+    data = runs(
+        LAWS["chinchilla"], {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.339, "beta": 0.285}, N, D
+    )
     csv = _write(tmp_path, "runs.csv", data)
     assert report.main(["--csv", csv, "--bootstrap", "10", "--out", str(tmp_path / "r")]) == 0
     md = (tmp_path / "r" / "report.md").read_text()
@@ -181,8 +212,13 @@ def test_report_places_the_law_comparison_after_its_fits(tmp_path):
 
 def test_predict_keeps_the_measured_loss_beside_the_prediction(tmp_path):
     fit_json = _write(tmp_path, "k.json", {"parametric": {"law": "kaplan", **kaplan.PUBLISHED}})
-    points = _write(tmp_path, "points.csv", pd.DataFrame(
-        {"run_id": ["a", "b"], "N": [1e8, 1e9], "D": [2e10, 2e10], "loss": [2.5, 2.4]}))  # fmt: skip
+    points = _write(
+        tmp_path,
+        "points.csv",
+        pd.DataFrame(
+            {"run_id": ["a", "b"], "N": [1e8, 1e9], "D": [2e10, 2e10], "loss": [2.5, 2.4]}
+        ),
+    )
     out = tmp_path / "pred.csv"
     assert predict.main(["--fit", fit_json, "--csv", points, "--out", str(out)]) == 0
     got = pd.read_csv(out)
@@ -192,11 +228,15 @@ def test_predict_keeps_the_measured_loss_beside_the_prediction(tmp_path):
     assert {"loss_pred_lo", "loss_pred_hi"} <= set(got.columns)
 
 
-def test_compare_laws_fits_each_law_at_its_own_minimum_and_writes_only_what_it_says(tmp_path, capsys):
+def test_compare_laws_fits_each_law_at_its_own_minimum_and_writes_only_what_it_says(
+    tmp_path, capsys
+):
     """5 training runs (Gadre et al.'s over-training fit set) and one held-out run: the
     4-parameter laws are fitted, approach 3's form is skipped with its own reason, and the
     ranking on one held-out run comes with a warning."""
-    N = np.array([2e7, 6e7, 2e8, 6e8, 2e7])  # 4 sizes at 20 tokens per parameter, the smallest at 320
+    N = np.array(
+        [2e7, 6e7, 2e8, 6e8, 2e7]
+    )  # 4 sizes at 20 tokens per parameter, the smallest at 320
     train = runs(LAWS["overtrain"], OVERTRAIN, N, N * np.array([20, 20, 20, 20, 320]))
     test = runs(LAWS["overtrain"], OVERTRAIN, [2e9], [4e10]).assign(run_id="held")
     csv = _write(tmp_path, "runs.csv", pd.concat([train, test], ignore_index=True))
@@ -210,7 +250,11 @@ def test_compare_laws_fits_each_law_at_its_own_minimum_and_writes_only_what_it_s
     assert "compare_laws.{md,csv,json,png,svg}" in captured.out
     # every law skipped: no figure, and the message says so
     out2 = tmp_path / "cmp2"
-    assert compare_laws.main(["--csv", csv, "--law", "chinchilla", "--bootstrap", "10",
-                              "--out", str(out2)]) == 0  # fmt: skip
+    assert (
+        compare_laws.main(
+            ["--csv", csv, "--law", "chinchilla", "--bootstrap", "10", "--out", str(out2)]
+        )
+        == 0
+    )
     assert "compare_laws.{md,csv,json}\n" in capsys.readouterr().out
     assert not (out2 / "compare_laws.png").exists() and not (out2 / "compare_laws.svg").exists()

@@ -36,10 +36,17 @@ def tuned_runs(seed=0, noise=0.0005, jitter=0.1, variant="base", shift=1.0, seed
                 lr = float(f"{lr_opt(N) * f:.4g}")
                 for s in range(seeds):
                     loss = float(LAW.predict(N, D)) + CURVATURE * np.log(lr / opt) ** 2
-                    rows.append({"run_id": f"{variant}-{len(rows):03d}", "variant": variant,
-                                 "seed": s, "N": N, "D": D,
-                                 "loss": loss * np.exp(noise * rng.standard_normal()),
-                                 "train.lr": lr})  # fmt: skip
+                    rows.append(
+                        {
+                            "run_id": f"{variant}-{len(rows):03d}",
+                            "variant": variant,
+                            "seed": s,
+                            "N": N,
+                            "D": D,
+                            "loss": loss * np.exp(noise * rng.standard_normal()),
+                            "train.lr": lr,
+                        }
+                    )
     return pd.DataFrame(rows)
 
 
@@ -104,8 +111,11 @@ def test_runs_stopped_early_are_candidates_never_an_arms_result():
         worst = cell.nlargest(4, "loss")
         # stopped at a quarter of the tokens, with a loss below every full run's (a halving
         # loser can look better than a long run; it must still not be the arm's result)
-        rows.append(worst.assign(D=D / 4, loss=cell["loss"].min() - 0.5,
-                                 run_id=worst["run_id"] + "-stopped"))  # fmt: skip
+        rows.append(
+            worst.assign(
+                D=D / 4, loss=cell["loss"].min() - 0.5, run_id=worst["run_id"] + "-stopped"
+            )
+        )
         rows.append(cell.drop(worst.index))
     runs = pd.concat(rows, ignore_index=True)
     selected, section = tuning.select(runs, ["train.lr"])
@@ -151,8 +161,9 @@ def test_lr_rule_from_too_few_sizes_or_at_the_edge_is_not_identified():
 
 def test_lr_rule_from_noise_has_a_huge_interval_and_is_not_identified():
     # optima that scatter by a factor e^1.5 per arm around a flat rule
-    _, section = tuning.select(tuned_runs(seed=8, jitter=1.5, grid=np.geomspace(1 / 64, 64, 13)),
-                               ["train.lr"])  # fmt: skip
+    _, section = tuning.select(
+        tuned_runs(seed=8, jitter=1.5, grid=np.geomspace(1 / 64, 64, 13)), ["train.lr"]
+    )
     rule = tuning.lr_rule(section, 200, 0)
     lo, hi = rule["ci95"]["exponent"]
     assert hi - lo > 1.0 and "wider than 1" in rule["why_not_identified"]["exponent"]
@@ -167,7 +178,9 @@ def test_bad_tune_keys_fail_with_one_line_naming_them(tmp_path, capsys):
     runs.loc[3, "train.lr"] = np.nan
     path = tmp_path / "runs.csv"
     runs.to_csv(path, index=False)
-    assert fit.main(["--csv", str(path), "--tune", "train.lr", "--out", str(tmp_path / "f.json")]) == 2
+    assert (
+        fit.main(["--csv", str(path), "--tune", "train.lr", "--out", str(tmp_path / "f.json")]) == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "1 run(s) have no value of 'train.lr'" in err
     assert not (tmp_path / "f.json").exists()
@@ -176,9 +189,17 @@ def test_bad_tune_keys_fail_with_one_line_naming_them(tmp_path, capsys):
 def test_two_tuned_keys_choose_a_combination(tmp_path):
     runs = tuned_runs(seed=10)
     # warmup helps a little, best at 20 of (0, 20, 80): a second bowl in the loss
-    runs = pd.concat([runs.assign(**{"train.warmup": w}, loss=runs["loss"] + 0.01 * (w - 20) ** 2 / 400,
-                                   run_id=runs["run_id"] + f"-w{w}") for w in (0, 20, 80)],
-                     ignore_index=True)  # fmt: skip
+    runs = pd.concat(
+        [
+            runs.assign(
+                **{"train.warmup": w},
+                loss=runs["loss"] + 0.01 * (w - 20) ** 2 / 400,
+                run_id=runs["run_id"] + f"-w{w}",
+            )
+            for w in (0, 20, 80)
+        ],
+        ignore_index=True,
+    )
     _, section = tuning.select(runs, ["train.lr", "train.warmup"])
     for arm in section["arms"]:
         assert arm["best"]["train.warmup"] == 20 and not arm["at_edge"]
@@ -192,16 +213,25 @@ def test_report_shows_the_tuning_section_curves_edges_and_epochs(tmp_path):
     path = tmp_path / "runs.csv"
     runs.to_csv(path, index=False)
     out = tmp_path / "report"
-    assert report.main(["--csv", str(path), "--tune", "train.lr", "--bootstrap", "10",
-                        "--out", str(out)]) == 0  # fmt: skip
+    assert (
+        report.main(
+            ["--csv", str(path), "--tune", "train.lr", "--bootstrap", "10", "--out", str(out)]
+        )
+        == 0
+    )
     md = (out / "report.md").read_text()
     summary = md.split("## Summary")[1].split("\n## ")[0]
     assert "Tuned train.lr per arm: 20 arms" in summary
-    assert "10 of 20 arms have their best value at the edge" in summary and "widen the grid" in summary
+    assert (
+        "10 of 20 arms have their best value at the edge" in summary and "widen the grid" in summary
+    )
     assert "10 of 20 runs repeat their training data (up to 4.00 epochs" in summary
     tuning_md = md.split("## Tuning: train.lr per arm")[1].split("\n## ")[0]
     assert tuning_md.count("widen the grid (best at the lowest train.lr)") == 10
-    assert "![Final validation loss against train.lr" in tuning_md and "figures/tuning.png" in tuning_md
+    assert (
+        "![Final validation loss against train.lr" in tuning_md
+        and "figures/tuning.png" in tuning_md
+    )
     assert "Scaling rule for train.lr" in tuning_md
     runs_md = md.split("## Runs")[1].split("\n## ")[0]
     assert runs_md.count("| 4.00 |") == 10  # every selected run at 2e9 tokens, with its epochs
@@ -233,27 +263,58 @@ def test_from_an_mlflow_store_arm_tags_train_params_and_epochs_are_read(tmp_path
     losers = set(runs.groupby(["N", "D"])["loss"].idxmax())  # per arm: stopped at D / 4
     for i, r in runs.iterrows():
         D = int(r.D / 4 if i in losers else r.D)
-        params = {"n_params_nonembed": int(r.N), "tokens_trained": D, "train.lr": r["train.lr"],
-                  "train.seed": 0, "model.d_model": 64}  # fmt: skip
-        tags = {"run_key": r.run_id, "variant": "base", "arm": f"N{r.N:.0e}-D{r.D:.0e}",
-                "tune_role": "candidate"}  # fmt: skip
+        params = {
+            "n_params_nonembed": int(r.N),
+            "tokens_trained": D,
+            "train.lr": r["train.lr"],
+            "train.seed": 0,
+            "model.d_model": 64,
+        }
+        tags = {
+            "run_key": r.run_id,
+            "variant": "base",
+            "arm": f"N{r.N:.0e}-D{r.D:.0e}",
+            "tune_role": "candidate",
+        }
         run_id = client.create_run(exp_id).info.run_id
-        client.log_batch(run_id, params=[Param(k, str(v)) for k, v in params.items()],
-                         tags=[RunTag(k, v) for k, v in tags.items()],
-                         metrics=[Metric("final_val_loss", r.loss - (1 if i in losers else 0), 0, D),
-                                  Metric("epochs", D / 1e9, 0, D)])  # fmt: skip
+        client.log_batch(
+            run_id,
+            params=[Param(k, str(v)) for k, v in params.items()],
+            tags=[RunTag(k, v) for k, v in tags.items()],
+            metrics=[
+                Metric("final_val_loss", r.loss - (1 if i in losers else 0), 0, D),
+                Metric("epochs", D / 1e9, 0, D),
+            ],
+        )
         client.set_terminated(run_id, "FINISHED")
     frame = load_mlflow("tuned", tracking_uri=uri).frame
     assert {"train.lr", "arm", "tune_role", "epochs"} <= set(frame.columns)
     assert frame["epochs"].max() == pytest.approx(2.0)
     out = tmp_path / "fit.json"
-    assert fit.main(["--experiment", "tuned", "--tracking-uri", uri, "--tune", "train.lr",
-                     "--bootstrap", "10", "--out", str(out)]) == 0  # fmt: skip
+    assert (
+        fit.main(
+            [
+                "--experiment",
+                "tuned",
+                "--tracking-uri",
+                uri,
+                "--tune",
+                "train.lr",
+                "--bootstrap",
+                "10",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     res = json.loads(out.read_text())
     t = res["tuning"]
     assert t["n_arms"] == 6 and t["n_stopped_early"] == 6 and res["parametric"]["n_points"] == 6
     for arm in t["arms"]:
-        cell = runs[(runs["N"] == arm["N"]) & (runs["D"] == arm["D"])].drop(index=list(losers), errors="ignore")
+        cell = runs[(runs["N"] == arm["N"]) & (runs["D"] == arm["D"])].drop(
+            index=list(losers), errors="ignore"
+        )
         assert arm["best"]["train.lr"] == pytest.approx(cell.loc[cell["loss"].idxmin(), "train.lr"])
         assert arm["stopped_early"][0]["D"] == arm["D"] / 4
 
@@ -263,7 +324,9 @@ def test_each_groups_tuning_section_counts_only_its_own_runs(tmp_path):
     # must count its own arms, runs and choices, not the whole sweep's
     a = tuned_runs(seed=2, variant="a")
     b = tuned_runs(seed=3, variant="b", grid=GRID[1:-1])
-    res = _fit(tmp_path, pd.concat([a, b], ignore_index=True), "--tune", "train.lr", "--group", "variant")
+    res = _fit(
+        tmp_path, pd.concat([a, b], ignore_index=True), "--tune", "train.lr", "--group", "variant"
+    )
     arms = len(SIZES) * len(TOKENS)
     for name, runs in (("a", a), ("b", b)):
         t = res["groups"][name]["tuning"]
@@ -282,18 +345,31 @@ def test_a_tuned_key_is_read_as_the_grid_wrote_it_not_as_the_segment_ran_it(tmp_
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
     client = MlflowClient(tracking_uri=uri)
     exp_id = client.create_experiment("steps")
-    logged = [("candidate", 10, "train.lr=0.008,train.warmup=0.02", 2.9),
-              ("candidate", 73, "train.lr=0.008,train.warmup=0.15", 2.8),
-              ("transfer", 0.15, "train.lr=0.008,train.warmup=0.15", 2.5)]  # fmt: skip
+    logged = [
+        ("candidate", 10, "train.lr=0.008,train.warmup=0.02", 2.9),
+        ("candidate", 73, "train.lr=0.008,train.warmup=0.15", 2.8),
+        ("transfer", 0.15, "train.lr=0.008,train.warmup=0.15", 2.5),
+    ]
     for i, (role, warmup, values, loss) in enumerate(logged):
         run_id = client.create_run(exp_id).info.run_id
-        params = {"n_params_nonembed": 30000, "tokens_trained": 500000 * (1 + 2 * (role == "transfer")),
-                  "train.warmup": warmup, "train.lr": 0.008}  # fmt: skip
-        tags = {"run_key": f"k{i}", "arm": "a" if role == "candidate" else "b", "tune_role": role,
-                "tune_values": values}  # fmt: skip
-        client.log_batch(run_id, params=[Param(k, str(v)) for k, v in params.items()],
-                         tags=[RunTag(k, v) for k, v in tags.items()],
-                         metrics=[Metric("final_val_loss", loss, 0, 0)])  # fmt: skip
+        params = {
+            "n_params_nonembed": 30000,
+            "tokens_trained": 500000 * (1 + 2 * (role == "transfer")),
+            "train.warmup": warmup,
+            "train.lr": 0.008,
+        }
+        tags = {
+            "run_key": f"k{i}",
+            "arm": "a" if role == "candidate" else "b",
+            "tune_role": role,
+            "tune_values": values,
+        }
+        client.log_batch(
+            run_id,
+            params=[Param(k, str(v)) for k, v in params.items()],
+            tags=[RunTag(k, v) for k, v in tags.items()],
+            metrics=[Metric("final_val_loss", loss, 0, 0)],
+        )
         client.set_terminated(run_id, "FINISHED")
     frame = load_mlflow("steps", tracking_uri=uri).frame.sort_values("run_key")
     assert list(frame["train.warmup"]) == [0.02, 0.15, 0.15]

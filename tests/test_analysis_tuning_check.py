@@ -18,10 +18,19 @@ CHOSEN = {("a", 100.0): (2e-3, 3.1001), ("b", 300.0): (4e-3, 2.9502)}
 
 
 def _grid_csv(path):
-    rows = [{"run_id": f"g{i}", "variant": v, "N": n, "D": 1000.0, "loss": loss, "train.lr": lr,
-             "tune_role": "candidate"}
-            for i, ((v, n), losses) in enumerate((k, x) for k, x in GRID.items())
-            for lr, loss in losses.items()]  # fmt: skip
+    rows = [
+        {
+            "run_id": f"g{i}",
+            "variant": v,
+            "N": n,
+            "D": 1000.0,
+            "loss": loss,
+            "train.lr": lr,
+            "tune_role": "candidate",
+        }
+        for i, ((v, n), losses) in enumerate((k, x) for k, x in GRID.items())
+        for lr, loss in losses.items()
+    ]
     for i, r in enumerate(rows):
         r["run_id"] = f"g{i}"
     pd.DataFrame(rows).to_csv(path, index=False)
@@ -31,13 +40,40 @@ def _tuned_csv(path, with_role=True):
     rows = []
     for (v, n), (lr, loss) in CHOSEN.items():
         for other in LRS:  # halving's segments: stopped before D, never an arm's result
-            rows.append({"variant": v, "N": n, "D": 250.0, "loss": 4.0, "train.lr": other,
-                         "tune_role": "candidate", "arm": f"{v}1"})  # fmt: skip
-        rows.append({"variant": v, "N": n, "D": 1000.0, "loss": loss, "train.lr": lr,
-                     "tune_role": "chosen", "arm": f"{v}1"})  # fmt: skip
+            rows.append(
+                {
+                    "variant": v,
+                    "N": n,
+                    "D": 250.0,
+                    "loss": 4.0,
+                    "train.lr": other,
+                    "tune_role": "candidate",
+                    "arm": f"{v}1",
+                }
+            )
+        rows.append(
+            {
+                "variant": v,
+                "N": n,
+                "D": 1000.0,
+                "loss": loss,
+                "train.lr": lr,
+                "tune_role": "chosen",
+                "arm": f"{v}1",
+            }
+        )
         # a larger budget trained with the transferred value: not checked (no grid there)
-        rows.append({"variant": v, "N": n, "D": 4000.0, "loss": 2.0, "train.lr": lr,
-                     "tune_role": "transfer", "arm": f"{v}2"})  # fmt: skip
+        rows.append(
+            {
+                "variant": v,
+                "N": n,
+                "D": 4000.0,
+                "loss": 2.0,
+                "train.lr": lr,
+                "tune_role": "transfer",
+                "arm": f"{v}2",
+            }
+        )
     df = pd.DataFrame(rows)
     df.insert(0, "run_id", [f"t{i}" for i in range(len(df))])
     if not with_role:
@@ -49,8 +85,16 @@ def test_rank_regret_margin_and_replay_per_arm(tmp_path, capsys):
     _grid_csv(tmp_path / "grid.csv")
     _tuned_csv(tmp_path / "tuned.csv")
     out = tmp_path / "check.md"
-    argv = ["--tuned", str(tmp_path / "tuned.csv"), "--grid", str(tmp_path / "grid.csv"),
-            "--tune", "train.lr", "--out", str(out)]  # fmt: skip
+    argv = [
+        "--tuned",
+        str(tmp_path / "tuned.csv"),
+        "--grid",
+        str(tmp_path / "grid.csv"),
+        "--tune",
+        "train.lr",
+        "--out",
+        str(out),
+    ]
     assert tuning_check.main(argv) == 0
     text = out.read_text()
     assert text == capsys.readouterr().out.rstrip("\n") + "\n"
@@ -80,12 +124,28 @@ def test_bad_input_names_the_column_or_the_arms(tmp_path, capsys):
     other = pd.read_csv(tmp_path / "grid.csv").assign(N=5.0)
     other.to_csv(tmp_path / "other.csv", index=False)
     _tuned_csv(tmp_path / "tuned.csv")
-    code = tuning_check.main(["--tuned", str(tmp_path / "tuned.csv"), "--grid",
-                              str(tmp_path / "other.csv"), "--tune", "train.lr"])  # fmt: skip
+    code = tuning_check.main(
+        [
+            "--tuned",
+            str(tmp_path / "tuned.csv"),
+            "--grid",
+            str(tmp_path / "other.csv"),
+            "--tune",
+            "train.lr",
+        ]
+    )
     assert code == 2 and "none of the 2 tuned arms" in capsys.readouterr().err
     # a --tune key the runs lack
-    code = tuning_check.main(["--tuned", str(tmp_path / "tuned.csv"), "--grid",
-                              str(tmp_path / "grid.csv"), "--tune", "train.wd"])  # fmt: skip
+    code = tuning_check.main(
+        [
+            "--tuned",
+            str(tmp_path / "tuned.csv"),
+            "--grid",
+            str(tmp_path / "grid.csv"),
+            "--tune",
+            "train.wd",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "train.wd" in err and err.count("\n") == 1
 
@@ -93,8 +153,17 @@ def test_bad_input_names_the_column_or_the_arms(tmp_path, capsys):
 def test_warmup_fractions_are_steps_of_the_arms_budget_even_on_a_segment():
     # a halving segment stops at its rung (D 250) but trains the warmup of a run to the arm's
     # budget (1000 tokens = 10 steps of 100): 0.2 is 2 steps there, as is a warmup written as 2
-    runs = pd.DataFrame({"arm": ["x", "x", "x"], "variant": "a", "N": 1.0, "D": [250.0, 1000.0, 1000.0],
-                         "train.batch_tokens": 100, "train.warmup": [0.2, 0.2, 2.0], "loss": 1.0})  # fmt: skip
+    runs = pd.DataFrame(
+        {
+            "arm": ["x", "x", "x"],
+            "variant": "a",
+            "N": 1.0,
+            "D": [250.0, 1000.0, 1000.0],
+            "train.batch_tokens": 100,
+            "train.warmup": [0.2, 0.2, 2.0],
+            "loss": 1.0,
+        }
+    )
     assert tuning_check.warmup_in_steps(runs)["train.warmup"].tolist() == [2.0, 2.0, 2.0]
 
 
@@ -104,8 +173,14 @@ def test_an_arm_whose_choice_the_grid_lacks_is_listed_not_ranked(tmp_path, capsy
     grid = grid[~((grid["variant"] == "b") & (grid["train.lr"] == 4e-3))]  # b chose 4e-3
     grid.to_csv(tmp_path / "grid.csv", index=False)
     _tuned_csv(tmp_path / "tuned.csv")
-    argv = ["--tuned", str(tmp_path / "tuned.csv"), "--grid", str(tmp_path / "grid.csv"),
-            "--tune", "train.lr"]  # fmt: skip
+    argv = [
+        "--tuned",
+        str(tmp_path / "tuned.csv"),
+        "--grid",
+        str(tmp_path / "grid.csv"),
+        "--tune",
+        "train.lr",
+    ]
     assert tuning_check.main(argv) == 0
     out = capsys.readouterr().out
     assert "at 1 of 1 arms" in out

@@ -131,11 +131,20 @@ TRAIN_ROWS = [
     ("data.path={corpus}/blank.jsonl", "data.path:"),
     ("data.path={corpus}/binary.txt", "data.path: {corpus}/binary.txt is not a text file"),
     # tracebacks, or errors after the store was written: now checked before any work
-    ("train.init_from={corpus}/not_a_checkpoint.pt", "train.init_from: {corpus}/not_a_checkpoint.pt is not a checkpoint file"),
-    ("tracking.uri=sqlite:///{corpus}/not_sqlite.db", "tracking.uri: {corpus}/not_sqlite.db exists and is not a SQLite database"),
+    (
+        "train.init_from={corpus}/not_a_checkpoint.pt",
+        "train.init_from: {corpus}/not_a_checkpoint.pt is not a checkpoint file",
+    ),
+    (
+        "tracking.uri=sqlite:///{corpus}/not_sqlite.db",
+        "tracking.uri: {corpus}/not_sqlite.db exists and is not a SQLite database",
+    ),
     ("tracking.uri=sqlite:///{corpus}", "tracking.uri: {corpus} is a folder"),
     ("paths.runs_dir={corpus}/a_file", "paths.runs_dir: {corpus}/a_file is a file, not a folder"),
-    ("paths.cache_dir={corpus}/a_file/cache", "paths.cache_dir: {corpus}/a_file is a file, not a folder"),
+    (
+        "paths.cache_dir={corpus}/a_file/cache",
+        "paths.cache_dir: {corpus}/a_file is a file, not a folder",
+    ),
     ("train.resume=true", "train.resume=true: no checkpoint at "),  # true requires one
     ("tracking.parent_run_id=deadbeef", "tracking.parent_run_id: no run deadbeef"),
 ]
@@ -192,8 +201,12 @@ def test_train_cli_fails_in_seconds(place, override, field):
     t0 = time.monotonic()
     out = subprocess.run(
         [sys.executable, "-m", "training.train", *place["overrides"], override],
-        cwd=place["cwd"], env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=place["cwd"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     elapsed = time.monotonic() - t0
     assert out.returncode == 2, out.stderr[-2000:]
     assert one_error_line(out.stderr).startswith(field)
@@ -374,7 +387,10 @@ def test_a_cache_without_checksums_is_checked_by_size(small_cache):
 HYDRA_ROWS = [
     (["train.foo=1"], "train.foo: unknown key; to add a new key use +train.foo=1"),
     (["model=foo"], "model=foo: unknown model; available: gpt2, llama, vanilla"),
-    (["data=nope"], "data=nope: unknown data; available: hf, hf_streaming, pairs, sitepackages, stdlib, stdlib_pairs, text, tokens"),
+    (
+        ["data=nope"],
+        "data=nope: unknown data; available: hf, hf_streaming, pairs, sitepackages, stdlib, stdlib_pairs, text, tokens",
+    ),
     (["train.seed=0,1", "model.fooo=3"], "model.fooo: unknown key"),  # a sweep axis next to it
 ]
 SWEEP_ROWS = [
@@ -384,8 +400,10 @@ SWEEP_ROWS = [
     (["sweep=tiny", "sweep.jobs=0"], "sweep.jobs: must be >= 1"),
     (["sweep=nan"], "sweep=nan: unknown sweep; available: "),
     # Hydra would run conf/sweep/grid.yaml (12 points) instead of the user's file of that name
-    (["sweep=grid"], "sweep=grid: {dir}/sweep/grid.yaml has the name of the project's "
-                     "conf/sweep/grid.yaml"),
+    (
+        ["sweep=grid"],
+        "sweep=grid: {dir}/sweep/grid.yaml has the name of the project's conf/sweep/grid.yaml",
+    ),
     # plan fields of the wrong shape: tracebacks before (float('abc'), iterating a scalar)
     (["sweep=bad_budgets"], "sweep.budgets[0]: expected a finite number, got 'abc'"),
     (["sweep=scalar_budgets"], "sweep.budgets: expected a list of numbers, got 1"),
@@ -395,8 +413,14 @@ SWEEP_ROWS = [
     (["sweep=list_variants"], "sweep.variants: expected a mapping (name -> overrides)"),
     (["sweep=list_fixed"], "sweep.fixed: expected a mapping (override key -> value)"),
     (["sweep=no_axes"], "sweep.axes: nothing to sweep"),  # trained one default point
-    (["sweep=tiny", "sweep.throughput.flops_per_sec=0"], "sweep.throughput.flops_per_sec: must be > 0"),
-    (["sweep=tiny", "sweep.throughput.flops_per_sec=nan"], "sweep.throughput.flops_per_sec: expected a finite"),
+    (
+        ["sweep=tiny", "sweep.throughput.flops_per_sec=0"],
+        "sweep.throughput.flops_per_sec: must be > 0",
+    ),
+    (
+        ["sweep=tiny", "sweep.throughput.flops_per_sec=nan"],
+        "sweep.throughput.flops_per_sec: expected a finite",
+    ),
     (["sweep=tiny", "sweep.dry_run=maybe"], "sweep.dry_run: expected true or false, got 'maybe'"),
 ]
 SWEEP_FILES = {  # my_sweeps/sweep/NAME.yaml
@@ -432,8 +456,12 @@ def test_hydra_level_errors_are_one_line_exit_2(place, tmp_path, module, args, m
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     out = subprocess.run(
         [sys.executable, "-m", module, *extra, *place["overrides"], *args],
-        cwd=place["cwd"], env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=place["cwd"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2, out.stderr[-3000:]
     assert one_error_line(out.stderr).startswith(message.format(dir=sweeps)), out.stderr
     assert_nothing_written(place)
@@ -450,9 +478,12 @@ def test_a_data_error_found_after_tokenizing_comes_before_the_store(place, capsy
     for i in range(60):
         (corpus / f"d{i:02d}.txt").write_text(f"document {i}\n" + "some text here. " * 20)
     cfg = compose(
-        *place["overrides"], "data=text", f"data.path={corpus}", "data.tokenizer=byte",
+        *place["overrides"],
+        "data=text",
+        f"data.path={corpus}",
+        "data.tokenizer=byte",
         "data.eval_tokens=1e6",
-    )  # fmt: skip
+    )
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_:
         _main(cfg)
@@ -463,7 +494,9 @@ def test_a_data_error_found_after_tokenizing_comes_before_the_store(place, capsy
     assert list(place["cwd"].iterdir()) == []
 
 
-def test_eval_tokens_is_checked_against_a_prepared_cache_before_any_work(place, capsys, monkeypatch):
+def test_eval_tokens_is_checked_against_a_prepared_cache_before_any_work(
+    place, capsys, monkeypatch
+):
     """Once the token cache exists, its meta.json knows the validation split: a too large
     data.eval_tokens fails before the data is loaded."""
     import training.trainer as trainer
@@ -474,9 +507,12 @@ def test_eval_tokens_is_checked_against_a_prepared_cache_before_any_work(place, 
     for i in range(60):
         (corpus / f"d{i:02d}.txt").write_text(f"document {i}\n" + "some text here. " * 20)
     cfg = compose(
-        *place["overrides"], "data=text", f"data.path={corpus}", "data.tokenizer=byte",
+        *place["overrides"],
+        "data=text",
+        f"data.path={corpus}",
+        "data.tokenizer=byte",
         "data.eval_tokens=1e6",
-    )  # fmt: skip
+    )
     with pytest.raises(SystemExit):
         _main(cfg)  # builds the cache, then fails
     capsys.readouterr()
@@ -494,12 +530,17 @@ def test_a_replaced_max_seq_len_is_said_in_one_line(place, capsys):
     stderr (it was replaced silently); the run goes on (here to a resume error, before work)."""
     from training.train import _main
 
-    cfg = compose(*place["overrides"], "model.max_seq_len=16", "train.seq_len=64", "train.resume=true")
+    cfg = compose(
+        *place["overrides"], "model.max_seq_len=16", "train.seq_len=64", "train.resume=true"
+    )
     capsys.readouterr()
     with pytest.raises(SystemExit):
         _main(cfg)
     lines = capsys.readouterr().err.strip().splitlines()
-    assert lines[0] == "note: model.max_seq_len=16 is replaced by train.seq_len=64 (the context length)"
+    assert (
+        lines[0]
+        == "note: model.max_seq_len=16 is replaced by train.seq_len=64 (the context length)"
+    )
     assert lines[1].startswith("error: train.resume=true: no checkpoint at "), lines
     assert len(lines) == 2
     assert_nothing_written(place)
@@ -536,10 +577,20 @@ def test_sweep_with_an_unwritable_store_is_one_line(place, tmp_path):
     blocked = _unwritable(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     out = subprocess.run(
-        [sys.executable, "-m", "sweeps.run", "sweep=tiny", *place["overrides"][1:],
-         f"tracking.uri=sqlite:///{blocked / 'store' / 'mlruns.db'}"],
-        cwd=place["cwd"], env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "sweeps.run",
+            "sweep=tiny",
+            *place["overrides"][1:],
+            f"tracking.uri=sqlite:///{blocked / 'store' / 'mlruns.db'}",
+        ],
+        cwd=place["cwd"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 2, out.stderr[-3000:]
     assert "Traceback" not in out.stderr
     errors = [line for line in out.stderr.splitlines() if line.startswith("error: ")]

@@ -17,12 +17,29 @@ TINY = ["--d-models", "32", "--layers", "1", "--seq", "16", "--batch", "2", "--v
 
 
 def test_throughput_table_has_every_row_and_positive_numbers(tmp_path, capsys):
-    result = main([*TINY, "--reps", "1", "--steps", "1", "--warmup", "1", "--compile", "eager",
-                   "--no-memory", "--out", str(tmp_path)])  # fmt: skip
+    result = main(
+        [
+            *TINY,
+            "--reps",
+            "1",
+            "--steps",
+            "1",
+            "--warmup",
+            "1",
+            "--compile",
+            "eager",
+            "--no-memory",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     rows = result["rows"]
     assert [(r["family"], r["impl"]) for r in rows] == [
-        ("llama", "ours"), ("llama", "hf"), ("gpt2", "ours"), ("gpt2", "hf")
-    ]  # fmt: skip
+        ("llama", "ours"),
+        ("llama", "hf"),
+        ("gpt2", "ours"),
+        ("gpt2", "hf"),
+    ]
     for r in rows:
         assert r["d_model"] == 32 and r["mode"] == "eager"
         assert r["tokens_per_s"] > 0 and r["ms_per_step"] > 0 and 0 < r["mfu"]
@@ -63,9 +80,23 @@ def test_allocator_benchmark_times_both_settings_in_fresh_processes(tmp_path):
     from benchmarks.allocator import main as allocator_main
 
     (row,) = allocator_main(
-        ["--d-models", "32", "--families", "gpt2", "--impls", "ours", "--reps", "1",
-         "--steps", "1", "--warmup", "1", "--out", str(tmp_path / "a.json")]
-    )  # fmt: skip
+        [
+            "--d-models",
+            "32",
+            "--families",
+            "gpt2",
+            "--impls",
+            "ours",
+            "--reps",
+            "1",
+            "--steps",
+            "1",
+            "--warmup",
+            "1",
+            "--out",
+            str(tmp_path / "a.json"),
+        ]
+    )
     saved = json.loads((tmp_path / "a.json").read_text())
     assert saved["rows"] == [row] and saved["machine"]["threads"] == 1
     assert row["ms_system"] > 0 and row["ms_keep"] > 0 and row["speedup_keep"] > 0

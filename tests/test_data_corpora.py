@@ -31,8 +31,15 @@ def _corpus(folder: Path, n_files: int = 8, docs: int = 40, seed: int = 0) -> Pa
 
 
 def _text(path: Path, **kw) -> DataConfig:
-    return DataConfig.from_dict({"source": "text", "path": str(path), "vocab_size": 300,
-                                 "tokenizer_train_chars": 20000, **kw})
+    return DataConfig.from_dict(
+        {
+            "source": "text",
+            "path": str(path),
+            "vocab_size": 300,
+            "tokenizer_train_chars": 20000,
+            **kw,
+        }
+    )
 
 
 def test_tokens_do_not_depend_on_the_batch_size_or_threads(tmp_path, monkeypatch):
@@ -92,7 +99,9 @@ def test_a_prepared_corpus_is_fingerprinted_by_stats_and_an_edit_is_seen(tmp_pat
     filehash._hashed.clear()  # a new process: read back from disk, no file is read
     opened = []
     real_open = open
-    monkeypatch.setattr("builtins.open", lambda p, *a, **k: opened.append(str(p)) or real_open(p, *a, **k))
+    monkeypatch.setattr(
+        "builtins.open", lambda p, *a, **k: opened.append(str(p)) or real_open(p, *a, **k)
+    )
     assert source_fingerprint(cfg) == first
     assert len([p for p in opened if p.startswith(str(corpus))]) <= 1  # the empty-corpus probe
     monkeypatch.undo()
@@ -147,8 +156,9 @@ def test_streaming_gives_the_same_tokens_as_a_download(tmp_path):
     streamed = prepare_data(DataConfig.from_dict({**base, "streaming": True}), tmp_path / "b")
     np.testing.assert_array_equal(whole.train, streamed.train)
     np.testing.assert_array_equal(whole.val, streamed.val)
-    limited = prepare_data(DataConfig.from_dict({**base, "streaming": True, "max_tokens": 5000}),
-                           tmp_path / "c")
+    limited = prepare_data(
+        DataConfig.from_dict({**base, "streaming": True, "max_tokens": 5000}), tmp_path / "c"
+    )
     n = len(limited.train) + len(limited.val)
     assert 5000 <= n < 5000 + 100  # stops at the document that reaches the limit
     np.testing.assert_array_equal(limited.train, whole.train[: len(limited.train)])
@@ -164,8 +174,16 @@ def test_a_dataset_without_the_text_field_is_one_line(tmp_path):
 
 # ---------------------------------------------------------------- pre-tokenized shards
 def _tokens(path, val_path=None, **kw) -> DataConfig:
-    return DataConfig.from_dict({"source": "tokens", "path": str(path), "val_path": val_path,
-                                 "vocab_size": 1000, "eot_id": 999, **kw})
+    return DataConfig.from_dict(
+        {
+            "source": "tokens",
+            "path": str(path),
+            "val_path": val_path,
+            "vocab_size": 1000,
+            "eot_id": 999,
+            **kw,
+        }
+    )
 
 
 def test_bin_round_trip_and_sharded_reads(tmp_path):
@@ -193,8 +211,15 @@ def test_a_dataset_of_token_ids_becomes_a_token_cache(tmp_path):
 
     rows = [{"input_ids": list(range(i % 7, i % 7 + 20 + i % 13))} for i in range(400)]
     datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "ids"))
-    cfg = DataConfig.from_dict({"source": "tokens", "from_disk": str(tmp_path / "ids"),
-                                "text_field": "input_ids", "vocab_size": 64, "eot_id": 63})
+    cfg = DataConfig.from_dict(
+        {
+            "source": "tokens",
+            "from_disk": str(tmp_path / "ids"),
+            "text_field": "input_ids",
+            "vocab_size": 64,
+            "eot_id": 63,
+        }
+    )
     data = prepare_data(cfg, tmp_path / "cache")
     flat = [t for r in rows for t in (*r["input_ids"], 63)]
     assert len(data.train) + len(data.val) == len(flat) and data.vocab_size == 64
@@ -209,7 +234,10 @@ def test_a_dataset_of_token_ids_becomes_a_token_cache(tmp_path):
     [
         (lambda p: p.write_bytes(b"\0" * 2048), r"is not an llm.c token shard \(magic 0"),
         (lambda p: p.write_bytes(p.read_bytes()[:-2]), "the header promises 100 tokens"),
-        (lambda p: p.write_bytes(p.read_bytes()[:4] + b"\x02" + p.read_bytes()[5:]), "shard version 2"),
+        (
+            lambda p: p.write_bytes(p.read_bytes()[:4] + b"\x02" + p.read_bytes()[5:]),
+            "shard version 2",
+        ),
         (lambda p: write_bin(p, np.full(100, 1000, np.uint16)), "data.vocab_size: 1000, but"),
     ],
 )
@@ -229,24 +257,40 @@ def test_a_glob_matching_nothing_is_named(tmp_path):
 
 def _run(*args, env_extra=None):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env_extra or {})}
-    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, *args], env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_train_on_tokens_end_to_end_and_bad_input_exits_2(tmp_path):
     rng = np.random.default_rng(0)
     for i in range(3):
         write_bin(tmp_path / f"t_{i}.bin", rng.integers(0, 1000, 20000, dtype=np.uint16))
-    common = [f"tracking.uri=sqlite:///{tmp_path / 'out' / 'mlruns.db'}",
-              f"paths.runs_dir={tmp_path / 'out' / 'runs'}", "train.progress=none",
-              "model.d_model=32", "model.n_layers=1", "model.n_heads=2", "train.tokens=8192",
-              "train.seq_len=64", "train.batch_tokens=2048", "data.eval_tokens=1024",
-              "data.vocab_size=1000", "data.eot_id=999"]
+    common = [
+        f"tracking.uri=sqlite:///{tmp_path / 'out' / 'mlruns.db'}",
+        f"paths.runs_dir={tmp_path / 'out' / 'runs'}",
+        "train.progress=none",
+        "model.d_model=32",
+        "model.n_layers=1",
+        "model.n_heads=2",
+        "train.tokens=8192",
+        "train.seq_len=64",
+        "train.batch_tokens=2048",
+        "data.eval_tokens=1024",
+        "data.vocab_size=1000",
+        "data.eot_id=999",
+    ]
     out = _run("-m", "training.train", "data=tokens", f"data.path={tmp_path}/t_*.bin", *common)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "result:" in out.stdout
-    bad = _run("-m", "training.train", "data=tokens", f"data.path={tmp_path}/nothing_*.bin",
-               *common[:1], *common[2:])
+    bad = _run(
+        "-m",
+        "training.train",
+        "data=tokens",
+        f"data.path={tmp_path}/nothing_*.bin",
+        *common[:1],
+        *common[2:],
+    )
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         f"error: data.path: {tmp_path}/nothing_*.bin matches no .bin or .npy token shards"
     ]
@@ -254,8 +298,15 @@ def test_train_on_tokens_end_to_end_and_bad_input_exits_2(tmp_path):
 
 def test_the_prepare_command_builds_the_cache_a_run_reads(tmp_path):
     corpus = _corpus(tmp_path / "c")
-    args = ["-m", "training.data", "prepare", "data=text", f"data.path={corpus}",
-            "data.tokenizer=byte", f"paths.cache_dir={tmp_path / 'cache'}"]
+    args = [
+        "-m",
+        "training.data",
+        "prepare",
+        "data=text",
+        f"data.path={corpus}",
+        "data.tokenizer=byte",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+    ]
     out = _run(*args)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.startswith("prepared text-") and "train +" in out.stdout
@@ -268,8 +319,15 @@ def test_the_prepare_command_builds_the_cache_a_run_reads(tmp_path):
 
 def test_a_dataset_that_cannot_be_reached_is_one_line(tmp_path):
     offline = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
-    out = _run("-m", "training.data", "prepare", "data=hf", "data.name=nobody/no-such-dataset",
-               f"paths.cache_dir={tmp_path / 'cache'}", env_extra=offline)
+    out = _run(
+        "-m",
+        "training.data",
+        "prepare",
+        "data=hf",
+        "data.name=nobody/no-such-dataset",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+        env_extra=offline,
+    )
     assert out.returncode == 2, out.stderr[-2000:]
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(

@@ -20,10 +20,25 @@ from training.spec import resolve_config
 CONF = Path(__file__).resolve().parents[1] / "conf"
 # The fields (in order) every ModelConfig.to_dict had before `family` existed.
 DECODER_FIELDS = [
-    "vocab_size", "max_seq_len", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff",
-    "norm_position", "norm", "pos_encoding", "rope_base", "mlp", "tie_embeddings",
-    "scale_embeddings", "bias", "dropout", "norm_eps", "init_std",
-]  # fmt: skip
+    "vocab_size",
+    "max_seq_len",
+    "n_layers",
+    "d_model",
+    "n_heads",
+    "n_kv_heads",
+    "d_ff",
+    "norm_position",
+    "norm",
+    "pos_encoding",
+    "rope_base",
+    "mlp",
+    "tie_embeddings",
+    "scale_embeddings",
+    "bias",
+    "dropout",
+    "norm_eps",
+    "init_std",
+]
 # Run keys computed with the code before this change (commit 467ec07) by the same configs.
 KEYS_BEFORE = {
     ("gpt2", None): "a06d5de5c566a0b6",

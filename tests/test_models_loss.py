@@ -95,8 +95,9 @@ def test_model_loss_only_path_equals_logits_path_and_compiles(tie):
     from models import ModelConfig, build_model
 
     torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=31, max_seq_len=8, n_layers=1, d_model=16, n_heads=2,
-                      tie_embeddings=tie)  # fmt: skip
+    cfg = ModelConfig(
+        vocab_size=31, max_seq_len=8, n_layers=1, d_model=16, n_heads=2, tie_embeddings=tie
+    )
     model = build_model(cfg)
     idx = torch.randint(0, 31, (2, 8))
     _, ref = model(idx, idx)

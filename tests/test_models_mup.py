@@ -43,9 +43,11 @@ def coordinates(parametrization: str, width: int, steps: int = 5, lr: float = 1e
         opt.zero_grad()
     out: dict[str, float] = {}
     hooks = [
-        block.register_forward_hook(lambda m, i, o, k=k: out.__setitem__(f"block{k}", o.abs().mean().item()))
+        block.register_forward_hook(
+            lambda m, i, o, k=k: out.__setitem__(f"block{k}", o.abs().mean().item())
+        )
         for k, block in enumerate(model.blocks)
-    ]  # fmt: skip
+    ]
     with torch.no_grad():
         out["logits"] = model(x)[0].abs().mean().item()
     for h in hooks:
@@ -153,10 +155,25 @@ def test_sp_config_unchanged_and_counts_equal():
     """An SP config's dict has exactly the fields it had before muP (so its run key and MLflow
     params are the same); the muP twin counts the same parameters and FLOPs."""
     before = {
-        "vocab_size", "max_seq_len", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff",
-        "norm_position", "norm", "pos_encoding", "rope_base", "mlp", "tie_embeddings",
-        "scale_embeddings", "bias", "dropout", "norm_eps", "init_std",
-    }  # fmt: skip
+        "vocab_size",
+        "max_seq_len",
+        "n_layers",
+        "d_model",
+        "n_heads",
+        "n_kv_heads",
+        "d_ff",
+        "norm_position",
+        "norm",
+        "pos_encoding",
+        "rope_base",
+        "mlp",
+        "tie_embeddings",
+        "scale_embeddings",
+        "bias",
+        "dropout",
+        "norm_eps",
+        "init_std",
+    }
     assert set(config(64).to_dict()) == before
     mup = config(64, "mup", base=16)
     assert mup.to_dict()["mup_base_width"] == 16 and mup.width_mult == 4.0
@@ -170,8 +187,11 @@ def test_sp_run_key_and_mup_key(tmp_path):
     from training.spec import resolve_config
 
     def key(**model):
-        cfg = {"model": {"d_model": 32, "n_heads": 2, **model},
-               "data": {"tokenizer": "byte"}, "paths": {"runs_dir": str(tmp_path)}}  # fmt: skip
+        cfg = {
+            "model": {"d_model": 32, "n_heads": 2, **model},
+            "data": {"tokenizer": "byte"},
+            "paths": {"runs_dir": str(tmp_path)},
+        }
         return resolve_config(cfg).run_key
 
     plain = key()

@@ -106,8 +106,9 @@ def test_hf_corpora_are_keyed_by_their_files(tmp_path):
     rows = [{"text": f"story {i}"} for i in range(20)]
     for name, part in (("a", rows), ("b", rows), ("c", rows[1:])):
         datasets.Dataset.from_list(part).save_to_disk(str(tmp_path / name))
-    disk = {n: source_fingerprint(DataConfig(source="hf", from_disk=str(tmp_path / n)))
-            for n in "abc"}  # fmt: skip
+    disk = {
+        n: source_fingerprint(DataConfig(source="hf", from_disk=str(tmp_path / n))) for n in "abc"
+    }
     assert disk["a"] == disk["b"] != disk["c"]  # saved twice (random _fingerprint): same rows
     jsonl = tmp_path / "s.jsonl"
     jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))

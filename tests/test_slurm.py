@@ -82,12 +82,22 @@ def site(tmp_path, request):
 
     def cmd(sweep: str, *extra: str) -> list[str]:
         return [
-            sys.executable, "-m", "sweeps.run", "--config-dir", str(tmp_path), f"sweep={sweep}",
-            f"data.path={corpus}", "hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1",
-            "hydra.launcher.mem_gb=1", "hydra.launcher.timeout_min=15", "hydra.launcher.poll_s=1",
-            f"tracking.uri={os.environ.get(TRACKING_ENV)}", f"tracking.experiment={experiment}",
+            sys.executable,
+            "-m",
+            "sweeps.run",
+            "--config-dir",
+            str(tmp_path),
+            f"sweep={sweep}",
+            f"data.path={corpus}",
+            "hydra/launcher=slurm",
+            "hydra.launcher.cpus_per_task=1",
+            "hydra.launcher.mem_gb=1",
+            "hydra.launcher.timeout_min=15",
+            "hydra.launcher.poll_s=1",
+            f"tracking.uri={os.environ.get(TRACKING_ENV)}",
+            f"tracking.experiment={experiment}",
             *extra,
-        ]  # fmt: skip
+        ]
 
     yield tmp_path, env, experiment, cmd
     # a test that failed or timed out leaves no job behind (the sweeps run in tmp_path)
@@ -264,8 +274,10 @@ def test_a_request_no_node_can_satisfy_fails_before_submitting(site):
     jobs_before = subprocess.run(
         ["sacct", "-n", "-X", "-a", "-o", "JobID"], capture_output=True, text=True
     ).stdout
-    cases = [("hydra.launcher.cpus_per_task=100000", "cpus_per_task=100000"),
-             ("hydra.launcher.mem_gb=100000", "mem_gb=100000")]  # fmt: skip
+    cases = [
+        ("hydra.launcher.cpus_per_task=100000", "cpus_per_task=100000"),
+        ("hydra.launcher.mem_gb=100000", "mem_gb=100000"),
+    ]
     gres = subprocess.run(["sinfo", "-h", "-o", "%G"], capture_output=True, text=True).stdout
     if set(gres.split()) <= {"(null)"}:  # a cluster without GPUs: the GPU preset cannot run
         cases.append(("hydra/launcher=slurm_gpu", "gpus_per_node=1"))

@@ -70,8 +70,10 @@ def test_threads_follow_the_allocation(pin, jobs, env, expect):
     out = subprocess.run(
         [sys.executable, "-c", THREADS, pin, str(jobs)],
         env={**base, **env, "PYTHONPATH": str(ROOT)},
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     cpus = len(os.sched_getaffinity(0))
     allocated, threads, rayon = map(int, out.stdout.split())
     assert (allocated, threads) == expect(cpus) and rayon == threads

@@ -56,9 +56,15 @@ def env(tmp_path):
 
 def sweep_cmd(tmp, corpus, name, *args):
     return [
-        sys.executable, "-m", "sweeps.run", "--config-dir", str(tmp), f"sweep={name}",
-        f"data.path={corpus}", *args,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "sweeps.run",
+        "--config-dir",
+        str(tmp),
+        f"sweep={name}",
+        f"data.path={corpus}",
+        *args,
+    ]
 
 
 def run_states(tmp):

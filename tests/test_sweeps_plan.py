@@ -354,9 +354,7 @@ def test_isoflop_tokens_use_the_factorys_non_embedding_count(comp):
         if r.skip:
             continue
         size = float(next(o.split("=")[1] for o in r.overrides if o.startswith("model.size=")))
-        n = count_params(
-            model_config({**llama, "size": size, "vocab_size": 1024})
-        ).non_embedding
+        n = count_params(model_config({**llama, "size": size, "vocab_size": 1024})).non_embedding
         assert r.n == n
         assert r.d % 8192 == 0 and abs(r.d - r.budget / (6 * n)) <= 8192 / 2
         assert r.c == pytest.approx(r.budget, rel=0.05 if r.d > 8192 * 10 else 0.5)
@@ -467,10 +465,15 @@ def test_the_families_sweep_plans_each_familys_n_d_and_c(comp):
         by_family.setdefault(family, []).append(r)
         point = dict(o.split("=", 1) for o in r.overrides)
         vanilla = yaml.safe_load((CONF / "model" / "vanilla.yaml").read_text())
-        cfg = model_config({**vanilla, "family": family, "size": float(point["model.size"]),
-                            "vocab_size": 1024 + {"decoder": 0, "encoder": 1,
-                                                  "encoder_decoder": 7}[family],
-                            "max_seq_len": 128})  # fmt: skip  (seq2seq: 6 spans + a start)
+        cfg = model_config(
+            {
+                **vanilla,
+                "family": family,
+                "size": float(point["model.size"]),
+                "vocab_size": 1024 + {"decoder": 0, "encoder": 1, "encoder_decoder": 7}[family],
+                "max_seq_len": 128,
+            }
+        )  # seq2seq: 6 spans + a start
         pc = count_params(cfg)
         assert r.n == pc.non_embedding and r.d == float(point["train.tokens"])
         if family == "encoder_decoder":  # 128 tokens: 19 noise in 6 spans -> 115 + 25

@@ -169,9 +169,14 @@ def test_a_grid_that_makes_two_arms_one_run_fails_naming_the_key():
 
     config = OmegaConf.create({"train": {"beta1": 0.9, "beta2": 0.95, "warmup": 0}})
     tp = tuning.plan_tuning(
-        spec.tune, resolve(plan.expand(spec)), lambda o: config, lambda k, t: f"{k}/{t}",
-        resolve, 1e9, 0.0,
-    )  # fmt: skip
+        spec.tune,
+        resolve(plan.expand(spec)),
+        lambda o: config,
+        lambda k, t: f"{k}/{t}",
+        resolve,
+        1e9,
+        0.0,
+    )
     with pytest.raises(
         plan.PlanError, match=r"^sweep\.tune\.train\.beta1: candidate train\.beta1=0\.8"
     ):
@@ -241,8 +246,15 @@ def test_a_bad_tune_key_fails_the_command_in_one_line_before_anything_starts(tmp
         sweep_file("false").replace("train.lr: [", "train.lrr: [")
     )
     env = _env(tmp_path)
-    cmd = [sys.executable, "-m", "sweeps.run", "--config-dir", str(tmp_path), "sweep=bad",
-           f"data.path={_corpus(tmp_path)}"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "sweeps.run",
+        "--config-dir",
+        str(tmp_path),
+        "sweep=bad",
+        f"data.path={_corpus(tmp_path)}",
+    ]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode != 0
     assert (
@@ -282,8 +294,16 @@ def test_halving_chooses_what_the_full_grid_chooses(tmp_path):
     env = _env(tmp_path)
 
     def sweep(name):
-        cmd = [sys.executable, "-m", "sweeps.run", "--config-dir", str(tmp_path), f"sweep={name}",
-               f"data.path={corpus}", "sweep.jobs=2"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "sweeps.run",
+            "--config-dir",
+            str(tmp_path),
+            f"sweep={name}",
+            f"data.path={corpus}",
+            "sweep.jobs=2",
+        ]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
         return out.stdout

@@ -33,8 +33,12 @@ def test_uri_defaults_are_absolute(monkeypatch, tmp_path):
 
 def test_run_key_ignores_tracking_and_cadence_only():
     cfg = {"model": {"d_model": 64}, "train": {"tokens": 2e6, "lr": 1e-3, "log_every": 10}}
-    same = {"model": {"d_model": 64}, "train": {"tokens": 2000000, "lr": 1e-3, "log_every": 50},
-            "tracking": {"uri": "x"}, "paths": {"runs_dir": "/y"}}  # fmt: skip
+    same = {
+        "model": {"d_model": 64},
+        "train": {"tokens": 2000000, "lr": 1e-3, "log_every": 50},
+        "tracking": {"uri": "x"},
+        "paths": {"runs_dir": "/y"},
+    }
     assert run_key(cfg) == run_key(same) and len(run_key(cfg)) == 16
     assert run_key(cfg) != run_key({**cfg, "train": {**cfg["train"], "lr": 2e-3}})
 
@@ -82,11 +86,24 @@ def test_real_mlflow_server_round_trip(tmp_path):
     port = _free_port()
     mlflow_bin = Path(sys.executable).with_name("mlflow")
     server = subprocess.Popen(
-        [str(mlflow_bin), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-         "--artifacts-destination", str(tmp_path / "artifacts")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
+        [
+            str(mlflow_bin),
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            f"sqlite:///{tmp_path / 'server.db'}",
+            "--artifacts-destination",
+            str(tmp_path / "artifacts"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     uri = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 120
@@ -229,9 +246,12 @@ print("done", flush=True)
 
 def _start_store_creation(uri: str) -> tuple[subprocess.Popen, float]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", STORE_CREATION, uri], cwd=ROOT, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [sys.executable, "-c", STORE_CREATION, uri],
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
     assert proc.stdout.readline().strip() == "ready"
     return proc, time.monotonic()
 
@@ -275,4 +295,3 @@ def test_an_interrupt_during_store_creation_leaves_no_store_or_a_complete_one(
     # on a fast machine every SIGINT may come too late; the store must be valid either way.
     if sig == signal.SIGKILL:
         assert interrupted >= 1, "no offset landed before the store was complete"
-

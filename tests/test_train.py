@@ -75,8 +75,14 @@ def test_tiny_run_records_schema(lab, schedule):
 def test_compiled_run_matches_eager(lab, tmp_path):
     from training.train import train
 
-    eager = train(compose(*lab, "train.compile=false", "tracking.experiment=eager",
-                          f"paths.runs_dir={tmp_path / 'e'}"))  # fmt: skip
+    eager = train(
+        compose(
+            *lab,
+            "train.compile=false",
+            "tracking.experiment=eager",
+            f"paths.runs_dir={tmp_path / 'e'}",
+        )
+    )
     compiled = train(compose(*lab, "train.compile=true"))
     assert compiled.status == eager.status == "FINISHED"
     assert compiled.final_val_loss == pytest.approx(eager.final_val_loss, rel=1e-4)
@@ -127,16 +133,24 @@ def test_cli_prints_result_and_writes_nothing_in_cwd(lab, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     out = subprocess.run(
         [sys.executable, "-m", "training.train", *lab, "train.tokens=2e3", "train.progress=auto"],
-        cwd=work, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "result: run_key=" in out.stdout and "status=FINISHED" in out.stdout
     assert "step 8/8" in out.stdout  # plain progress lines when not on a terminal
     assert list(work.iterdir()) == []  # no outputs/, .hydra/ or logs in the cwd
     bad = subprocess.run(
         [sys.executable, "-m", "training.train", *lab, "train.nope=1"],
-        cwd=work, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode != 0 and "nope" in bad.stderr
 
 
@@ -160,4 +174,3 @@ def test_two_cpu_ranks_form_one_data_parallel_run_equal_to_one_process(lab, tmp_
     assert len(df) == 1 and df.iloc[0]["status"] == "FINISHED"
     assert df.iloc[0]["params.world_size"] == "2" and df.iloc[0]["params.micro_batch"] == "4"
     assert df.iloc[0]["metrics.final_val_loss"] == pytest.approx(single.final_val_loss, rel=1e-5)
-

@@ -74,7 +74,6 @@ def test_sigterm_checkpoints_marks_killed_and_rerun_resumes_to_the_same_curves(l
     assert len(df) == 1 and df.iloc[0]["status"] == "FINISHED"
 
 
-
 @pytest.mark.slow
 def test_resume_after_sigkill_matches_uninterrupted(lab, tmp_path):
     from training.train import train
@@ -110,7 +109,6 @@ def test_resume_after_sigkill_matches_uninterrupted(lab, tmp_path):
     assert resumed.final_val_loss == uninterrupted.final_val_loss
     assert resumed.final_train_loss == uninterrupted.final_train_loss
     assert runs_df(lab).iloc[0]["status"] == "FINISHED"
-
 
 
 @pytest.mark.slow
@@ -153,7 +151,6 @@ def test_resume_after_sigkill_logs_every_step_once(lab, tmp_path):
     assert steps["val_loss"] == [256 * k for k in (50, 100, 150, 200)]
 
 
-
 @pytest.mark.slow
 def test_nan_loss_fails_run_and_keeps_metrics(lab):
     from training.train import train
@@ -163,7 +160,6 @@ def test_nan_loss_fails_run_and_keeps_metrics(lab):
     row = runs_df(lab).iloc[0]
     assert row["status"] == "FAILED" and row["tags.failure_reason"] == result.failure_reason
     assert "metrics.train_loss" in row and row["params.train.lr"] == "1000000000.0"
-
 
 
 @pytest.mark.slow
@@ -245,9 +241,12 @@ def test_unreadable_checkpoint_fails_with_one_line_and_marks_the_run_failed(lab,
 
     out = subprocess.run(
         [sys.executable, "-m", "training.train", *short],
-        cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
         timeout=HANG_DEADLINE_S,
-    )  # fmt: skip
+    )
     assert out.returncode == 2, out.stdout[-3000:] + out.stderr[-3000:]
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
@@ -335,4 +334,3 @@ def test_an_unwritable_folder_is_one_line_naming_it_and_no_run_is_left_running(
     if where != "tracking.uri":
         df = runs_df(lab)
         assert df.empty or "RUNNING" not in set(df["status"])
-

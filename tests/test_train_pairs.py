@@ -67,9 +67,12 @@ def odd_records() -> list[dict]:
     """Pairs a tokenizer or a JSON reader could mangle: non-ASCII, quotes, tabs, newlines,
     leading and trailing spaces."""
     return [
-        {"source": f'  Zeile {i}: "ü" ✓ {"x" * (i % 7)}\n\tnext line ', "target": f"def f{i}(x='é') "}
+        {
+            "source": f'  Zeile {i}: "ü" ✓ {"x" * (i % 7)}\n\tnext line ',
+            "target": f"def f{i}(x='é') ",
+        }
         for i in range(80)
-    ]  # fmt: skip
+    ]
 
 
 @pytest.fixture
@@ -122,10 +125,14 @@ def test_decoded_inputs_and_targets_are_the_files_pairs(tmp_path, odd_records, t
 
 
 def test_the_validation_pairs_do_not_depend_on_the_files_order(tmp_path, odd_records):
-    forward = prepare_data(pairs_config(write_jsonl(tmp_path / "a.jsonl", odd_records),
-                                        tokenizer="byte"), tmp_path / "c1")  # fmt: skip
-    backward = prepare_data(pairs_config(write_jsonl(tmp_path / "b.jsonl", odd_records[::-1]),
-                                         tokenizer="byte"), tmp_path / "c2")  # fmt: skip
+    forward = prepare_data(
+        pairs_config(write_jsonl(tmp_path / "a.jsonl", odd_records), tokenizer="byte"),
+        tmp_path / "c1",
+    )
+    backward = prepare_data(
+        pairs_config(write_jsonl(tmp_path / "b.jsonl", odd_records[::-1]), tokenizer="byte"),
+        tmp_path / "c2",
+    )
 
     def pairs(split: PairSplit) -> set[tuple[bytes, bytes]]:
         return {tuple(bytes(side.tolist()) for side in split.pair(i)) for i in range(len(split))}
@@ -252,8 +259,13 @@ def test_a_sweep_plans_pairs_with_the_runs_accounting(comp):
     from sweeps import driver
     from sweeps.job import training_config
 
-    overrides = ["model=vanilla_seq2seq", "data=stdlib_pairs", "model.size=3e4",
-                 "train.seq_len=64", "data.src_len=40"]  # fmt: skip
+    overrides = [
+        "model=vanilla_seq2seq",
+        "data=stdlib_pairs",
+        "model.size=3e4",
+        "train.seq_len=64",
+        "data.src_len=40",
+    ]
     cfg = comp(overrides)
     facts = driver.facts(cfg)
     spec = resolve_config(training_config(cfg))  # what the sweep's job trains
@@ -304,8 +316,13 @@ def test_a_text_corpus_keeps_its_config_and_key(tmp_path):
 def test_the_example_corpus_is_what_data_stdlib_pairs_trains_on(tmp_path):
     out = tmp_path / "all.jsonl"
     env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(ROOT)}
-    subprocess.run([sys.executable, "-m", "training.example_pairs", str(out)], env=env,
-                   check=True, capture_output=True, cwd=tmp_path)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "training.example_pairs", str(out)],
+        env=env,
+        check=True,
+        capture_output=True,
+        cwd=tmp_path,
+    )
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(records) > 1000
     assert all(
@@ -320,14 +337,20 @@ def test_the_example_corpus_is_what_data_stdlib_pairs_trains_on(tmp_path):
 
 # ---------------------------------------------------------------- bad input
 BAD_RECORDS = [
-    ('{"source": "a", "target": "b"}\n{"source": "a", "target": \n', "data.path: {file}:2 is not JSON"),
+    (
+        '{"source": "a", "target": "b"}\n{"source": "a", "target": \n',
+        "data.path: {file}:2 is not JSON",
+    ),
     ('["a", "b"]\n', "data.path: {file}:1 is not a JSON object"),
-    ('{"source": "a", "tgt": "b"}\n', "data.target_field: 'target' not in {file}:1; fields: source, tgt"),
+    (
+        '{"source": "a", "tgt": "b"}\n',
+        "data.target_field: 'target' not in {file}:1; fields: source, tgt",
+    ),
     ('{"source": "", "target": "b"}\n', "data.path: {file}:1: 'source' is empty"),
     ('{"source": "a", "target": " \\n "}\n', "data.path: {file}:1: 'target' is empty"),
     ('{"source": "a", "target": 3}\n', "data.path: {file}:1: 'target' is int"),
     ("\n\n", "data.path: {file}: no pairs"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("text, message", BAD_RECORDS)
@@ -346,16 +369,28 @@ def test_bad_records_are_one_line_exit_2_and_write_nothing(place, capsys, text, 
 
 
 BAD_SETTINGS = [
-    (["model=llama"], "data.kind: pairs train model.family=encoder_decoder only, got model.family=decoder"),
-    (["model=vanilla", "model.family=encoder"], "data.kind: pairs train model.family=encoder_decoder only"),
+    (
+        ["model=llama"],
+        "data.kind: pairs train model.family=encoder_decoder only, got model.family=decoder",
+    ),
+    (
+        ["model=vanilla", "model.family=encoder"],
+        "data.kind: pairs train model.family=encoder_decoder only",
+    ),
     (["train.seq_len=64", "data.src_len=63"], "data.src_len: 63 source and 1 target positions"),
-    (["train.seq_len=3", "train.batch_tokens=3", "data.eval_tokens=3"], "data.src_len: 1 source and 2 target positions"),
+    (
+        ["train.seq_len=3", "train.batch_tokens=3", "data.eval_tokens=3"],
+        "data.src_len: 1 source and 2 target positions",
+    ),
     (["data.path={corpus}/missing.jsonl"], "data.path: {corpus}/missing.jsonl does not exist"),
     (["data.path={corpus}/empty.txt"], "data.path: {corpus}/empty.txt is not .jsonl"),
     (["data.target_field=source"], "data.target_field: 'source' is also data.source_field"),
     (["data=text", "data.src_len=8"], "data.src_len: applies to data.kind=pairs only"),
-    (["data=hf", "data.kind=pairs", "data.name=x"], "data.kind: pairs are read from data.source=text"),
-]  # fmt: skip
+    (
+        ["data=hf", "data.kind=pairs", "data.name=x"],
+        "data.kind: pairs are read from data.source=text",
+    ),
+]
 
 
 @pytest.mark.parametrize("overrides, message", BAD_SETTINGS)
@@ -364,8 +399,9 @@ def test_bad_pair_settings_are_one_line_exit_2_and_write_nothing(place, capsys, 
 
     good = write_jsonl(place["corpus"] / "good.jsonl", [{"source": "a", "target": "b"}])
     overrides = [o.format(corpus=place["corpus"]) for o in overrides]
-    cfg = compose(*place["overrides"], "model=vanilla_seq2seq", "data=pairs",
-                  f"data.path={good}", *overrides)  # fmt: skip
+    cfg = compose(
+        *place["overrides"], "model=vanilla_seq2seq", "data=pairs", f"data.path={good}", *overrides
+    )
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_:
         _main(cfg)
@@ -380,21 +416,30 @@ def test_too_few_validation_pairs_fail_before_the_store(place, capsys, odd_recor
     from training.train import _main
 
     path = write_jsonl(place["corpus"] / "odd.jsonl", odd_records)
-    cfg = compose(*place["overrides"], "model=vanilla_seq2seq", "data=pairs", f"data.path={path}",
-                  "data.tokenizer=byte", "train.seq_len=64", "data.eval_tokens=65536")  # fmt: skip
+    cfg = compose(
+        *place["overrides"],
+        "model=vanilla_seq2seq",
+        "data=pairs",
+        f"data.path={path}",
+        "data.tokenizer=byte",
+        "train.seq_len=64",
+        "data.eval_tokens=65536",
+    )
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_:
         _main(cfg)
     assert exit_.value.code == 2
     message = one_error_line(capsys.readouterr().err)
-    assert message.startswith("data.eval_tokens=65536: 1024 pairs of train.seq_len=64, but the "
-                              "validation split has only"), message  # fmt: skip
+    assert message.startswith(
+        "data.eval_tokens=65536: 1024 pairs of train.seq_len=64, but the validation split has only"
+    ), message
     assert sorted(p.name for p in place["out"].iterdir()) == ["cache"]  # no store, no runs/
 
 
 def test_a_split_without_validation_pairs_is_refused(tmp_path):
-    cfg = pairs_config(write_jsonl(tmp_path / "one.jsonl", [{"source": "a", "target": "b"}]),
-                       tokenizer="byte")  # fmt: skip
+    cfg = pairs_config(
+        write_jsonl(tmp_path / "one.jsonl", [{"source": "a", "target": "b"}]), tokenizer="byte"
+    )
     with pytest.raises(
         ConfigError, match=r"^data\.val_fraction=0\.05: the split of 1 pairs left no"
     ):

@@ -51,8 +51,10 @@ def test_same_config_in_a_second_experiment_trains_in_full_and_rerun_reuses(lab)
     assert again.reused and again.run_id == first.run_id
     assert again.final_val_loss == first.final_val_loss
     assert len(runs_df(lab)) == 1
-    with pytest.raises(ConfigError, match=f"train.resume=true: .* written by MLflow run "
-                                          f"{second.run_id}, not by run key"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=f"train.resume=true: .* written by MLflow run {second.run_id}, not by run key",
+    ):
         train(compose(*cfg, "tracking.experiment=third", "train.resume=true"))
     row = runs_df(other).iloc[0]
     assert row["params.tokens"] == "8000" and row["params.tokens_trained"] == "8192"
@@ -85,7 +87,6 @@ def test_wsd_branch_continues_from_stable_checkpoint(lab, tmp_path):
     assert df.loc[branch.run_id, "params.tokens"] == "6144"
 
 
-
 @pytest.mark.slow
 def test_a_resume_uses_the_thread_count_the_run_started_with(lab, caplog):
     """Losses differ in about the 9th digit between 1 and 2 intra-op threads, so a run started
@@ -101,8 +102,13 @@ def test_a_resume_uses_the_thread_count_the_run_started_with(lab, caplog):
     run = [*lab, "train.tokens=4096", "train.save_at_tokens=[2048]"]  # 16 steps, branch at 8
     torch.set_num_threads(2)
     try:
-        whole = train(compose(*run, "tracking.experiment=whole-2-threads", "paths.runs_dir=" +
-                              value_of(lab, "paths.runs_dir") + "-whole"))
+        whole = train(
+            compose(
+                *run,
+                "tracking.experiment=whole-2-threads",
+                "paths.runs_dir=" + value_of(lab, "paths.runs_dir") + "-whole",
+            )
+        )
         first = train(compose(*run))
     finally:
         torch.set_num_threads(1)
@@ -127,7 +133,9 @@ def test_two_identical_commands_at_once_train_one_run(lab, tmp_path):
     from training.train import train
 
     cfg = [*lab, "train.tokens=256000", "train.checkpoint_every=100", "train.eval_every=250"]
-    train(compose(*cfg, "train.tokens=512", "train.warmup=0", "tracking.experiment=warm"))  # the cache
+    train(
+        compose(*cfg, "train.tokens=512", "train.warmup=0", "tracking.experiment=warm")
+    )  # the cache
     outputs = [tmp_path / "first.log", tmp_path / "second.log"]
     first = start(cfg, outputs[0])
     try:  # the second starts once the first holds the lock (has written its pid in it)
@@ -148,4 +156,3 @@ def test_two_identical_commands_at_once_train_one_run(lab, tmp_path):
     assert steps["train_loss"] == [256 * k for k in range(4, 1001, 4)]
     assert steps["val_loss"] == [256 * k for k in (250, 500, 750, 1000)]
     assert "is being trained by another process" in texts[1]  # it waited, then reused
-

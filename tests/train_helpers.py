@@ -107,7 +107,6 @@ def run_launcher(cmd: list[str], timeout_s: float, **kwargs) -> subprocess.Compl
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
-
 def start(overrides: list[str], output: Path) -> subprocess.Popen:
     with open(output, "wb") as sink:
         return subprocess.Popen(
@@ -137,4 +136,3 @@ def steps_once(uri: str, run_id: str) -> dict[str, list[int]]:
         assert not doubled, f"{key}: steps logged more than once: {doubled}"
         out[key] = sorted(steps)
     return out
-

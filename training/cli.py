@@ -25,9 +25,14 @@ from omegaconf.errors import OmegaConfBaseException
 # OSErrors the user fixes outside the project (permissions, a read-only or full disk, a file
 # where a folder should be): one `error:` line and exit 2, like bad input.
 ENVIRONMENT_ERRNOS = {
-    errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EROFS,
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.ENOTDIR,
     errno.EEXIST,
-}  # fmt: skip
+}
 
 
 def environment_error(e: OSError) -> str | None:

@@ -158,9 +158,17 @@ TRACKING_URI_FORMS = (
     "or a file:// URI or plain folder path (MLflow file store)"
 )
 TRACKING_URI_SCHEMES = {
-    "sqlite", "http", "https", "file", "databricks", "databricks-uc", "uc",
-    "postgresql", "mysql", "mssql",
-}  # fmt: skip
+    "sqlite",
+    "http",
+    "https",
+    "file",
+    "databricks",
+    "databricks-uc",
+    "uc",
+    "postgresql",
+    "mysql",
+    "mssql",
+}
 
 
 def check_tracking_uri(uri: str, name: str = "tracking.uri") -> None:
@@ -237,7 +245,11 @@ class DataConfig(_Section):
             raise ConfigError(f"data.val_fraction: must be in (0, 1), got {self.val_fraction}")
         if self.source == "tokens" and not 1 <= self.vocab_size <= 2**32 - 1:
             raise ConfigError(f"data.vocab_size: the shards' vocabulary, got {self.vocab_size}")
-        if self.tokenizer == "bpe" and self.source != "tokens" and not 257 <= self.vocab_size <= 2**32 - 1:
+        if (
+            self.tokenizer == "bpe"
+            and self.source != "tokens"
+            and not 257 <= self.vocab_size <= 2**32 - 1
+        ):
             raise ConfigError(f"data.vocab_size: must be >= 257 for bpe, got {self.vocab_size}")
         if self.eot_id is not None and not 0 <= self.eot_id < self.vocab_size:
             raise ConfigError(
@@ -353,7 +365,6 @@ class TrainConfig(_Section):
         for t in self.save_at_tokens:
             if not 0 < t <= self.tokens:
                 raise ConfigError(f"train.save_at_tokens: {t} is outside (0, train.tokens]")
-
 
     def _check_schedule_steps(self) -> None:
         """Warmup within the run's steps; a WSD decay start at a token count >= 0."""

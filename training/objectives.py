@@ -188,9 +188,13 @@ class SpanCorruption(_EncoderDecoderObjective):
     def key_fields(seq_len: int) -> dict[str, Any]:
         _, src_len, tgt_len = span_lengths(seq_len)
         return {
-            "name": "span_corruption", "noise_density": NOISE_DENSITY, "mean_span": MEAN_SPAN,
-            "tokens_counted": "text", "src_len": src_len, "tgt_len": tgt_len,
-        }  # fmt: skip
+            "name": "span_corruption",
+            "noise_density": NOISE_DENSITY,
+            "mean_span": MEAN_SPAN,
+            "tokens_counted": "text",
+            "src_len": src_len,
+            "tgt_len": tgt_len,
+        }
 
     def corrupt(self, x: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, ...]:
         pairs = [span_corruption(row, sentinel_ids=self.sentinel_ids, generator=g) for row in x]
@@ -228,9 +232,11 @@ class PairedSeq2Seq(_EncoderDecoderObjective):
     @staticmethod
     def pair_key_fields(seq_len: int, src_len: int) -> dict[str, Any]:
         return {
-            "name": "seq2seq_pairs", "tokens_counted": "source+target",
-            "src_len": src_len, "tgt_len": seq_len - src_len,
-        }  # fmt: skip
+            "name": "seq2seq_pairs",
+            "tokens_counted": "source+target",
+            "src_len": src_len,
+            "tgt_len": seq_len - src_len,
+        }
 
     def params(self) -> dict[str, Any]:
         fields = self.pair_key_fields(self.seq_len, self.src_len)
@@ -250,8 +256,12 @@ class PairedSeq2Seq(_EncoderDecoderObjective):
             mask[row, : len(source) + 1] = True
             tgt[row, : len(target)], tgt[row, len(target)] = target, eot
         targets = torch.from_numpy(tgt)
-        return (torch.from_numpy(src), torch.from_numpy(mask),
-                shift_right(targets, self.start_id), targets)  # fmt: skip
+        return (
+            torch.from_numpy(src),
+            torch.from_numpy(mask),
+            shift_right(targets, self.start_id),
+            targets,
+        )
 
     def sampler(self, split, micro_batch: int, seed: int, rank: int = 0, world_size: int = 1):
         return PairSampler(self, split, micro_batch, seed, rank, world_size)
@@ -269,15 +279,23 @@ class PairSampler:
     every micro-step draws the indices of the GLOBAL micro-batch and each rank takes its slice.
     The generator state is the data position saved in checkpoints."""
 
-    def __init__(self, objective: PairedSeq2Seq, split, micro_batch: int, seed: int,
-                 rank: int = 0, world_size: int = 1):  # fmt: skip
+    def __init__(
+        self,
+        objective: PairedSeq2Seq,
+        split,
+        micro_batch: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+    ):
         self.objective, self.split, self.micro_batch = objective, split, micro_batch
         self.rank, self.world_size = rank, world_size
         self.generator = torch.Generator().manual_seed(seed)
 
     def next(self) -> tuple[torch.Tensor, ...]:
-        drawn = torch.randint(len(self.split), (self.world_size * self.micro_batch,),
-                              generator=self.generator)  # fmt: skip
+        drawn = torch.randint(
+            len(self.split), (self.world_size * self.micro_batch,), generator=self.generator
+        )
         mine = drawn[self.rank * self.micro_batch : (self.rank + 1) * self.micro_batch]
         return self.objective.collate(self.split, mine.tolist())
 

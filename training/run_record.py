@@ -56,8 +56,11 @@ def decide(client, spec: RunSpec, experiment_id: str, rdir: Path) -> dict[str, A
         log.warning(
             "%s was written by MLflow run %s, not by run key %s's run in experiment '%s': "
             "training from step 0",
-            last, owner, spec.run_key, spec.tracking.experiment,
-        )  # fmt: skip
+            last,
+            owner,
+            spec.run_key,
+            spec.tracking.experiment,
+        )
     # The thread count the run started with: a resume uses it (float sums differ across counts).
     threads = existing.data.params.get("torch_threads") if mine else None
     return {"action": "resume" if mine else "fresh", "run_id": run_id, "torch_threads": threads}

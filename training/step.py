@@ -80,11 +80,13 @@ def param_groups(model, weight_decay: float) -> list[dict]:
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0, "lr_scale": 1.0},
     ]
     if mup:
-        groups.append({
-            "params": [p for p in params if id(p) in hidden],
-            "weight_decay": weight_decay * cfg.width_mult,
-            "lr_scale": 1.0 / cfg.width_mult,
-        })  # fmt: skip
+        groups.append(
+            {
+                "params": [p for p in params if id(p) in hidden],
+                "weight_decay": weight_decay * cfg.width_mult,
+                "lr_scale": 1.0 / cfg.width_mult,
+            }
+        )
     return groups
 
 

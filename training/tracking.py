@@ -98,12 +98,16 @@ def check_store(uri: str, parent_run_id: str | None = None) -> None:
     store. Raises ConfigError naming tracking.uri or tracking.parent_run_id."""
     db = sqlite_path(uri)
     if db is not None and db.is_dir():
-        raise ConfigError(f"tracking.uri: {db} is a folder; name a SQLite file in it, {uri}/mlruns.db")
+        raise ConfigError(
+            f"tracking.uri: {db} is a folder; name a SQLite file in it, {uri}/mlruns.db"
+        )
     if db is not None and db.is_file() and db.stat().st_size:
         with open(db, "rb") as f:
             if f.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
                 raise ConfigError(f"tracking.uri: {db} exists and is not a SQLite database")
-    folder = Path(uri.removeprefix("file://")) if "://" not in uri or uri.startswith("file://") else None
+    folder = (
+        Path(uri.removeprefix("file://")) if "://" not in uri or uri.startswith("file://") else None
+    )
     if folder is not None and folder.is_file():
         raise ConfigError(f"tracking.uri: {folder} is a file; an MLflow file store is a folder")
     if parent_run_id:

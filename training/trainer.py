@@ -186,7 +186,9 @@ class Trainer:
     def _build(self, decision: dict) -> None:
         """Objective, model, optimizer, sampler and where they start; then Accelerate's."""
         spec, tr, device = self.spec, self.spec.train, self.accelerator.device
-        self.objective = objectives.build(self.model_cfg, self.data.vocab_size, tr.seq_len, spec.data)
+        self.objective = objectives.build(
+            self.model_cfg, self.data.vocab_size, tr.seq_len, spec.data
+        )
         self.windows = self.objective.val_batches(self.windows)  # the family's fixed inputs
         torch.manual_seed(tr.seed)
         self.raw_model = build_model(self.model_cfg).to(device)
@@ -202,7 +204,9 @@ class Trainer:
             )
             self.sampler = self.objective.wrap(windows)
         self.state = self._starting_point(decision, optimizer)
-        self.state.pending_losses = [torch.tensor(v, device=device) for v in self.state.pending_losses]
+        self.state.pending_losses = [
+            torch.tensor(v, device=device) for v in self.state.pending_losses
+        ]
         self.schedule = self._schedule()
 
         use = use_compile(tr.compile, device)
@@ -227,7 +231,10 @@ class Trainer:
             except Exception as e:  # readable enough to name its run, not to load
                 run_of_file = decision["run_id"] if self.client is not None else None
                 raise run_record.unreadable(self.client, run_of_file, last, e) from None
-            state.branched_from, state.branch_step = saved.get("branched_from"), saved.get("branch_step")
+            state.branched_from, state.branch_step = (
+                saved.get("branched_from"),
+                saved.get("branch_step"),
+            )
             state.wall_time_s = saved["wall_time_s"]
             state.pending_losses = list(saved.get("pending_losses", []))
         elif tr.init_from:
@@ -248,9 +255,12 @@ class Trainer:
         decay_start = None
         if tr.schedule == "wsd":
             decay_start = wsd_decay_start(
-                total, tr.decay_fraction, tr.batch_tokens, tr.decay_start_tokens,
+                total,
+                tr.decay_fraction,
+                tr.batch_tokens,
+                tr.decay_start_tokens,
                 self.state.branch_step,
-            )  # fmt: skip
+            )
         return Schedule(tr.schedule, total, self.state.warmup_steps, tr.min_lr_ratio, decay_start)
 
     def _start_monitor(self) -> None:
@@ -357,7 +367,9 @@ class Trainer:
     def _sync_losses(self) -> tuple[list[float], bool]:
         """The step losses since the last boundary, averaged over ranks, and whether any rank
         was told to stop: one host sync."""
-        stop = torch.tensor(float(self.signals.received is not None), device=self.accelerator.device)
+        stop = torch.tensor(
+            float(self.signals.received is not None), device=self.accelerator.device
+        )
         pending = torch.stack([*self.state.pending_losses, stop])
         losses = self.accelerator.reduce(pending, "mean").tolist()
         self.state.pending_losses = []
@@ -465,7 +477,9 @@ class Trainer:
             reason = e.reason if isinstance(e, Interrupted) else f"{type(e).__name__}: {e}"
             run_record.end_run(self.client, self.run_id, status, reason[:1000])
         if isinstance(e, Interrupted) and self.main:
-            log.warning("run %s %s (MLflow run %s KILLED)", self.spec.run_key, e.reason, self.run_id)
+            log.warning(
+                "run %s %s (MLflow run %s KILLED)", self.spec.run_key, e.reason, self.run_id
+            )
 
     def _reused(self, run_id: str) -> TrainResult:
         """The result of the run key's FINISHED run (nothing trained)."""
@@ -473,7 +487,9 @@ class Trainer:
         if not self.main:
             return TrainResult(spec.run_key, None, "FINISHED", run_dir=rdir, reused=True)
         m = self.client.get_run(run_id).data.metrics
-        log.info("run key %s already FINISHED as MLflow run %s: nothing to do", spec.run_key, run_id)
+        log.info(
+            "run key %s already FINISHED as MLflow run %s: nothing to do", spec.run_key, run_id
+        )
         return TrainResult(
             run_key=spec.run_key,
             run_id=run_id,
@@ -497,8 +513,11 @@ def use_recorded_threads(recorded: str | None, run_key: str, stack: contextlib.E
         return
     log.warning(
         "run %s started with %s threads: resuming with %s (this process had %d)",
-        run_key, recorded, recorded, now,
-    )  # fmt: skip
+        run_key,
+        recorded,
+        recorded,
+        now,
+    )
     stack.callback(torch.set_num_threads, now)
     torch.set_num_threads(int(recorded))
 

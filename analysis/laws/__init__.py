@@ -22,8 +22,9 @@ from analysis.laws.base import HUBER_DELTA, Law, fit_and_bootstrap
 from analysis.load import InputError
 from analysis.load import check_fittable as check_runs
 
-LAWS: dict[str, Law] = {law.name: law for law in
-                        (chinchilla.LAW, kaplan.LAW, datablations.LAW, overtrain.LAW)}  # fmt: skip
+LAWS: dict[str, Law] = {
+    law.name: law for law in (chinchilla.LAW, kaplan.LAW, datablations.LAW, overtrain.LAW)
+}
 DEFAULT = "chinchilla"
 
 
@@ -37,26 +38,34 @@ def check_columns(runs: pd.DataFrame, law: Law, what: str = "the runs") -> None:
     """The columns the law needs, finite and positive, and U <= D; one line otherwise."""
     for col in law.columns:
         if col not in runs.columns:
-            raise InputError(f"--law {law.name} needs a column '{col}'"
-                             f"{' (unique training tokens)' if col == 'U' else ''}; {what} "
-                             f"have {sorted(map(str, runs.columns))}")  # fmt: skip
+            raise InputError(
+                f"--law {law.name} needs a column '{col}'"
+                f"{' (unique training tokens)' if col == 'U' else ''}; {what} "
+                f"have {sorted(map(str, runs.columns))}"
+            )
         values = pd.to_numeric(runs[col], errors="coerce").to_numpy(dtype=float)
         bad = ~(np.isfinite(values) & (values > 0))
         if bad.any():
-            raise InputError(f"column '{col}' has {int(bad.sum())} missing, non-numeric or "
-                             f"non-positive value(s) in {what}")  # fmt: skip
+            raise InputError(
+                f"column '{col}' has {int(bad.sum())} missing, non-numeric or "
+                f"non-positive value(s) in {what}"
+            )
     if "U" in law.columns:
         over = runs["U"].to_numpy(float) > runs["D"].to_numpy(float) * (1 + 1e-9)
         if over.any():
             i = int(np.flatnonzero(over)[0])
-            raise InputError(f"column 'U' is larger than D in {int(over.sum())} row(s) of {what} "
-                             f"(first: row {i}, U = {runs['U'].iloc[i]:.4g} > D = "
-                             f"{runs['D'].iloc[i]:.4g}); unique tokens cannot exceed tokens trained")  # fmt: skip
+            raise InputError(
+                f"column 'U' is larger than D in {int(over.sum())} row(s) of {what} "
+                f"(first: row {i}, U = {runs['U'].iloc[i]:.4g} > D = "
+                f"{runs['D'].iloc[i]:.4g}); unique tokens cannot exceed tokens trained"
+            )
         single = datablations.single_epoch(runs)
         if single.sum() <= 5 or runs["N"][single].nunique() < 2 or runs["D"][single].nunique() < 2:
-            raise InputError(f"--law datablations fits E, A, B, alpha, beta on single-epoch runs "
-                             f"(D <= U): {what} have {int(single.sum())}; it needs at least 6, "
-                             "with two or more distinct N and D")  # fmt: skip
+            raise InputError(
+                f"--law datablations fits E, A, B, alpha, beta on single-epoch runs "
+                f"(D <= U): {what} have {int(single.sum())}; it needs at least 6, "
+                "with two or more distinct N and D"
+            )
 
 
 def check_fittable(runs: pd.DataFrame, law: Law, what: str = "the runs") -> None:
@@ -87,29 +96,39 @@ def quantities(
     out = dict(values)
     budgets = np.asarray(budgets, dtype=float)
     with np.errstate(all="ignore"):
-        n_opt, d_opt = law.optimal(values, budgets / k,
-                                   None if U is None else np.full(budgets.size, U))  # fmt: skip
+        n_opt, d_opt = law.optimal(
+            values, budgets / k, None if U is None else np.full(budgets.size, U)
+        )
     for j, C in enumerate(budgets):
         out[f"N_opt@{C:.3g}"], out[f"D_opt@{C:.3g}"] = n_opt[:, j], d_opt[:, j]
         out[f"tokens_per_param@{C:.3g}"] = d_opt[:, j] / n_opt[:, j]
     return out
 
 
-def section(law: Law, runs: pd.DataFrame, budgets, n_boot: int, seed: int,
-            fixed: dict | None = None, k: float = 1.0) -> tuple[dict, np.ndarray]:
+def section(
+    law: Law,
+    runs: pd.DataFrame,
+    budgets,
+    n_boot: int,
+    seed: int,
+    fixed: dict | None = None,
+    k: float = 1.0,
+) -> tuple[dict, np.ndarray]:
     """fit.json's `parametric` section for a form, and its replicates (R, P) for predictions;
     `k`: C / (6ND) of the runs (written where it is not 1)."""
     theta, objective, thetas, converged = fit_law(law, runs, n_boot, seed, fixed)
     U = float(runs["U"].max()) if "U" in law.columns else None
-    point = {q: float(v[0])
-             for q, v in quantities(law, law.to_values(theta), budgets, U, k).items()}  # fmt: skip
+    point = {
+        q: float(v[0]) for q, v in quantities(law, law.to_values(theta), budgets, U, k).items()
+    }
     ci = intervals(quantities(law, law.to_values(thetas), budgets, U, k))
     for name in fixed or {}:
         ci[name] = None
     cols = {c: runs[c].to_numpy(float) for c in law.columns}
     noise = identification.noise_of(runs["loss"], law.predict(theta, cols)[0])
-    why = identification.law_reasons(law, point, ci, converged, float(runs["loss"].min()), fixed,
-                                     noise)
+    why = identification.law_reasons(
+        law, point, ci, converged, float(runs["loss"].min()), fixed, noise
+    )
     if law.extra_reasons:
         why = {**why, **law.extra_reasons(runs, {k: point[k] for k in law.params})}
     alloc_names = ("N_opt", "D_opt", "tokens_per_param")
@@ -124,8 +143,14 @@ def section(law: Law, runs: pd.DataFrame, budgets, n_boot: int, seed: int,
         "n_points": int(len(runs)),
         "objective": objective,
         "huber_delta": HUBER_DELTA,
-        "allocation": [{"C": float(C), **({"U": U} if U is not None else {}),
-                        **{q: point[f"{q}@{C:.3g}"] for q in alloc_names}} for C in budgets],  # fmt: skip
+        "allocation": [
+            {
+                "C": float(C),
+                **({"U": U} if U is not None else {}),
+                **{q: point[f"{q}@{C:.3g}"] for q in alloc_names},
+            }
+            for C in budgets
+        ],
         "n_boot": int(n_boot),
         "n_boot_converged": int(np.sum(converged)),
         "ci95": ci,
@@ -167,8 +192,10 @@ def summary(section: dict) -> str:
         lines.append(f"  {k} = {text}{tail}")
     for row in section["allocation"]:
         u = f", U = {row['U']:.3g}" if "U" in row else ""
-        lines.append(f"  C = {row['C']:.3g} ({label(section.get('k', 1.0))}){u}: N_opt = {row['N_opt']:.3g}, "
-                     f"D_opt = {row['D_opt']:.3g}, D/N = {row['tokens_per_param']:.3g}")  # fmt: skip
+        lines.append(
+            f"  C = {row['C']:.3g} ({label(section.get('k', 1.0))}){u}: N_opt = {row['N_opt']:.3g}, "
+            f"D_opt = {row['D_opt']:.3g}, D/N = {row['tokens_per_param']:.3g}"
+        )
     for k, why in section["why_not_identified"].items():
         if "@" not in k:
             lines.append(f"  not identified: {k}: {why}")

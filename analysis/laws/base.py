@@ -73,15 +73,18 @@ class Law:
 
     def to_theta(self, values: dict[str, float]) -> np.ndarray:
         """(P,) theta from {name: value} in linear scale."""
-        return np.array([np.log(values[k]) if self.is_log(k) else float(values[k])
-                         for k in self.order])  # fmt: skip
+        return np.array(
+            [np.log(values[k]) if self.is_log(k) else float(values[k]) for k in self.order]
+        )
 
     def to_values(self, theta: np.ndarray) -> dict[str, np.ndarray]:
         """{name: value(s)} in linear scale, in `params` order, from theta (P,) or (R, P)."""
         theta = np.atleast_2d(theta)
         with np.errstate(over="ignore"):  # a fit run off to a boundary: inf, reported
-            return {k: np.exp(theta[:, i]) if self.is_log(k) else theta[:, i]
-                    for k, i in ((k, self.order.index(k)) for k in self.params)}  # fmt: skip
+            return {
+                k: np.exp(theta[:, i]) if self.is_log(k) else theta[:, i]
+                for k, i in ((k, self.order.index(k)) for k in self.params)
+            }
 
     def take(self, theta: np.ndarray, source: Law) -> np.ndarray:
         """theta (..., P_source) of `source` rearranged to this law's order of the names they
@@ -90,8 +93,10 @@ class Law:
 
     def starts(self) -> np.ndarray:
         """(S, P) theta of every point of the start grid."""
-        axes = [np.log(self.grid[k]) if self.is_log(k) else np.asarray(self.grid[k], float)
-                for k in self.order]  # fmt: skip
+        axes = [
+            np.log(self.grid[k]) if self.is_log(k) else np.asarray(self.grid[k], float)
+            for k in self.order
+        ]
         return np.array(list(itertools.product(*axes)), dtype=float)
 
     def bootstrap_starts(self, k: int = 9) -> np.ndarray:
@@ -119,8 +124,9 @@ class Law:
             values[i], free[i] = (np.log(value) if self.is_log(name) else value), False
         return np.unique(np.where(free[None, :], starts, values[None, :]), axis=0), free
 
-    def objective(self, columns: dict[str, np.ndarray], loss, weights=None,
-                  delta: float = HUBER_DELTA) -> Objective:
+    def objective(
+        self, columns: dict[str, np.ndarray], loss, weights=None, delta: float = HUBER_DELTA
+    ) -> Objective:
         """The weighted sum of Huber losses of log residuals, for `minimize_batched`; weights
         (R, n) indexed by rows (None = all ones). Gradients by autograd."""
         log_L = torch.log(torch.tensor(np.array(loss, dtype=float)))
@@ -132,7 +138,9 @@ class Law:
             with torch.enable_grad():
                 resid = log_L - self.log_loss(theta, cols)  # (k, n)
                 clipped = resid.clamp(-delta, delta)
-                huber = clipped * (resid - 0.5 * clipped)  # r^2/2 inside [-delta, delta], linear outside
+                huber = clipped * (
+                    resid - 0.5 * clipped
+                )  # r^2/2 inside [-delta, delta], linear outside
                 if w_all is not None:
                     huber = huber * (w_all[torch.as_tensor(rows)] if w_all.shape[0] > 1 else w_all)
                 f = huber.sum(dim=1)
@@ -197,8 +205,14 @@ def fit(law: Law, columns, loss, starts: np.ndarray | None = None, free=None) ->
     for x0 in picked:
         bounds = [(None, None) if f else (v, v) for f, v in zip(free, x0)]
         with np.errstate(all="ignore"):  # trial steps may overflow; rejected
-            r = minimize(single, x0, jac=True, method="L-BFGS-B", bounds=bounds,
-                         options={"maxiter": 500, "ftol": 1e-13, "gtol": 1e-10})  # fmt: skip
+            r = minimize(
+                single,
+                x0,
+                jac=True,
+                method="L-BFGS-B",
+                bounds=bounds,
+                options={"maxiter": 500, "ftol": 1e-13, "gtol": 1e-10},
+            )
         if np.isfinite(r.fun) and r.fun < best_f:
             best_x, best_f = r.x, float(r.fun)
     return Fit(np.asarray(best_x, dtype=float), best_f)
@@ -215,8 +229,9 @@ def _distinct(xs: np.ndarray, k: int, tol: float = 1e-3) -> list[np.ndarray]:
     return picked
 
 
-def bootstrap(law: Law, columns, loss, counts: np.ndarray, starts: np.ndarray,
-              free=None) -> tuple[np.ndarray, np.ndarray]:
+def bootstrap(
+    law: Law, columns, loss, counts: np.ndarray, starts: np.ndarray, free=None
+) -> tuple[np.ndarray, np.ndarray]:
     """Refit every replicate (counts (R, n)) from its own starts: (S, P) shared by all, or
     (R, S, P) per replicate. Returns thetas (R, P), nan where not converged, and the
     converged flags (R,). Every start runs SCREEN_ITER iterations, the KEEP best of each
@@ -232,8 +247,9 @@ def bootstrap(law: Law, columns, loss, counts: np.ndarray, starts: np.ndarray,
             return fun(x, owner[rows])
 
         with np.errstate(all="ignore"):  # trial steps may overflow; rejected
-            return minimize_batched(chunked(batch, counts.shape[1]), x0, max_iter=max_iter,
-                                    free=free)  # fmt: skip
+            return minimize_batched(
+                chunked(batch, counts.shape[1]), x0, max_iter=max_iter, free=free
+            )
 
     owner = np.repeat(np.arange(n_rep), n_start)
     screen = run(starts.reshape(-1, starts.shape[-1]).copy(), owner, SCREEN_ITER)

@@ -195,7 +195,11 @@ def quantities(
             "b": theta[:, 3] / (theta[:, 3] + theta[:, 4]),
         }
         budgets = np.asarray(budgets, dtype=float)
-        alloc = allocation(theta, budgets, k) if flops is None else allocation_exact(theta, budgets, flops)
+        alloc = (
+            allocation(theta, budgets, k)
+            if flops is None
+            else allocation_exact(theta, budgets, flops)
+        )
     for k, C in enumerate(budgets):
         for name, values in alloc.items():
             out[f"{name}@{C:.3g}"] = values[:, k]
@@ -233,18 +237,25 @@ def huber_objective(theta, rows, log_N, log_D, log_L, weights, delta=HUBER_DELTA
     return huber.sum(axis=1), grad
 
 
-
 def log_loss(theta: torch.Tensor, cols: dict[str, torch.Tensor]) -> torch.Tensor:
     """The form in torch, for predictions alongside the other laws."""
     log_A, log_B, log_E, alpha, beta = (theta[:, i : i + 1] for i in range(5))
-    terms = torch.broadcast_tensors(log_E, log_A - alpha * torch.log(cols["N"]),
-                                    log_B - beta * torch.log(cols["D"]))  # fmt: skip
+    terms = torch.broadcast_tensors(
+        log_E, log_A - alpha * torch.log(cols["N"]), log_B - beta * torch.log(cols["D"])
+    )
     return torch.logsumexp(torch.stack(terms), dim=0)
 
 
 def optimal(values: dict[str, np.ndarray], C: np.ndarray, U=None):
-    theta = np.column_stack([np.log(values["A"]), np.log(values["B"]), np.log(values["E"]),
-                             values["alpha"], values["beta"]])  # fmt: skip
+    theta = np.column_stack(
+        [
+            np.log(values["A"]),
+            np.log(values["B"]),
+            np.log(values["E"]),
+            values["alpha"],
+            values["beta"],
+        ]
+    )
     q = allocation(theta, C)
     return q["N_opt"], q["D_opt"]
 
@@ -266,8 +277,9 @@ class Chinchilla(Law):
             return self.to_theta({k: v[0] for k, v in self.to_values(theta).items()})
 
     def objective(self, columns, loss, weights=None, delta: float = HUBER_DELTA):
-        log_N, log_D, log_L = (np.log(np.asarray(v, dtype=float))
-                               for v in (columns["N"], columns["D"], loss))
+        log_N, log_D, log_L = (
+            np.log(np.asarray(v, dtype=float)) for v in (columns["N"], columns["D"], loss)
+        )
 
         def fun(x, rows):
             return huber_objective(x, rows, log_N, log_D, log_L, weights, delta)
@@ -292,7 +304,9 @@ LAW = Chinchilla(
 )
 
 
-def fit(N, D, loss, *, starts: np.ndarray | None = None, fixed: dict[str, float] | None = None) -> Parametric:
+def fit(
+    N, D, loss, *, starts: np.ndarray | None = None, fixed: dict[str, float] | None = None
+) -> Parametric:
     """Approach 3 point estimate from `starts` (S, 5) (default: Hoffmann's grid); `fixed` holds
     named parameters at given values (e.g. {"E": 1.7}): they are not fitted."""
     starts, free = LAW.hold(hoffmann_grid() if starts is None else np.atleast_2d(starts), fixed)
@@ -304,8 +318,13 @@ def fit(N, D, loss, *, starts: np.ndarray | None = None, fixed: dict[str, float]
 
 
 def section(
-    runs: pd.DataFrame, budgets, n_boot: int, seed: int, fixed: dict[str, float] | None = None,
-    flops: FlopsPerToken | None = None, k: float = 1.0,
+    runs: pd.DataFrame,
+    budgets,
+    n_boot: int,
+    seed: int,
+    fixed: dict[str, float] | None = None,
+    flops: FlopsPerToken | None = None,
+    k: float = 1.0,
 ) -> tuple[Parametric, dict, np.ndarray]:
     """Approach 3 point estimate plus 95% intervals and identification for every quantity:
     (the fit, fit.json's `parametric` section, the bootstrap thetas (R, 5)).
@@ -318,7 +337,9 @@ def section(
     counts = resample_counts(len(runs), n_boot, seed)
     point, thetas, converged = fit_and_bootstrap(LAW, runs, counts, fixed)
     fit = Parametric.from_theta(point.theta, n_points=len(runs), objective=point.objective)
-    estimate = {q: float(v[0]) for q, v in quantities(fit.theta[None, :], budgets, flops, k).items()}
+    estimate = {
+        q: float(v[0]) for q, v in quantities(fit.theta[None, :], budgets, flops, k).items()
+    }
     ci = intervals(quantities(thetas, budgets, flops, k))
     for name in fixed or {}:
         ci[name] = None
@@ -332,16 +353,21 @@ def section(
         "n_points": int(len(runs)),
         "objective": fit.objective,
         "huber_delta": HUBER_DELTA,
-        "allocation": [{"C": float(C), **{q: estimate[f"{q}@{C:.3g}"]
-                                          for q in ("N_opt", "D_opt", "tokens_per_param")}}
-                       for C in budgets],
+        "allocation": [
+            {
+                "C": float(C),
+                **{q: estimate[f"{q}@{C:.3g}"] for q in ("N_opt", "D_opt", "tokens_per_param")},
+            }
+            for C in budgets
+        ],
         "n_boot": int(n_boot),
         "n_boot_converged": int(converged.sum()),
         "ci95": ci,
     }
     noise = identification.noise_of(runs["loss"], fit.predict(runs["N"], runs["D"]))
-    reasons = identification.law_reasons(LAW, estimate, ci, converged,
-                                         float(runs["loss"].min()), fixed, noise)
+    reasons = identification.law_reasons(
+        LAW, estimate, ci, converged, float(runs["loss"].min()), fixed, noise
+    )
     out = identification.clip_allocation(out)
     reasons = {**identification.range_problems(out), **reasons}
     return fit, identification.with_reasons(out, reasons), thetas

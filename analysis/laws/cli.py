@@ -32,11 +32,13 @@ from analysis.load import InputError
 
 def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--law", choices=tuple(LAWS), default=DEFAULT,
+        "--law",
+        choices=tuple(LAWS),
+        default=DEFAULT,
         help="form of the parametric law: chinchilla (default; E + A/N^alpha + B/D^beta), "
-             "kaplan (Kaplan et al. 2020 eq. 1.5), datablations (Muennighoff et al. 2023; "
-             "needs a column U, unique tokens), overtrain (Gadre et al. 2024)",
-    )  # fmt: skip
+        "kaplan (Kaplan et al. 2020 eq. 1.5), datablations (Muennighoff et al. 2023; "
+        "needs a column U, unique tokens), overtrain (Gadre et al. 2024)",
+    )
 
 
 def groups(frame: pd.DataFrame, group: str | None) -> dict[str, pd.DataFrame]:
@@ -73,15 +75,20 @@ def apply(frame: pd.DataFrame, args: argparse.Namespace, result: dict) -> dict[s
         if law.name == DEFAULT:  # approach 3 is already fit.json's section: only its replicates
             out[name] = fit_law(law, g, args.bootstrap, args.seed, args.fixed)[2]
             continue
-        res["parametric"], out[name] = section(law, g, res["budgets"], args.bootstrap, args.seed,
-                                               fixed=args.fixed, k=of_runs(g))  # fmt: skip
+        res["parametric"], out[name] = section(
+            law, g, res["budgets"], args.bootstrap, args.seed, fixed=args.fixed, k=of_runs(g)
+        )
     return out
 
 
-def write_replicates(out: Path, law_name: str, thetas: dict[str, np.ndarray], group: str | None) -> Path:
+def write_replicates(
+    out: Path, law_name: str, thetas: dict[str, np.ndarray], group: str | None
+) -> Path:
     """fit.replicates.csv: one row per replicate (a `group` column when grouped)."""
     law = get(law_name)
-    frames = [replicates(law, t).assign(**({"group": k} if group else {})) for k, t in thetas.items()]
+    frames = [
+        replicates(law, t).assign(**({"group": k} if group else {})) for k, t in thetas.items()
+    ]
     path = Path(replicates_path(out))
     pd.concat(frames, ignore_index=True).to_csv(path, index=False)
     return path

@@ -24,11 +24,21 @@ from analysis.laws.base import Law, bootstrap, data, fit, fit_and_bootstrap, one
 from analysis.laws.chinchilla import LAW as CHINCHILLA
 
 # The README's parameters (C4 fit): a, b, e, alpha, beta, rd_star, rn_star with A = exp(a) etc.
-README = dict(zip(("a", "b", "e", "alpha", "beta", "rd_star", "rn_star"),
-                  (6.255414, 7.3049974, 0.6254804, 0.3526596, 0.3526596, 15.387756, 5.309743)))  # fmt: skip
-PUBLISHED = {"E": float(np.exp(README["e"])), "A": float(np.exp(README["a"])),
-             "B": float(np.exp(README["b"])), "alpha": README["alpha"], "beta": README["beta"],
-             "R_D_star": README["rd_star"], "R_N_star": README["rn_star"]}  # fmt: skip
+README = dict(
+    zip(
+        ("a", "b", "e", "alpha", "beta", "rd_star", "rn_star"),
+        (6.255414, 7.3049974, 0.6254804, 0.3526596, 0.3526596, 15.387756, 5.309743),
+    )
+)
+PUBLISHED = {
+    "E": float(np.exp(README["e"])),
+    "A": float(np.exp(README["a"])),
+    "B": float(np.exp(README["b"])),
+    "alpha": README["alpha"],
+    "beta": README["beta"],
+    "R_D_star": README["rd_star"],
+    "R_N_star": README["rn_star"],
+}
 SINGLE_EPOCH_RTOL = 1e-9  # D <= U (1 + this): one pass over the unique data
 
 
@@ -63,12 +73,25 @@ def optimal(values: dict[str, np.ndarray], C: np.ndarray, U: np.ndarray):
         N = np.stack([n_base / i, n_base * i], axis=-1).reshape(*n_base.shape[:2], -1)
         Ucap = np.minimum(np.asarray(U, dtype=float)[None, :, None], D)
         R, K, G_ = D.shape
-        theta = np.column_stack([np.log(values["E"]), np.log(values["A"]), np.log(values["B"]),
-                                 values["alpha"], values["beta"], np.log(values["R_D_star"]),
-                                 np.log(values["R_N_star"])])  # fmt: skip
-        loss = np.stack([LAW.predict(theta[r], {"N": N[r].ravel(), "D": D[r].ravel(),
-                                                "U": Ucap[r].ravel()})[0].reshape(K, G_)
-                         for r in range(R)])  # fmt: skip
+        theta = np.column_stack(
+            [
+                np.log(values["E"]),
+                np.log(values["A"]),
+                np.log(values["B"]),
+                values["alpha"],
+                values["beta"],
+                np.log(values["R_D_star"]),
+                np.log(values["R_N_star"]),
+            ]
+        )
+        loss = np.stack(
+            [
+                LAW.predict(theta[r], {"N": N[r].ravel(), "D": D[r].ravel(), "U": Ucap[r].ravel()})[
+                    0
+                ].reshape(K, G_)
+                for r in range(R)
+            ]
+        )
         loss = np.where(np.isfinite(loss), loss, np.inf)
         best = np.argmin(loss, axis=-1)[..., None]
         return np.take_along_axis(N, best, -1)[..., 0], np.take_along_axis(D, best, -1)[..., 0]
@@ -87,13 +110,21 @@ def fitter(law: Law, runs: pd.DataFrame, counts: np.ndarray, fixed: dict | None 
     stars = law.starts()[:, 5:]  # (S, 2) grid of log R_D*, log R_N*
     free = np.array([False] * 5 + [True] * 2)
     with one_thread():
-        point = fit(law, cols, loss, free=free,
-                    starts=np.column_stack([np.tile(head, (len(stars), 1)), stars]))
+        point = fit(
+            law,
+            cols,
+            loss,
+            free=free,
+            starts=np.column_stack([np.tile(head, (len(stars), 1)), stars]),
+        )
     n_rep = counts.shape[0]
     starts = np.concatenate([point.theta[None, 5:], stars])  # warm start + grid
     per_rep = np.concatenate(
-        [np.repeat(law.take(reps1, CHINCHILLA)[:, None, :], len(starts), axis=1),
-         np.broadcast_to(starts, (n_rep, *starts.shape))], axis=2,
+        [
+            np.repeat(law.take(reps1, CHINCHILLA)[:, None, :], len(starts), axis=1),
+            np.broadcast_to(starts, (n_rep, *starts.shape)),
+        ],
+        axis=2,
     )
     with one_thread():
         thetas, ok2 = bootstrap(law, cols, loss, counts, per_rep, free=free)
@@ -109,8 +140,10 @@ def extra_reasons(runs: pd.DataFrame, values: dict[str, float]) -> dict[str, str
     log_G = (np.log(theta[3]) + theta[1] - np.log(theta[4]) - theta[2]) / (theta[3] + theta[4])
     u_n = np.exp((theta[4] / theta[3]) * (np.log(runs["U"].to_numpy(float)) + log_G) + log_G)
     if not (runs["N"].to_numpy(float) > u_n * (1 + 1e-9)).any():
-        out["R_N_star"] = ("no run has more parameters than compute-optimal for its unique "
-                           "tokens (R_N = 0 everywhere), so nothing determines R_N*")  # fmt: skip
+        out["R_N_star"] = (
+            "no run has more parameters than compute-optimal for its unique "
+            "tokens (R_N = 0 everywhere), so nothing determines R_N*"
+        )
     return out
 
 
@@ -120,8 +153,15 @@ LAW = Law(
     log_scale=(True, True, True, False, False, True, True),
     columns=("N", "D", "U"),
     log_loss=log_loss,
-    grid={"E": (1.0,), "A": (1.0,), "B": (1.0,), "alpha": (0.5,), "beta": (0.5,),
-          "R_D_star": (1.0, 5.0, 15.0, 50.0), "R_N_star": (1.0, 5.0, 15.0, 50.0)},  # fmt: skip
+    grid={
+        "E": (1.0,),
+        "A": (1.0,),
+        "B": (1.0,),
+        "alpha": (0.5,),
+        "beta": (0.5,),
+        "R_D_star": (1.0, 5.0, 15.0, 50.0),
+        "R_N_star": (1.0, 5.0, 15.0, 50.0),
+    },
     reference="Muennighoff et al. 2023, github.com/huggingface/datablations README scaling_law",
     exponents={"alpha": 1, "beta": 1},
     tradeoffs={"A": "alpha", "B": "beta"},
@@ -130,5 +170,5 @@ LAW = Law(
     fitter=fitter,
     extra_reasons=extra_reasons,
     fitted="two stages: E, A, B, alpha, beta by approach 3 on the single-epoch runs (D <= U), "
-           "then R_D_star, R_N_star on all runs with those held",
+    "then R_D_star, R_N_star on all runs with those held",
 )

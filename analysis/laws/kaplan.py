@@ -27,8 +27,12 @@ def optimal(values: dict[str, np.ndarray], C: np.ndarray, U=None):
     minimum of (N_c/N)^p + 6 D_c N / C is at N^(p+1) = p N_c^p C / (6 D_c). (Kaplan et al.
     derive their own allocation from L(N, S_min) instead; this is the one of eq. 1.5.)"""
     p = (values["alpha_N"] / values["alpha_D"])[:, None]
-    log_n = (np.log(p) + p * np.log(values["N_c"])[:, None] + np.log(C)[None, :]
-             - np.log(6 * values["D_c"])[:, None]) / (p + 1)  # fmt: skip
+    log_n = (
+        np.log(p)
+        + p * np.log(values["N_c"])[:, None]
+        + np.log(C)[None, :]
+        - np.log(6 * values["D_c"])[:, None]
+    ) / (p + 1)
     n_opt = np.exp(log_n)
     return n_opt, C[None, :] / (6 * n_opt)
 
@@ -39,8 +43,12 @@ LAW = Law(
     log_scale=(True, True, False, False),
     columns=("N", "D"),
     log_loss=log_loss,
-    grid={"N_c": (1e8, 1e11, 1e14, 1e17), "D_c": (1e8, 1e11, 1e14, 1e17),
-          "alpha_N": (0.05, 0.1, 0.3, 0.6), "alpha_D": (0.05, 0.1, 0.3, 0.6)},  # fmt: skip
+    grid={
+        "N_c": (1e8, 1e11, 1e14, 1e17),
+        "D_c": (1e8, 1e11, 1e14, 1e17),
+        "alpha_N": (0.05, 0.1, 0.3, 0.6),
+        "alpha_D": (0.05, 0.1, 0.3, 0.6),
+    },
     reference="Kaplan et al. 2020, eq. 1.5",
     exponents={"alpha_N": 1, "alpha_D": 1},
     tradeoffs={"N_c": "alpha_N", "D_c": "alpha_D"},

@@ -43,8 +43,12 @@ LAW = Law(
     log_scale=(True, True, False, True),
     columns=("N", "D"),
     log_loss=log_loss,
-    grid={"E": (0.5, 1.0, 2.0, 10.0), "a": (1e2, 3e2, 1e3, 3e3), "b": (-0.1, -0.3),
-          "c": (1e2, 3e2, 1e3, 3e3)},  # fmt: skip
+    grid={
+        "E": (0.5, 1.0, 2.0, 10.0),
+        "a": (1e2, 3e2, 1e3, 3e3),
+        "b": (-0.1, -0.3),
+        "c": (1e2, 3e2, 1e3, 3e3),
+    },
     reference="Gadre et al. 2024, scaling/laws.py powlaw_ours",
     exponents={"b": -1},
     tradeoffs={"a": "b", "c": "b"},

@@ -104,9 +104,14 @@ class ClusterSlurmLauncher(SlurmLauncher):
         for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
             log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
             job_params.append(
-                (list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}",
-                 Singleton.get_state())
-            )  # fmt: skip
+                (
+                    list(overrides),
+                    "hydra.sweep.dir",
+                    idx,
+                    f"job_id_for_{idx}",
+                    Singleton.get_state(),
+                )
+            )
         jobs = executor.map_array(self, *zip(*job_params))
         log.info("submitted SLURM array %s (%d jobs)", jobs[0].job_id.split("_")[0], len(jobs))
         return self._wait(jobs, [p[0] for p in job_params])

@@ -20,7 +20,9 @@ from training.data.cache import prepare_data
 from training.data.fingerprint import source_fingerprint
 from training.paths import PROJECT_ROOT, default_cache_dir, resolve_dir
 
-USAGE = "usage: python -m training.data prepare data=NAME [data.FIELD=VALUE ...] [paths.cache_dir=DIR]"
+USAGE = (
+    "usage: python -m training.data prepare data=NAME [data.FIELD=VALUE ...] [paths.cache_dir=DIR]"
+)
 
 
 def prepare(argv: list[str]) -> str:

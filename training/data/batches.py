@@ -46,8 +46,15 @@ class BatchSampler:
     generator state is the data position saved in checkpoints.
     """
 
-    def __init__(self, tokens: np.ndarray, seq_len: int, micro_batch: int, seed: int,
-                 rank: int = 0, world_size: int = 1):  # fmt: skip
+    def __init__(
+        self,
+        tokens: np.ndarray,
+        seq_len: int,
+        micro_batch: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+    ):
         import torch
 
         if len(tokens) < seq_len + 2:
@@ -63,8 +70,9 @@ class BatchSampler:
         import torch
 
         high = len(self.tokens) - self.seq_len - 1
-        starts = torch.randint(0, high + 1, (self.world_size * self.micro_batch,),
-                               generator=self.generator)  # fmt: skip
+        starts = torch.randint(
+            0, high + 1, (self.world_size * self.micro_batch,), generator=self.generator
+        )
         mine = starts[self.rank * self.micro_batch : (self.rank + 1) * self.micro_batch].tolist()
         windows = np.stack([self.tokens[s : s + self.seq_len + 1] for s in mine]).astype(np.int64)
         batch = torch.from_numpy(windows)  # (B, T + 1)

@@ -80,7 +80,9 @@ def _chunks(key: str, text: str) -> Iterator[tuple[str, str]]:
         yield f"{key}#{j}", "".join(lines)
 
 
-def split_stream(docs: Iterator[tuple[str, str]], val_fraction: float) -> Iterator[tuple[bool, str]]:
+def split_stream(
+    docs: Iterator[tuple[str, str]], val_fraction: float
+) -> Iterator[tuple[bool, str]]:
     """(held out?, text) of every document, by a hash of its key (file path, record index). A
     corpus of fewer than MIN_DOCS_FOR_FILE_SPLIT documents (e.g. one .txt file) is first cut
     into ~4 KB chunks at line boundaries so that both splits get text."""
@@ -93,7 +95,9 @@ def split_stream(docs: Iterator[tuple[str, str]], val_fraction: float) -> Iterat
         yield sources.is_val(key, val_fraction), text
 
 
-def split_documents(docs: list[tuple[str, str]], val_fraction: float) -> tuple[list[str], list[str]]:
+def split_documents(
+    docs: list[tuple[str, str]], val_fraction: float
+) -> tuple[list[str], list[str]]:
     """(train texts, val texts) of a list of documents (see `split_stream`)."""
     train, val = [], []
     for held_out, text in split_stream(iter(docs), val_fraction):
@@ -139,12 +143,17 @@ class _Corpus:
             return f"stdlib-py{py}-{digest}", f"Python {py} stdlib, {self.n_docs} files"
         if cfg.source == "sitepackages":
             n = len(sources.installed_packages())
-            return (f"sitepackages-py{py}-{digest}", f"site-packages sources of {n} packages, "
-                    f"{self.n_docs} files, {self.n_chars / 1e6:.0f}M characters")
+            return (
+                f"sitepackages-py{py}-{digest}",
+                f"site-packages sources of {n} packages, "
+                f"{self.n_docs} files, {self.n_chars / 1e6:.0f}M characters",
+            )
         if cfg.source == "text":
             root, files = sources.text_files(cfg)
             return f"text-{digest}", f"{root} ({len(files)} files, {self.n_docs} docs)"
-        origin = f"disk:{Path(cfg.from_disk).resolve()}" if cfg.from_disk else f"{cfg.name}/{cfg.config}"
+        origin = (
+            f"disk:{Path(cfg.from_disk).resolve()}" if cfg.from_disk else f"{cfg.name}/{cfg.config}"
+        )
         return f"hf-{digest}", f"{origin} [{cfg.split}] ({self.n_docs} docs)"
 
 
@@ -184,8 +193,12 @@ class _Streams:
         encoded = tokenizer.encode_flat([text for _, text in batch], self.dtype)
         return self.append(batch, encoded, progress)
 
-    def append(self, batch: list[tuple[bool, str]], encoded: tuple[np.ndarray, list[int]],
-               progress: Progress) -> bool:
+    def append(
+        self,
+        batch: list[tuple[bool, str]],
+        encoded: tuple[np.ndarray, list[int]],
+        progress: Progress,
+    ) -> bool:
         """Append one batch and its `encode_flat`; True once data.max_tokens tokens are written."""
         flat, lengths = encoded
         held_out = np.fromiter((v for v, _ in batch), dtype=bool, count=len(batch))
@@ -303,8 +316,14 @@ def cache_key(cfg: DataConfig, fingerprint: str) -> str:
     settings = [fingerprint, str(CACHE_FORMAT), cfg.tokenizer, str(cfg.val_fraction)]
     if cfg.tokenizer == "bpe":
         settings += [str(cfg.vocab_size), str(cfg.tokenizer_train_chars)]
-    settings += [cfg.doc_separator, cfg.text_field, str(cfg.name), str(cfg.config), cfg.split,
-                 str(cfg.max_tokens)]
+    settings += [
+        cfg.doc_separator,
+        cfg.text_field,
+        str(cfg.name),
+        str(cfg.config),
+        cfg.split,
+        str(cfg.max_tokens),
+    ]
     return sources._sha(settings)[:16]
 
 
@@ -329,20 +348,34 @@ def build_ids_cache(cfg: DataConfig, final: Path, progress: Progress) -> None:
                 ids = rows[cfg.text_field]
                 largest = max((max(r) for r in ids if len(r)), default=0)
                 if largest >= cfg.vocab_size:
-                    raise ConfigError(f"data.vocab_size: {cfg.vocab_size}, but the dataset "
-                                      f"{cfg.from_disk or cfg.name} holds token id {largest}")
+                    raise ConfigError(
+                        f"data.vocab_size: {cfg.vocab_size}, but the dataset "
+                        f"{cfg.from_disk or cfg.name} holds token id {largest}"
+                    )
                 start = streams.docs[0] + streams.docs[1]
-                batch = [(sources.is_val(str(start + i), cfg.val_fraction), r) for i, r in enumerate(ids)]
+                batch = [
+                    (sources.is_val(str(start + i), cfg.val_fraction), r) for i, r in enumerate(ids)
+                ]
                 if streams.write(batch, _IdRows(cfg.eot_id), progress):
                     break
         finally:
             streams.close()
         _check_split(streams.docs[0], streams.docs[1], cfg.val_fraction)
-        meta = {"fingerprint": source_fingerprint(cfg), "tokenizer": "given",
-                "vocab_size": cfg.vocab_size, "eot_id": cfg.eot_id, "dtype": np.dtype(dtype).name,
-                "n_train_tokens": streams.tokens[0], "n_val_tokens": streams.tokens[1],
-                "n_train_docs": streams.docs[0], "n_val_docs": streams.docs[1],
-                "sha256": {"train.bin": streams.sha[0].hexdigest(), "val.bin": streams.sha[1].hexdigest()}}
+        meta = {
+            "fingerprint": source_fingerprint(cfg),
+            "tokenizer": "given",
+            "vocab_size": cfg.vocab_size,
+            "eot_id": cfg.eot_id,
+            "dtype": np.dtype(dtype).name,
+            "n_train_tokens": streams.tokens[0],
+            "n_val_tokens": streams.tokens[1],
+            "n_train_docs": streams.docs[0],
+            "n_val_docs": streams.docs[1],
+            "sha256": {
+                "train.bin": streams.sha[0].hexdigest(),
+                "val.bin": streams.sha[1].hexdigest(),
+            },
+        }
         publish(tmp, meta, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -355,8 +388,11 @@ class _IdRows:
         self.eot_id = eot_id
 
     def encode_flat(self, rows: list[list[int]], dtype) -> tuple[np.ndarray, list[int]]:
-        flat = np.fromiter(chain.from_iterable(chain.from_iterable((r, (self.eot_id,)) for r in rows)),
-                           dtype=dtype, count=sum(map(len, rows)) + len(rows))
+        flat = np.fromiter(
+            chain.from_iterable(chain.from_iterable((r, (self.eot_id,)) for r in rows)),
+            dtype=dtype,
+            count=sum(map(len, rows)) + len(rows),
+        )
         return flat, [len(r) + 1 for r in rows]
 
 
@@ -403,4 +439,6 @@ def _load_cache(cfg: DataConfig, final: Path) -> TokenData:
             PairSplit(stream, np.fromfile(final / f"{split}.offsets.bin", np.int64), meta["eot_id"])
             for split, stream in (("train", train), ("val", val))
         )
-    return TokenData(train, val, meta["vocab_size"], meta["eot_id"], meta["fingerprint"], final, meta)
+    return TokenData(
+        train, val, meta["vocab_size"], meta["eot_id"], meta["fingerprint"], final, meta
+    )

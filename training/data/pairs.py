@@ -132,7 +132,6 @@ def pairs_fingerprint(cfg: DataConfig) -> str:
     return "pairs-" + _sha(check)[:16]
 
 
-
 @dataclass
 class PairSplit:
     """A split of a paired corpus: pair i's source ids are tokens[o[2i]:o[2i+1]] and its target
@@ -181,9 +180,11 @@ def _write_pairs(tmp: Path, split: str, pairs: list[tuple[str, str]], tokenizer,
         f"n_{split}_pairs": len(pairs),
         f"n_{split}_source_tokens": int(sources.sum()),
         f"n_{split}_target_tokens": int(targets.sum()),
-        "sha256": {f"{split}.bin": h.hexdigest(),
-                   f"{split}.offsets.bin": file_sha256(tmp / f"{split}.offsets.bin")},
-    }  # fmt: skip
+        "sha256": {
+            f"{split}.bin": h.hexdigest(),
+            f"{split}.offsets.bin": file_sha256(tmp / f"{split}.offsets.bin"),
+        },
+    }
 
 
 def build_pair_cache(cfg: DataConfig, corpus: PairCorpus, final: Path) -> None:

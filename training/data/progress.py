@@ -22,8 +22,11 @@ class Progress:
     def __enter__(self) -> Progress:
         if self.enabled:
             self.bar = RichProgress(
-                TextColumn("preparing"), BarColumn(), TextColumn("{task.fields[rates]}"),
-                TimeRemainingColumn(), transient=False,
+                TextColumn("preparing"),
+                BarColumn(),
+                TextColumn("{task.fields[rates]}"),
+                TimeRemainingColumn(),
+                transient=False,
             )
             self.bar.start()
             self.task = self.bar.add_task("prepare", total=self.total, rates="")
@@ -38,8 +41,10 @@ class Progress:
 
     def rates(self) -> str:
         dt = max(time.perf_counter() - self.t0, 1e-9)
-        return (f"{self.chars / 1e6:,.0f} MB, {self.tokens / 1e6:,.1f}M tokens "
-                f"({self.chars / 1e6 / dt:,.1f} MB/s, {self.tokens / 1e6 / dt:,.2f}M tokens/s)")
+        return (
+            f"{self.chars / 1e6:,.0f} MB, {self.tokens / 1e6:,.1f}M tokens "
+            f"({self.chars / 1e6 / dt:,.1f} MB/s, {self.tokens / 1e6 / dt:,.2f}M tokens/s)"
+        )
 
     def __exit__(self, *exc) -> None:
         if self.bar is not None:

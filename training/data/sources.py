@@ -69,9 +69,10 @@ def sitepackages_files(max_bytes: int | None = None) -> list[tuple[str, Path]]:
     files = []
     for folder, subdirs, names in os.walk(root):
         subdirs[:] = [
-            d for d in subdirs
+            d
+            for d in subdirs
             if d not in STDLIB_EXCLUDED_DIRS and not d.endswith((".dist-info", ".egg-info"))
-        ]  # fmt: skip
+        ]
         for name in names:
             if name.endswith(".py"):
                 p = Path(folder, name)
@@ -206,8 +207,13 @@ def open_hf(cfg: DataConfig):
                     )
                 ds = ds[cfg.split]
         else:
-            ds = datasets.load_dataset(cfg.name, cfg.config, split=cfg.split,
-                                       data_files=cfg.data_files, streaming=cfg.streaming)  # fmt: skip
+            ds = datasets.load_dataset(
+                cfg.name,
+                cfg.config,
+                split=cfg.split,
+                data_files=cfg.data_files,
+                streaming=cfg.streaming,
+            )
             origin = f"{cfg.name}/{cfg.config}"
     except ConfigError:
         raise

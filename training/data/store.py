@@ -41,7 +41,9 @@ def cache_problem(cache: Path) -> str | None:
         for name, n in zip(names, (meta["n_train_tokens"], meta["n_val_tokens"])):
             size = (cache / name).stat().st_size
             if size != int(n) * itemsize:
-                return f"{name} has {size} bytes, meta.json promises {n} tokens ({n * itemsize} bytes)"
+                return (
+                    f"{name} has {size} bytes, meta.json promises {n} tokens ({n * itemsize} bytes)"
+                )
         if meta.get("kind") == "pairs":
             for split in ("train", "val"):
                 size = (cache / f"{split}.offsets.bin").stat().st_size
@@ -54,8 +56,9 @@ def cache_problem(cache: Path) -> str | None:
                 return "tokenizer.json is missing"
         sums = meta.get("sha256") or {}
         stats = [(cache / name).stat() for name in sums]
-        signature = tuple((str(cache / n), st.st_size, st.st_mtime_ns, st.st_ino)
-                          for n, st in zip(sums, stats))  # fmt: skip
+        signature = tuple(
+            (str(cache / n), st.st_size, st.st_mtime_ns, st.st_ino) for n, st in zip(sums, stats)
+        )
         known = signature in _verified or recall(("verified", *signature)) is not None
         if sums and not known and sum(st.st_size for st in stats) <= VERIFY_MAX_BYTES:
             for name, digest in sums.items():

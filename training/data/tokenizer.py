@@ -85,8 +85,11 @@ class BPETokenizer:
         """(every text's ids followed by end-of-text, in order; each text's id count)."""
         ids = [e.ids for e in self.tok.encode_batch_fast(texts)]  # no offsets: ~2x faster
         eot = (self.eot_id,)
-        flat = np.fromiter(chain.from_iterable(chain.from_iterable((i, eot) for i in ids)),
-                           dtype=dtype, count=sum(map(len, ids)) + len(ids))  # fmt: skip
+        flat = np.fromiter(
+            chain.from_iterable(chain.from_iterable((i, eot) for i in ids)),
+            dtype=dtype,
+            count=sum(map(len, ids)) + len(ids),
+        )
         return flat, [len(i) + 1 for i in ids]
 
     def decode(self, ids: list[int]) -> str:
@@ -100,5 +103,3 @@ def load_tokenizer(cache: Path):
         if meta["tokenizer"] == "byte"
         else BPETokenizer.load(cache / "tokenizer.json")
     )
-
-
