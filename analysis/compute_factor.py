@@ -5,7 +5,7 @@ non-embedding parameter: C = 6 N D, k = 1. An encoder-decoder's D counts the tex
 training windows (what the corpus supplies) and N both stacks' non-embedding parameters, but
 each token is read by ONE stack: the encoder reads the corrupted source (~90% of a window plus
 sentinels), the decoder the targets (~20%). Its training run logs `flops_6nd` = 6 (N_enc S +
-N_dec T) per sequence (`training.objective.SpanCorruption.accounting`), about 0.5 x 6 N D. The
+N_dec T) per sequence (`training.objectives.SpanCorruption.accounting`), about 0.5 x 6 N D. The
 analysis keeps the run's own number: C = k 6 N D with k = flops_6nd / (6 N D) read from the run
 (column `k`; a run or CSV without one: k = 1, the decoder convention), and every conversion
 between C and D (IsoFLOP D_opt, the allocation N_opt / D_opt, predictions, f(N) under exact
