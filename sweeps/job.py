@@ -17,6 +17,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from training.paths import open_lock
+
 log = logging.getLogger(__name__)
 # Set by the sweep in the launching process when GPUs are shared by local jobs.
 ENV_GPU_POOL = "SCALING_LAB_GPU_POOL"
@@ -48,7 +50,7 @@ def claim_gpu() -> str | None:
         return None
     Path(lock_dir).mkdir(parents=True, exist_ok=True)
     for slot, gpu in enumerate(pool):
-        f = open(Path(lock_dir) / f"slot{slot}.lock", "w")  # noqa: SIM115 - held until exit
+        f = open_lock(Path(lock_dir) / f"slot{slot}.lock")  # held until exit
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -295,3 +295,15 @@ def test_an_interrupt_during_store_creation_leaves_no_store_or_a_complete_one(
     # on a fast machine every SIGINT may come too late; the store must be valid either way.
     if sig == signal.SIGKILL:
         assert interrupted >= 1, "no offset landed before the store was complete"
+
+
+def test_a_symlink_planted_as_the_store_lock_is_refused_and_its_target_kept(tmp_path):
+    import errno
+
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me\n")
+    (tmp_path / "mlruns.db.lock").symlink_to(precious)
+    with pytest.raises(OSError) as err:
+        tracking.ensure_experiment(f"sqlite:///{tmp_path / 'mlruns.db'}", "x")
+    assert err.value.errno == errno.ELOOP and err.value.filename == str(tmp_path / "mlruns.db.lock")
+    assert precious.read_text() == "keep me\n" and not (tmp_path / "mlruns.db").exists()

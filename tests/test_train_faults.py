@@ -33,6 +33,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 @pytest.mark.slow
 def test_sigterm_checkpoints_marks_killed_and_rerun_resumes_to_the_same_curves(lab, tmp_path):
+    from mlflow.tracking import MlflowClient
+
     from training.checkpoint import load_checkpoint
     from training.train import train
 
@@ -72,6 +74,8 @@ def test_sigterm_checkpoints_marks_killed_and_rerun_resumes_to_the_same_curves(l
     assert steps_once(uri, resumed.run_id) == steps_once(uri, uninterrupted.run_id)
     df = runs_df(lab)
     assert len(df) == 1 and df.iloc[0]["status"] == "FINISHED"
+    # the KILLED attempt's reason does not outlive it
+    assert "failure_reason" not in MlflowClient(uri).get_run(resumed.run_id).data.tags
 
 
 @pytest.mark.slow

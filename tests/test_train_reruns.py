@@ -156,3 +156,24 @@ def test_two_identical_commands_at_once_train_one_run(lab, tmp_path):
     assert steps["train_loss"] == [256 * k for k in range(4, 1001, 4)]
     assert steps["val_loss"] == [256 * k for k in (250, 500, 750, 1000)]
     assert "is being trained by another process" in texts[1]  # it waited, then reused
+
+
+def test_a_symlink_planted_as_the_run_key_lock_is_refused_and_its_target_kept(lab, tmp_path):
+    """The lock is opened without following links: one `error:` line naming it, exit 2, and
+    the file the link points to is not truncated or written."""
+    from training.train import train
+
+    first = train(compose(*lab))
+    lock = tmp_path / "runs" / first.run_key / ".lock"
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me\n")
+    lock.unlink()
+    lock.symlink_to(precious)
+    output = tmp_path / "symlink.log"
+    rc = finish(start(lab, output), output)
+    lines = output.read_text(errors="replace").strip().splitlines()
+    assert precious.read_text() == "keep me\n"
+    assert rc == 2 and lines[-1] == (
+        f"error: {lock}: is a symbolic link, not a lock file (not followed); remove it"
+    ), lines
+    assert not any(line.startswith(("error:", "Traceback")) for line in lines[:-1]), lines

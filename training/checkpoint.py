@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from training.paths import open_lock
+
 LAST = "last.pt"
 BRANCH_PREFIX, SUFFIX = "tokens_", ".pt"
 
@@ -109,7 +111,7 @@ def run_lock(rdir: Path, run_key: str) -> Iterator[None]:
     the kernel releases it when the holder exits, SIGKILL included."""
     rdir = Path(rdir)
     rdir.mkdir(parents=True, exist_ok=True)
-    with open(rdir / LOCK, "a+") as f:
+    with open_lock(rdir / LOCK) as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

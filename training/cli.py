@@ -23,7 +23,8 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 # OSErrors the user fixes outside the project (permissions, a read-only or full disk, a file
-# where a folder should be): one `error:` line and exit 2, like bad input.
+# where a folder should be, a symlink where a lock file should be): one `error:` line and exit
+# 2, like bad input.
 ENVIRONMENT_ERRNOS = {
     errno.EACCES,
     errno.EPERM,
@@ -32,6 +33,7 @@ ENVIRONMENT_ERRNOS = {
     errno.EDQUOT,
     errno.ENOTDIR,
     errno.EEXIST,
+    errno.ELOOP,  # a symlink planted where a lock file goes (`training.paths.open_lock`)
 }
 
 

@@ -7,8 +7,10 @@ variables override the defaults; tests point them at temporary directories.
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
+from typing import IO
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,3 +37,17 @@ def default_cache_dir() -> Path:
 def resolve_dir(value: str | os.PathLike | None, default: Path) -> Path:
     """A configured directory (None -> default), made absolute against the cwd at call time."""
     return default if value in (None, "") else Path(value).expanduser().resolve()
+
+
+def open_lock(path: str | os.PathLike, mode: str = "r+") -> IO[str]:
+    """Open (creating it) the lock file `path` for fcntl locks, never following a symlink there
+    and never truncating: a link planted in its place must not redirect writes to its target.
+    A symlink raises OSError(ELOOP) naming `path` (`training.cli.environment_error` reports it)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            why = "is a symbolic link, not a lock file (not followed); remove it"
+            raise OSError(errno.ELOOP, why, str(path)) from None
+        raise
+    return os.fdopen(fd, mode)

@@ -188,7 +188,9 @@ def pair_params(data, objective) -> dict[str, Any]:
 
 def end_run(client, run_id: str, status: str, failure_reason: str | None = None) -> None:
     """Mark the MLflow run `status` (FINISHED | FAILED | KILLED), tagged with why it did not
-    finish."""
+    finish; a run resumed to FINISHED loses the reason an earlier attempt left."""
     if failure_reason is not None:
         tracking.set_tags(client, run_id, {"failure_reason": failure_reason})
+    elif status == "FINISHED" and "failure_reason" in client.get_run(run_id).data.tags:
+        client.delete_tag(run_id, "failure_reason")
     client.set_terminated(run_id, status)

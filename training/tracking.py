@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from training.config import ConfigError
-from training.paths import PROJECT_ROOT, default_tracking_uri
+from training.paths import PROJECT_ROOT, default_tracking_uri, open_lock
 
 MAX_PARAMS_PER_BATCH = 100  # MLflow log_batch limits
 MAX_METRICS_PER_BATCH = 1000
@@ -136,7 +136,7 @@ def _store_lock(uri: str) -> Iterator[None]:
         yield
         return
     db.parent.mkdir(parents=True, exist_ok=True)
-    with open(db.with_name(db.name + ".lock"), "w") as lock:
+    with open_lock(db.with_name(db.name + ".lock")) as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from training.data.filehash import file_sha256, recall, remember
+from training.paths import open_lock
 
 log = logging.getLogger("training.data")
 
@@ -108,7 +109,7 @@ def ensure_cache(final: Path, build: Callable[[Path], None]) -> None:
     if not problem():
         return
     final.parent.mkdir(parents=True, exist_ok=True)
-    with open(final.parent / f"{final.name}.lock", "a") as lock:
+    with open_lock(final.parent / f"{final.name}.lock") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if why := problem():
             for stale in final.parent.glob(final.name + ".tmp-*"):  # an interrupted build
