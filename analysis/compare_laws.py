@@ -28,7 +28,13 @@ from analysis.bootstrap import percentile_interval
 from analysis.fit import default_holdout_threshold, jsonable
 from analysis.isoflop import budget_groups
 from analysis.laws import LAWS, Law, check_columns, check_fittable, fit_law
-from analysis.load import InputError, add_selection_args, load_selected
+from analysis.load import (
+    ArgumentParser,
+    InputError,
+    add_selection_args,
+    check_out_dir,
+    load_selected,
+)
 
 
 def applicable(runs: pd.DataFrame) -> list[Law]:
@@ -242,7 +248,7 @@ def report_blocks(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m analysis.compare_laws",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -264,8 +270,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.bootstrap < 10:
             raise InputError(f"--bootstrap must be at least 10 (got {args.bootstrap})")
-        if args.holdout_above is not None and not args.holdout_above > 0:
+        if args.holdout_above is not None and not 0 < args.holdout_above < np.inf:
             raise InputError(f"--holdout-above must be a positive C (got {args.holdout_above})")
+        if args.seed < 0:
+            raise InputError(f"--seed must be a non-negative integer (got {args.seed})")
+        check_out_dir(Path(args.out))
         runs = load_selected(args).frame
         laws = [LAWS[k] for k in dict.fromkeys(args.law)] if args.law else applicable(runs)
         for law in laws:

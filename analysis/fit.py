@@ -35,10 +35,11 @@ from analysis.laws import chinchilla
 from analysis.laws import cli as law_cli
 from analysis.laws.chinchilla import FlopsPerToken, Parametric
 from analysis.load import (
+    ArgumentParser,
     InputError,
     add_selection_args,
     check_fittable,
-    check_out_dir,
+    check_out_file,
     load_selected,
     with_total_params,
 )
@@ -565,8 +566,13 @@ def check_fit_args(args: argparse.Namespace) -> None:
         raise InputError(f"--bootstrap must be at least 10 (got {args.bootstrap})")
     args.fixed = parse_fixed(getattr(args, "fix", []) or [])
     for c in args.budget or []:
-        if not c > 0:
+        if not 0 < c < np.inf:
             raise InputError(f"--budget must be a positive number of FLOPs (got {c})")
+    threshold = getattr(args, "holdout_above", None)
+    if threshold is not None and not 0 < threshold < np.inf:
+        raise InputError(f"--holdout-above must be a positive C (got {threshold})")
+    if args.seed < 0:
+        raise InputError(f"--seed must be a non-negative integer (got {args.seed})")
 
 
 def fit_groups(runs: pd.DataFrame, group: str | None, args: argparse.Namespace) -> dict:
@@ -602,7 +608,7 @@ def fit_groups(runs: pd.DataFrame, group: str | None, args: argparse.Namespace) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.fit", description=__doc__)
+    parser = ArgumentParser(prog="python -m analysis.fit", description=__doc__)
     add_selection_args(parser)
     add_fit_args(parser)
     parser.add_argument("--group", help="fit each value of this column separately (e.g. arch)")
@@ -618,7 +624,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         check_fit_args(args)
-        check_out_dir(Path(args.out).parent)
+        check_out_file(args.out)
         runs = load_selected(args)
         frame = with_total_params(runs.frame) if args.params == "total" else runs.frame
         frame = with_family(frame)  # --group family

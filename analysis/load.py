@@ -94,6 +94,8 @@ def complete_axes(df: pd.DataFrame) -> pd.DataFrame:
             )
         df[K_COLUMN] = k.fillna(1.0)
         six = 6 * df[K_COLUMN]
+    if len(present) == 3:
+        _check_compute(df, six)
     if "N" not in df.columns:
         df["N"] = df["C"] / (six * df["D"])
     if "D" not in df.columns:
@@ -101,6 +103,18 @@ def complete_axes(df: pd.DataFrame) -> pd.DataFrame:
     if "C" not in df.columns:
         df["C"] = six * df["N"] * df["D"]
     return df
+
+
+def _check_compute(df: pd.DataFrame, six, rtol: float = 1e-3) -> None:
+    """C given next to N and D must be k 6 N D (up to rounding): the fits and summaries read it so."""
+    ratio = df["C"] / (six * df["N"] * df["D"])
+    bad = ~(np.abs(ratio - 1.0) <= rtol)
+    if bad.any():
+        row = df.index[bad][0]
+        raise InputError(
+            f"column 'C' is not k 6 N D in {int(bad.sum())} row(s) (first: row {row}, "
+            f"C = {ratio[row]:.4g} x k 6 N D); fix C, or give the factor k in column '{K_COLUMN}'"
+        )
 
 
 def check_fittable(
@@ -152,6 +166,26 @@ def read_csv(path: str | Path, id_prefix: str = "") -> Runs:
     return Runs(frame=df, source=str(path))
 
 
+def check_unique(parts: list[Runs]) -> None:
+    """No run counted twice: a run_id, or a non-empty run_key, found twice within one source or
+    across sources is an error (a doubled run narrows every interval)."""
+    for col in ("run_id", "run_key"):
+        keys = [p.frame[col] if col in p.frame.columns else pd.Series(dtype=object) for p in parts]
+        labels = pd.concat([pd.Series(p.source, index=k.index) for p, k in zip(parts, keys)])
+        keys = pd.concat(keys).astype(object)
+        keys = keys.where(keys.notna() & (keys.astype(str).str.strip() != ""))
+        dup = keys.duplicated(keep=False) & keys.notna()
+        if not dup.any():
+            continue
+        first = keys[dup].iloc[0]
+        where = list(dict.fromkeys(labels[dup.to_numpy()][(keys[dup] == first).to_numpy()]))
+        count = keys[dup].nunique()
+        raise InputError(
+            f"{col} '{first}' appears more than once in the selected sources ({', '.join(where)}); "
+            f"{count} {col}(s) are duplicated; each run may be selected only once"
+        )
+
+
 def combine(parts: list[Runs]) -> Runs:
     """Runs of several sources, concatenated in order; one source is returned unchanged.
 
@@ -160,6 +194,7 @@ def combine(parts: list[Runs]) -> Runs:
     `sweep` value, `sweep` = its source, so IsoFLOP budgets never span two sources unless
     their runs name the same sweep. A run_id found twice is an error.
     """
+    check_unique(parts)
     if len(parts) == 1:
         return parts[0]
     frames = []
@@ -172,14 +207,6 @@ def combine(parts: list[Runs]) -> Runs:
         front = ["run_id", "source"]
         frames.append(f[front + [c for c in f.columns if c not in front]])
     frame = pd.concat(frames, ignore_index=True)
-    dup = frame["run_id"].duplicated(keep=False)
-    if dup.any():
-        run_id = frame["run_id"][dup].iloc[0]
-        where = [p.source for p in parts if (p.frame["run_id"] == run_id).any()]
-        raise InputError(
-            f"run_id '{run_id}' appears more than once in the selected sources ({', '.join(where)}); "
-            "each run may be selected only once"
-        )
     excluded = [p.excluded for p in parts if len(p.excluded)]
     return Runs(
         frame=frame,
@@ -489,6 +516,21 @@ def check_out_dir(folder: Path, flag: str = "--out") -> None:
         raise InputError(f"{flag}: {probe} is a file, not a folder")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise InputError(f"{flag}: {probe} is not writable (read-only or no permission)")
+
+
+def check_out_file(path: str | Path, flag: str = "--out") -> None:
+    """InputError unless `path` can be written as a file: not an existing folder, and its folder
+    exists or can be made (`check_out_dir`), so a misnamed output fails before any fitting."""
+    if Path(path).is_dir():
+        raise InputError(f"{flag}: {path} is a folder, not a file")
+    check_out_dir(Path(path).parent, flag)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with a bad flag reported as one `error:` line (exit 2), like every other input."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
 def check_server(uri: str, timeout_s: float = 5.0) -> None:

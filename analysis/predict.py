@@ -28,7 +28,7 @@ import pandas as pd
 
 from analysis.bootstrap import percentile_interval
 from analysis.laws import Law, law_of, replicates_path
-from analysis.load import InputError
+from analysis.load import ArgumentParser, InputError, check_out_file
 
 
 def load_fit(path: str, group: str | None = None) -> dict:
@@ -189,7 +189,7 @@ def predict(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m analysis.predict",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -204,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
+        check_out_file(args.out)
         section = load_fit(args.fit, args.group)
         law = law_of(section)
         points, optimal = read_points(args.csv, law, section.get("k", 1.0))

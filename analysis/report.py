@@ -40,6 +40,7 @@ from analysis.fit import (
     summary,
 )
 from analysis.load import (
+    ArgumentParser,
     InputError,
     Runs,
     add_selection_args,
@@ -761,7 +762,7 @@ def label_variants(
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__)
+    parser = ArgumentParser(prog="python -m analysis.report", description=__doc__)
     add_selection_args(parser)
     add_fit_args(parser)
     parser.add_argument(

@@ -35,7 +35,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import tuning
-from analysis.load import InputError, check_out_dir, read_csv
+from analysis.load import ArgumentParser, InputError, check_out_file, read_csv
 
 # The sweep tags each tuned arm's result `chosen` (halving's decayed winner) and its other
 # segments `candidate` (stopped at rungs): together they are the values halving compared. Arms
@@ -197,7 +197,7 @@ def markdown(table: pd.DataFrame, lines: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m analysis.tuning_check",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.out:
-            check_out_dir(Path(args.out).parent)
+            check_out_file(args.out)
         tuned = _arms(args.tuned, args.tune, tuned_only=True)
         grid = _arms(args.grid, args.tune, tuned_only=False)
         table, missing = compare(tuned, grid, args.tune)

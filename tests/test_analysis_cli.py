@@ -266,7 +266,9 @@ def test_report_refuses_to_pool_architectures_and_compares_them_by_arch(tmp_path
     frame = pd.concat(
         [
             isoflop_runs(LAW, seed=0, **SMALL).assign(arch="pre-a"),
-            isoflop_runs(LAW, seed=1, **SMALL).assign(arch="post-b"),
+            isoflop_runs(LAW, seed=1, **SMALL).assign(
+                arch="post-b", run_id=lambda f: "b-" + f["run_id"]
+            ),
         ]
     )
     src = _bad(tmp_path, frame)

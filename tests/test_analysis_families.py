@@ -23,7 +23,9 @@ def two_families(tmp_path):
     pd.concat(
         [
             isoflop_runs(LAW, seed=0, **SMALL).assign(arch=ARCH),
-            isoflop_runs(LAW, seed=1, **SMALL).assign(arch=f"encoder-{ARCH}"),
+            isoflop_runs(LAW, seed=1, **SMALL).assign(
+                arch=f"encoder-{ARCH}", run_id=lambda f: "enc-" + f["run_id"]
+            ),
         ]
     ).drop(columns=["C"]).to_csv(path, index=False)
     return path

@@ -292,6 +292,134 @@ def test_analysis_server_check_times_out_on_a_silent_server(tmp_path, capsys):
         assert time.monotonic() - t0 < 5
 
 
+def _run_cli(tool: str, argv: list[str]) -> int:
+    """`python -m analysis.<tool>` in process; argparse's errors exit through SystemExit."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"analysis.{tool}").main(argv)
+    except SystemExit as exit_:
+        return exit_.code
+
+
+LADDER = ROOT / "results" / "ref_ladder" / "runs.csv"
+
+
+@pytest.mark.parametrize("how", ["one file twice", "two files"])
+@pytest.mark.parametrize("tool", ["fit", "report", "compare_laws"])
+def test_analysis_runs_given_twice_are_refused(tmp_path, capsys, tool, how):
+    """The ladder's runs fed twice fitted "66 runs" with a narrower interval, exit 0."""
+    rows = LADDER.read_text().splitlines(keepends=True)
+    doubled = tmp_path / "doubled.csv"
+    if how == "one file twice":
+        doubled.write_text("".join(rows + rows[1:]))
+        sources = ["--csv", str(doubled)]
+    else:
+        doubled.write_text("".join(rows))
+        sources = ["--csv", str(LADDER), "--csv", str(doubled)]
+    out = tmp_path / "result" / ("fit.json" if tool == "fit" else "report")
+    assert _run_cli(tool, [*sources, "--out", str(out), "--bootstrap", "10"]) == 2
+    message = one_error_line(capsys.readouterr().err)
+    assert message.startswith("run_id '") and "22 run_id(s) are duplicated" in message, message
+    assert str(doubled) in message
+    assert (
+        how == "one file twice"
+        or str(LADDER.relative_to(ROOT)) in message
+        or str(LADDER) in message
+    )
+    assert not out.parent.exists()
+
+
+def test_analysis_run_key_given_twice_is_refused(tmp_path, capsys):
+    """Two rows of one run under different run_ids (e.g. re-exported) are one run."""
+    (tmp_path / "runs.csv").write_text(
+        "run_id,run_key,"
+        + GOOD_CSV.splitlines()[0]
+        + "\n"
+        + "".join(
+            f"r{i},{'k0' if i < 2 else f'k{i}'},{line}\n"
+            for i, line in enumerate(GOOD_CSV.splitlines()[1:])
+        )
+    )
+    out = tmp_path / "result" / "fit.json"
+    assert _run_cli("fit", ["--csv", str(tmp_path / "runs.csv"), "--out", str(out)]) == 2
+    message = one_error_line(capsys.readouterr().err)
+    assert message.startswith("run_key 'k0' appears more than once"), message
+    assert not out.parent.exists()
+
+
+@pytest.mark.parametrize("tool", ["fit", "report", "compare_laws"])
+def test_analysis_c_not_6nd_is_refused(tmp_path, capsys, tool):
+    """A C 100x off k 6 N D was used as given and printed as 6ND."""
+    lines = GOOD_CSV.splitlines()
+    rows = [lines[0] + ",C"] + [
+        f"{line},{6 * float(line.split(',')[0]) * float(line.split(',')[1]) * (100 if i == 4 else 1):.6g}"
+        for i, line in enumerate(lines[1:])
+    ]
+    (tmp_path / "runs.csv").write_text("\n".join(rows) + "\n")
+    out = tmp_path / "result" / ("fit.json" if tool == "fit" else "report")
+    assert (
+        _run_cli(
+            tool, ["--csv", str(tmp_path / "runs.csv"), "--out", str(out), "--bootstrap", "10"]
+        )
+        == 2
+    )
+    message = one_error_line(capsys.readouterr().err)
+    assert message.startswith("column 'C' is not k 6 N D in 1 row(s) (first: row 4,"), message
+    assert not out.parent.exists()
+
+
+@pytest.mark.parametrize(
+    "tool, kind",
+    [("fit", "folder"), ("predict", "folder"), ("report", "file"), ("compare_laws", "file")],
+)
+def test_analysis_out_of_the_wrong_kind_fails_before_fitting(tmp_path, capsys, tool, kind):
+    """A folder where a file goes (or the reverse) failed only after the whole fit."""
+    (tmp_path / "runs.csv").write_text(GOOD_CSV)
+    out = tmp_path / "taken"
+    out.mkdir() if kind == "folder" else out.write_text("keep me")
+    fit_json = ROOT / "results" / "ref_ladder" / "fit.json"
+    source = ["--fit", str(fit_json)] if tool == "predict" else ["--bootstrap", "10"]
+    code = _run_cli(tool, [*source, "--csv", str(tmp_path / "runs.csv"), "--out", str(out)])
+    assert code == 2
+    message = one_error_line(capsys.readouterr().err)
+    assert message == f"--out: {out} is a {kind}, not a {'file' if kind == 'folder' else 'folder'}"
+    assert (list(out.iterdir()) == []) if kind == "folder" else out.read_text() == "keep me"
+
+
+@pytest.mark.parametrize(
+    "tool, argv, flag",
+    [
+        ("fit", ["--holdout-above", "-1"], "--holdout-above"),
+        ("fit", ["--holdout-above", "inf"], "--holdout-above"),
+        ("fit", ["--budget", "inf"], "--budget"),
+        ("fit", ["--seed", "-1"], "--seed"),
+        ("report", ["--holdout-above", "0"], "--holdout-above"),
+        ("compare_laws", ["--holdout-above", "-1"], "--holdout-above"),
+        ("compare_laws", ["--seed", "-1"], "--seed"),
+        ("fit", ["--params", "foo"], "--params"),
+        ("fit", ["--bootstrap", "ten"], "--bootstrap"),
+        ("report", ["--compute", "bogus"], "--compute"),
+        ("compare_laws", ["--law", "nope"], "--law"),
+        ("fit", ["--no-such-flag"], "--no-such-flag"),
+    ],
+)
+def test_analysis_bad_flags_are_one_line(tmp_path, capsys, tool, argv, flag):
+    """argparse's choice errors printed usage + error (~10 lines); negative C was accepted."""
+    (tmp_path / "runs.csv").write_text(GOOD_CSV)
+    out = tmp_path / "result" / "out"
+    code = _run_cli(tool, ["--csv", str(tmp_path / "runs.csv"), *argv, "--out", str(out)])
+    assert code == 2
+    message = one_error_line(capsys.readouterr().err)
+    assert flag in message, message
+    assert not out.parent.exists()
+
+
+def test_analysis_help_still_works(capsys):
+    assert _run_cli("fit", ["--help"]) == 0
+    assert capsys.readouterr().out.startswith("usage: python -m analysis.fit")
+
+
 # ---------------------------------------------------------------- token cache integrity
 @pytest.fixture
 def small_cache(tmp_path):
