@@ -91,58 +91,73 @@ def compare(
         raise InputError("no runs at or above the hold-out threshold")
     rows, per_run = [], []
     for law in laws:
-        done, skipped = [], []
-        for train, test in parts:
-            if test.empty:
-                continue
-            try:
-                done.append((train, test, window(law, train, test, n_boot, seed)))
-            except (InputError, ValueError) as err:
-                skipped.append(f"C < {test['C'].min():.3g}: {err}")
-        row = {"law": law.name, "n_params": law.n_params, "windows": len(done)}
-        if not done:
-            rows.append({**row, "skipped": "; ".join(skipped)})
-            continue
-        rep_mean = np.mean([w["rep_mean"] for *_, w in done], axis=0)
-        rep_worst = np.max([w["rep_worst"] for *_, w in done], axis=0)
-        row.update(
-            n_train=int(np.mean([len(t) for t, *_ in done])),
-            n_test=int(sum(len(t) for _, t, _ in done)),
-            mean_rel_error=float(np.mean([w["mean"] for *_, w in done])),
-            # one window whose fit runs off (e.g. Kaplan's form on 17 runs) dominates the mean
-            median_window_rel_error=float(np.median([w["mean"] for *_, w in done])),
-            worst_rel_error=float(np.max([w["worst"] for *_, w in done])),
-            ci95={
-                "mean_rel_error": percentile_interval(rep_mean),
-                "worst_rel_error": percentile_interval(rep_worst),
-            },
-            params=done[-1][2]["params"],
-        )
-        if skipped:
-            row["skipped_windows"] = skipped
-        rows.append(row)
-        for _, test, w in done:
-            per_run += [
-                {
-                    "law": law.name,
-                    "train_below_C": float(test["C"].min()),
-                    "run_id": r,
-                    "N": n,
-                    "D": d,
-                    "C": c,
-                    "loss": y,
-                    "rel_error": e,
-                }
-                for r, n, d, c, y, e in zip(
-                    test["run_id"], test["N"], test["D"], test["C"], test["loss"], w["rel_error"]
-                )
-            ]
+        done, skipped = _windows(law, parts, n_boot, seed)
+        rows.append(_error_row(law, done, skipped))
+        per_run += _per_run_errors(law, done)
     return {
         "mode": "rollout" if rollout else "holdout",
         "n_boot": n_boot,
         "rows": rows,
         "runs": per_run,
     }
+
+
+def _windows(law: Law, parts, n_boot: int, seed: int) -> tuple[list, list[str]]:
+    """`law` fitted in each (train, test) window: the done ones and why the others failed."""
+    done, skipped = [], []
+    for train, test in parts:
+        if test.empty:
+            continue
+        try:
+            done.append((train, test, window(law, train, test, n_boot, seed)))
+        except (InputError, ValueError) as err:
+            skipped.append(f"C < {test['C'].min():.3g}: {err}")
+    return done, skipped
+
+
+def _error_row(law: Law, done: list, skipped: list[str]) -> dict:
+    """The law's row: mean, median-window and worst relative error over its windows, with CIs."""
+    row = {"law": law.name, "n_params": law.n_params, "windows": len(done)}
+    if not done:
+        return {**row, "skipped": "; ".join(skipped)}
+    rep_mean = np.mean([w["rep_mean"] for *_, w in done], axis=0)
+    rep_worst = np.max([w["rep_worst"] for *_, w in done], axis=0)
+    row.update(
+        n_train=int(np.mean([len(t) for t, *_ in done])),
+        n_test=int(sum(len(t) for _, t, _ in done)),
+        mean_rel_error=float(np.mean([w["mean"] for *_, w in done])),
+        # one window whose fit runs off (e.g. Kaplan's form on 17 runs) dominates the mean
+        median_window_rel_error=float(np.median([w["mean"] for *_, w in done])),
+        worst_rel_error=float(np.max([w["worst"] for *_, w in done])),
+        ci95={
+            "mean_rel_error": percentile_interval(rep_mean),
+            "worst_rel_error": percentile_interval(rep_worst),
+        },
+        params=done[-1][2]["params"],
+    )
+    if skipped:
+        row["skipped_windows"] = skipped
+    return row
+
+
+def _per_run_errors(law: Law, done: list) -> list[dict]:
+    """One record per held-out run of each window: its loss and the law's relative error."""
+    return [
+        {
+            "law": law.name,
+            "train_below_C": float(test["C"].min()),
+            "run_id": r,
+            "N": n,
+            "D": d,
+            "C": c,
+            "loss": y,
+            "rel_error": e,
+        }
+        for _, test, w in done
+        for r, n, d, c, y, e in zip(
+            test["run_id"], test["N"], test["D"], test["C"], test["loss"], w["rel_error"]
+        )
+    ]
 
 
 def caveats(result: dict) -> list[str]:

@@ -306,11 +306,7 @@ def fit_all(
     n_boot, seed, compute = options.n_boot, options.seed, options.compute
     k = compute_factor.of_runs(runs)  # C = k 6ND: every conversion between C and D uses it
     section = None if tuned is None else tuning.for_runs(tuned, runs["run_id"])
-    flops = None
-    if compute == "exact":
-        check_exact_compute(runs)
-        runs = runs.assign(C=runs["C_exact"].astype(float))
-        flops = FlopsPerToken.fit(runs["N"], runs["C"], runs["D"], k)
+    runs, flops = _on_compute_axis(runs, compute, k)
     budgets = options.budgets or default_budgets(runs)
     iso = _isoflop_section(runs, options, k)
     law, parametric = None, {"skipped": "approach 3 not fitted: another law was chosen (--law)"}
@@ -319,10 +315,6 @@ def fit_all(
             runs, budgets, n_boot, seed, options.fixed, flops, k
         )
     fronts = final_point_envelopes(runs, n_boot, seed)  # approach 1 and L(C) alike
-    with_curves = intermediate and curves is not None and not curves.empty
-    points = (
-        _with_evaluations(runs, curves) if with_curves else runs[["run_id", "N", "D", "C", "loss"]]
-    )
     return Fits(
         law=law,
         flops=flops,
@@ -331,13 +323,7 @@ def fit_all(
         budgets=budgets,
         parametric=parametric,
         isoflop=iso,
-        envelope={
-            **(
-                envelope_report(points, n_boot, seed, fronts=None if with_curves else fronts)
-                or {"skipped": "too few points"}
-            ),
-            "uses_intermediate_points": bool(intermediate and curves is not None),
-        },
+        envelope=_envelope_section(runs, curves, intermediate, n_boot, seed, fronts),
         kaplan=kaplan_section(runs, n_boot, seed, fronts),
         extrapolation=extrapolation_section(runs, options.holdout_threshold, options.fixed),
         tuning=section,
@@ -345,6 +331,30 @@ def fit_all(
         k=k,
         family=str(with_family(runs)["family"].iloc[0]),
     )
+
+
+def _on_compute_axis(runs: pd.DataFrame, compute: str, k: float):
+    """The runs with C in the chosen convention, and f(N) of C = f(N) D when it is exact."""
+    if compute != "exact":
+        return runs, None
+    check_exact_compute(runs)
+    runs = runs.assign(C=runs["C_exact"].astype(float))
+    return runs, FlopsPerToken.fit(runs["N"], runs["C"], runs["D"], k)
+
+
+def _envelope_section(runs, curves, intermediate: bool, n_boot: int, seed: int, fronts) -> dict:
+    """Approach 1 on the final points (reusing `fronts`) or, with `intermediate`, every evaluation."""
+    with_curves = intermediate and curves is not None and not curves.empty
+    points = (
+        _with_evaluations(runs, curves) if with_curves else runs[["run_id", "N", "D", "C", "loss"]]
+    )
+    return {
+        **(
+            envelope_report(points, n_boot, seed, fronts=None if with_curves else fronts)
+            or {"skipped": "too few points"}
+        ),
+        "uses_intermediate_points": bool(intermediate and curves is not None),
+    }
 
 
 def _isoflop_section(runs: pd.DataFrame, options: FitOptions, k: float) -> dict:

@@ -91,40 +91,8 @@ def build_blocks(an: Analysis, excluded, figures, title, source="") -> list[tupl
     held-out runs (`compare_laws.report_blocks`) come after the fits."""
     runs, result, ablation, tuned, rule = an.runs, an.result, an.ablation, an.tuned, an.rule
     figs = dict(figures)
-    b: list[tuple] = [("h1", f"Scaling-law report: {title}")]
-    n_boot = result["parametric"]["n_boot"] if result else (ablation or {}).get("n_boot", "")
-    fitted = f" ({result['n_runs']} in the baseline fits)" if result else ""
-    if tuned:
-        fitted += (
-            f", the best of {tuned['n_runs']} runs of a tuning grid over "
-            f"{', '.join(tuned['keys'])} in each of {tuned['n_arms']} arms"
-        )
-    b.append(
-        (
-            "p",
-            f"{len(runs)} finished runs{fitted}; {len(excluded)} excluded. Every estimate "
-            f"carries a 95% bootstrap percentile interval over runs"
-            f"{f' ({n_boot} replicates)' if n_boot else ''}.",
-        )
-    )
-    b.append(("h2", SUMMARY))
-    if ablation:
-        b.extend(headline.ablation_summary(ablation))
-        if "forest" in figs:
-            b.append(("fig", "forest", figs.pop("forest")))
-    if result is not None:
-        if ablation:
-            b.append(("p", f"The baseline's own scaling law ({result['n_runs']} runs):"))
-        b.extend(headline.law_summary(result))
-        if not ablation and "loss_vs_compute" in figs:
-            b.append(("fig", "loss_vs_compute", figs.pop("loss_vs_compute")))
-    elif not ablation:
-        b.append(("p", "No law could be fitted to these runs."))
-    notes = (
-        tuning_report.summary_sentences(tuned, rule) if tuned else []
-    ) + epochs.summary_sentence(runs)
-    if notes:
-        b.append(("list", notes))
+    b = _intro_blocks(an, excluded, title)
+    b.extend(_summary_blocks(an, figs))
     b.extend(_runs_blocks(runs, excluded, source))
     if tuned:
         b.extend(tuning_report.blocks(tuned, rule))
@@ -152,6 +120,52 @@ def build_blocks(an: Analysis, excluded, figures, title, source="") -> list[tupl
     }
     for stem, caption in figs.items():
         _place(b, sections.get(stem, SUMMARY), ("fig", stem, caption))
+    return b
+
+
+def _intro_blocks(an: Analysis, excluded, title) -> list[tuple]:
+    """The title and one sentence on which runs went into the report."""
+    runs, result, ablation, tuned = an.runs, an.result, an.ablation, an.tuned
+    b: list[tuple] = [("h1", f"Scaling-law report: {title}")]
+    n_boot = result["parametric"]["n_boot"] if result else (ablation or {}).get("n_boot", "")
+    fitted = f" ({result['n_runs']} in the baseline fits)" if result else ""
+    if tuned:
+        fitted += (
+            f", the best of {tuned['n_runs']} runs of a tuning grid over "
+            f"{', '.join(tuned['keys'])} in each of {tuned['n_arms']} arms"
+        )
+    b.append(
+        (
+            "p",
+            f"{len(runs)} finished runs{fitted}; {len(excluded)} excluded. Every estimate "
+            f"carries a 95% bootstrap percentile interval over runs"
+            f"{f' ({n_boot} replicates)' if n_boot else ''}.",
+        )
+    )
+    return b
+
+
+def _summary_blocks(an: Analysis, figs: dict) -> list[tuple]:
+    """The summary section: the answer and its figure (popped from `figs`), then notes."""
+    runs, result, ablation, tuned, rule = an.runs, an.result, an.ablation, an.tuned, an.rule
+    b: list[tuple] = [("h2", SUMMARY)]
+    if ablation:
+        b.extend(headline.ablation_summary(ablation))
+        if "forest" in figs:
+            b.append(("fig", "forest", figs.pop("forest")))
+    if result is not None:
+        if ablation:
+            b.append(("p", f"The baseline's own scaling law ({result['n_runs']} runs):"))
+        b.extend(headline.law_summary(result))
+        if not ablation and "loss_vs_compute" in figs:
+            b.append(("fig", "loss_vs_compute", figs.pop("loss_vs_compute")))
+    elif not ablation:
+        b.append(("p", "No law could be fitted to these runs."))
+    notes = (
+        tuning_report.summary_sentences(tuned, rule) if tuned else []
+    ) + epochs.summary_sentence(runs)
+    if notes:
+        b.append(("list", notes))
     return b
 
 
@@ -281,6 +295,88 @@ def _approach3_blocks(result) -> list[tuple]:
     return b
 
 
+def _isoflop_no_law_blocks(s, conv) -> list[tuple]:
+    """Approach 2 when fewer than two budgets have an interior minimum: the per-budget table."""
+    b: list[tuple] = [
+        (
+            "p",
+            "Fewer than two budgets have an interior minimum, so no N_opt(C) law "
+            "is fitted. " + ISOFLOP_RULE + " Per budget:",
+        )
+    ]
+    b.extend(_isoflop_warning(s))
+    b.append(
+        _with_sweep(
+            s,
+            [f"C ({conv})", "points", "N measured", "lowest loss at N", "used"],
+            [
+                [
+                    fmt(o["C"], ".3g"),
+                    o["n_points"],
+                    f"{fmt(o['N_min'], '.3g')} - {fmt(o['N_max'], '.3g')}",
+                    fmt(o["N_best"], ".3g"),
+                    _used(o),
+                ]
+                for o in s["per_budget"]
+            ],
+        )
+    )
+    return b
+
+
+def _isoflop_optima_blocks(s, conv) -> list[tuple]:
+    """Approach 2 with a fitted law: which budgets were used and each budget's optimum."""
+    b: list[tuple] = [
+        (
+            "p",
+            f"{ISOFLOP_RULE} {s['n_budgets']} of {len(s['per_budget'])} budgets "
+            "used; intervals from a bootstrap over them.",
+        )
+    ]
+    b.extend(_isoflop_warning(s))
+    b.append(
+        _with_sweep(
+            s,
+            [
+                f"C ({conv})",
+                "points",
+                "N fitted",
+                "N_opt",
+                "D_opt",
+                "loss at optimum",
+                "used",
+            ],
+            [
+                [
+                    fmt(o["C"], ".3g"),
+                    o["n_points"],
+                    f"{fmt(o.get('N_fit_min'), '.3g')} - {fmt(o.get('N_fit_max'), '.3g')}",
+                    fmt(o["N_opt"], ".3g"),
+                    fmt(o["D_opt"], ".3g"),
+                    fmt(o["loss_opt"]),
+                    _used(o),
+                ]
+                for o in s["per_budget"]
+            ],
+        )
+    )
+    return b
+
+
+def _envelope_points_block(s) -> tuple:
+    """Approach 1: which points of each run the envelope was drawn from."""
+    return (
+        "p",
+        "Final point of each run only"
+        + (
+            " plus intermediate evaluations (valid only for schedules that do not depend "
+            "on run length)."
+            if s["uses_intermediate_points"]
+            else ": a cosine run's intermediate losses are not those of a run planned that short."
+        ),
+    )
+
+
 def _approach12_blocks(result) -> list[tuple]:
     """Approaches 2 and 1: allocation exponents, per-budget optima or why they were skipped."""
     b: list[tuple] = []
@@ -292,30 +388,7 @@ def _approach12_blocks(result) -> list[tuple]:
         s = result.get(key)
         b.append(("h2", name))
         if key == "isoflop" and s and "a" not in s and "per_budget" in s:
-            b.append(
-                (
-                    "p",
-                    "Fewer than two budgets have an interior minimum, so no N_opt(C) law "
-                    "is fitted. " + ISOFLOP_RULE + " Per budget:",
-                )
-            )
-            b.extend(_isoflop_warning(s))
-            b.append(
-                _with_sweep(
-                    s,
-                    [f"C ({conv})", "points", "N measured", "lowest loss at N", "used"],
-                    [
-                        [
-                            fmt(o["C"], ".3g"),
-                            o["n_points"],
-                            f"{fmt(o['N_min'], '.3g')} - {fmt(o['N_max'], '.3g')}",
-                            fmt(o["N_best"], ".3g"),
-                            _used(o),
-                        ]
-                        for o in s["per_budget"]
-                    ],
-                )
-            )
+            b.extend(_isoflop_no_law_blocks(s, conv))
             continue
         if s and "skipped" in s:
             b.append(("p", f"Skipped: {s['skipped']}."))
@@ -332,53 +405,9 @@ def _approach12_blocks(result) -> list[tuple]:
         )
         b.extend(_not_identified_block(s, name.split(":")[0].lower()))
         if key == "isoflop":
-            b.append(
-                (
-                    "p",
-                    f"{ISOFLOP_RULE} {s['n_budgets']} of {len(s['per_budget'])} budgets "
-                    "used; intervals from a bootstrap over them.",
-                )
-            )
-            b.extend(_isoflop_warning(s))
-            b.append(
-                _with_sweep(
-                    s,
-                    [
-                        f"C ({conv})",
-                        "points",
-                        "N fitted",
-                        "N_opt",
-                        "D_opt",
-                        "loss at optimum",
-                        "used",
-                    ],
-                    [
-                        [
-                            fmt(o["C"], ".3g"),
-                            o["n_points"],
-                            f"{fmt(o.get('N_fit_min'), '.3g')} - {fmt(o.get('N_fit_max'), '.3g')}",
-                            fmt(o["N_opt"], ".3g"),
-                            fmt(o["D_opt"], ".3g"),
-                            fmt(o["loss_opt"]),
-                            _used(o),
-                        ]
-                        for o in s["per_budget"]
-                    ],
-                )
-            )
+            b.extend(_isoflop_optima_blocks(s, conv))
         else:
-            b.append(
-                (
-                    "p",
-                    "Final point of each run only"
-                    + (
-                        " plus intermediate evaluations (valid only for schedules that do not depend "
-                        "on run length)."
-                        if s["uses_intermediate_points"]
-                        else ": a cosine run's intermediate losses are not those of a run planned that short."
-                    ),
-                )
-            )
+            b.append(_envelope_points_block(s))
     return b
 
 
@@ -630,58 +659,8 @@ def make_figures(an: Analysis, fig_dir: Path, compute: str = "6nd") -> list[tupl
         plots.save(fig, fig_dir, stem)
         figures.append((stem, caption))
 
-    if fits is None:
-        add(
-            "loss_vs_compute",
-            plots.loss_vs_compute(runs, None, compute, compute_factor.of_runs(runs)),
-            "Final validation loss of the baseline against compute, coloured by N.",
-        )
-    else:
-        add(
-            "loss_vs_compute",
-            plots.loss_vs_compute(runs, fits.kaplan["L_C"], compute, fits.k),
-            "Final validation loss against compute, coloured by N, with the fitted frontier "
-            "L(C): its slope is -gamma, how fast the best reachable loss falls with compute.",
-        )
-        if (fits.isoflop or {}).get("per_budget"):
-            add(
-                "isoflop",
-                plots.isoflop_curves(runs, fits.isoflop),
-                "IsoFLOP profiles: loss against N per budget, parabolas in log N, minima (stars). "
-                "The minima moving to larger N as the budget grows are N_opt(C).",
-            )
-        add(
-            "loss_vs_params",
-            plots.loss_vs_params(runs, fits.law),
-            "L(N) per token budget with the fitted L(N, D) (approach 3): where the lines miss "
-            "the points, the law does not describe these runs.",
-        )
-        add(
-            "contours",
-            plots.contours(runs, fits.law, fits.k),
-            "Fitted L(N, D) contours with the compute-optimal allocation line (drawn from the "
-            "point estimate, also where parts of the fit are not identified).",
-        )
-    if (
-        curves is not None
-        and not curves.empty
-        and all_runs is not None
-        and all_runs["variant"].nunique() > 1
-    ):
-        add(
-            "training_curves",
-            plots.training_curves_by_variant(curves, all_runs),
-            "Validation loss against tokens seen per variant, one panel per size (its longest "
-            "token budget), mean over seeds with the range of seeds as a band: where the "
-            "variants part and whether the gap exceeds the seed spread.",
-        )
-    elif curves is not None and not curves.empty:
-        add(
-            "training_curves",
-            plots.training_curves(curves, runs),
-            "Validation loss against tokens seen, one line per run: plateaus and spikes here "
-            "explain odd final losses.",
-        )
+    _law_figures(add, plots, runs, fits, compute)
+    _curve_figures(add, plots, curves, runs, all_runs)
     if tuned:
         key = tuning.lr_key(tuned["keys"]) or tuned["keys"][0]
         add(
@@ -690,21 +669,83 @@ def make_figures(an: Analysis, fig_dir: Path, compute: str = "6nd") -> list[tupl
             tuning_report.figure_caption(key),
         )
     if ablation:
-        add(
-            "forest",
-            plots.forest(ablation, compute),
-            "Forest plot of every measured cell: the multiplier with its 95% interval; right of "
-            "the dashed line at 1 the variant needs less compute than the baseline. Filled "
-            "markers: decided after the Holm correction; hollow: cannot tell.",
-        )
-        add(
-            "multipliers",
-            plots.multipliers(ablation, compute),
-            "Effective compute multiplier of each variant over the baseline against compute "
-            "(95% intervals; open markers extrapolated): above the dashed line at 1 the variant "
-            "needs less compute than the baseline for the same loss.",
-        )
+        _ablation_figures(add, plots, ablation, compute)
     return figures
+
+
+def _law_figures(add, plots, runs, fits, compute: str) -> None:
+    """The frontier, and with fitted laws the IsoFLOP profiles, L(N) and the L(N, D) contours."""
+    if fits is None:
+        add(
+            "loss_vs_compute",
+            plots.loss_vs_compute(runs, None, compute, compute_factor.of_runs(runs)),
+            "Final validation loss of the baseline against compute, coloured by N.",
+        )
+        return
+    add(
+        "loss_vs_compute",
+        plots.loss_vs_compute(runs, fits.kaplan["L_C"], compute, fits.k),
+        "Final validation loss against compute, coloured by N, with the fitted frontier "
+        "L(C): its slope is -gamma, how fast the best reachable loss falls with compute.",
+    )
+    if (fits.isoflop or {}).get("per_budget"):
+        add(
+            "isoflop",
+            plots.isoflop_curves(runs, fits.isoflop),
+            "IsoFLOP profiles: loss against N per budget, parabolas in log N, minima (stars). "
+            "The minima moving to larger N as the budget grows are N_opt(C).",
+        )
+    add(
+        "loss_vs_params",
+        plots.loss_vs_params(runs, fits.law),
+        "L(N) per token budget with the fitted L(N, D) (approach 3): where the lines miss "
+        "the points, the law does not describe these runs.",
+    )
+    add(
+        "contours",
+        plots.contours(runs, fits.law, fits.k),
+        "Fitted L(N, D) contours with the compute-optimal allocation line (drawn from the "
+        "point estimate, also where parts of the fit are not identified).",
+    )
+
+
+def _curve_figures(add, plots, curves, runs, all_runs) -> None:
+    """Training curves: per variant when there are several, else one line per run."""
+    if curves is None or curves.empty:
+        return
+    if all_runs is not None and all_runs["variant"].nunique() > 1:
+        add(
+            "training_curves",
+            plots.training_curves_by_variant(curves, all_runs),
+            "Validation loss against tokens seen per variant, one panel per size (its longest "
+            "token budget), mean over seeds with the range of seeds as a band: where the "
+            "variants part and whether the gap exceeds the seed spread.",
+        )
+    else:
+        add(
+            "training_curves",
+            plots.training_curves(curves, runs),
+            "Validation loss against tokens seen, one line per run: plateaus and spikes here "
+            "explain odd final losses.",
+        )
+
+
+def _ablation_figures(add, plots, ablation, compute: str) -> None:
+    """The forest plot of every cell and each variant's multiplier against compute."""
+    add(
+        "forest",
+        plots.forest(ablation, compute),
+        "Forest plot of every measured cell: the multiplier with its 95% interval; right of "
+        "the dashed line at 1 the variant needs less compute than the baseline. Filled "
+        "markers: decided after the Holm correction; hollow: cannot tell.",
+    )
+    add(
+        "multipliers",
+        plots.multipliers(ablation, compute),
+        "Effective compute multiplier of each variant over the baseline against compute "
+        "(95% intervals; open markers extrapolated): above the dashed line at 1 the variant "
+        "needs less compute than the baseline for the same loss.",
+    )
 
 
 @dataclass(frozen=True)
@@ -938,7 +979,30 @@ def main(argv: list[str] | None = None) -> int:
 def families_main(args, loaded: Runs) -> int:
     """The families report (--group family, `analysis.families_report`); InputError before
     anything is written."""
-    frame = with_family(loaded.frame)
+    analyses, budgets = _family_analyses(args, with_family(loaded.frame))
+    title = args.title or default_title(args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_family_tables(out, analyses)
+    blocks = _families_blocks(args, loaded, analyses, budgets, title, out)
+    fit_json = {
+        "group_by": "family",
+        "budgets": budgets,
+        "comparison": families_report.comparison(analyses),
+        "groups": {f: an.fit_json() for f, an in analyses.items()},
+    }
+    write_report(out, blocks, title, fit_json)
+    for f, an in analyses.items():
+        if an.result is not None:
+            print(summary(an.result, f"family={f}"))
+    print(
+        f"wrote {out}/report.md, report.html, fit.json, runs.csv, figures/ ({len(analyses)} families)"
+    )
+    return 0
+
+
+def _family_analyses(args, frame: pd.DataFrame) -> tuple[dict[str, Analysis], list]:
+    """One analysis per family, all at the same compute budgets; InputError before any fit."""
     present = ordered(frame["family"])
     frames = {f: frame[frame["family"] == f] for f in present}
     for f, g in frames.items():  # one k per family, before any fitting
@@ -950,16 +1014,22 @@ def families_main(args, loaded: Runs) -> int:
         curves = _curves(args, runs)
         return None if curves is None else curves[curves["run_id"].isin(runs["run_id"])]
 
-    analyses = {f: analyse(g, args, budgets, curves_of) for f, g in frames.items()}
-    title = args.title or default_title(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    return {f: analyse(g, args, budgets, curves_of) for f, g in frames.items()}, budgets
+
+
+def _write_family_tables(out: Path, analyses: dict[str, Analysis]) -> None:
+    """runs.csv of every family, and curves.csv when any family has training curves."""
     pd.concat([an.exported for an in analyses.values()]).to_csv(out / "runs.csv", index=False)
     curves = [
         an.curves for an in analyses.values() if an.curves is not None and not an.curves.empty
     ]
     if curves:
         pd.concat(curves).to_csv(out / "curves.csv", index=False)
+
+
+def _families_blocks(args, loaded: Runs, analyses, budgets, title, out: Path) -> list[tuple]:
+    """The report: runs per family, the comparison, excluded runs, one section per family
+    (writing each family's figures)."""
     n_runs = sum(len(an.exported) for an in analyses.values())
     blocks: list[tuple] = [("h1", f"Scaling-law report by model family: {title}")]
     blocks.append(
@@ -987,20 +1057,7 @@ def families_main(args, loaded: Runs) -> int:
             args,
         )
         blocks += families_report.family_blocks(f, section)
-    fit_json = {
-        "group_by": "family",
-        "budgets": budgets,
-        "comparison": families_report.comparison(analyses),
-        "groups": {f: an.fit_json() for f, an in analyses.items()},
-    }
-    write_report(out, blocks, title, fit_json)
-    for f, an in analyses.items():
-        if an.result is not None:
-            print(summary(an.result, f"family={f}"))
-    print(
-        f"wrote {out}/report.md, report.html, fit.json, runs.csv, figures/ ({len(analyses)} families)"
-    )
-    return 0
+    return blocks
 
 
 def default_title(args) -> str:

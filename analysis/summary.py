@@ -81,6 +81,31 @@ def ablation_summary(ablation: dict) -> list[tuple]:
 
 def law_summary(result: dict) -> list[tuple]:
     """Summary of a law fit: allocation, exponents, frontier, held-out error (blocks)."""
+    p = result["parametric"]
+    rows = _estimate_rows(result)
+    sentences = [_allocation_sentence(p, convention(result))]
+    ext = result["extrapolation"]
+    if "mean_abs_rel_error" in ext:
+        row, sentence = _held_out(ext)
+        rows.append(row)
+        sentences.append(sentence)
+    counts = result.get("compute_convention")
+    if counts:  # a family whose C is not 6ND: say what each axis counts
+        sentences.append(
+            f"Here N counts {counts['N']}; D counts {counts['D']}; C counts "
+            f"{counts['C']}, k = {counts['k']:.4g}."
+        )
+    missing = [k for k in p.get("not_identified", []) if "@" not in k]
+    if missing:
+        sentences.append(
+            f"Not identified by these runs: {', '.join(missing)} (reasons under "
+            "'Approach 3' below); they are not stated as results."
+        )
+    return [("table", ["quantity", "estimate [95% CI]"], rows), ("list", sentences)]
+
+
+def _estimate_rows(result: dict) -> list[list]:
+    """Table rows: the allocation exponent of each approach, the optima per budget, gamma."""
     p, conv = result["parametric"], convention(result)
     rows = [["N_opt ~ C^a, approach 3 (L = E + A/N^alpha + B/D^beta)", cell(p, "a", ".3g")]]
     for key, label in (
@@ -97,55 +122,41 @@ def law_summary(result: dict) -> list[tuple]:
     lc = result["kaplan"].get("L_C")
     if lc:
         rows.append(["frontier L(C) ~ C^-gamma: gamma", cell(lc, "alpha", ".3g")])
-    ext = result["extrapolation"]
-    sentences = []
-    if "mean_abs_rel_error" in ext:
-        worst = max(ext["runs"], key=lambda r: abs(r["rel_error"]))
-        rows.append(
-            [
-                f"held-out error (fit on C < {ext['threshold_C']:.3g}, {ext['n_test']} runs)",
-                f"mean {100 * ext['mean_abs_rel_error']:.2f}%, worst "
-                f"{100 * worst['rel_error']:+.1f}%",
-            ]
-        )
-        sentences.append(
-            f"Fitted on the {ext['n_train']} runs below C = {ext['threshold_C']:.3g}, approach 3 "
-            f"predicts the {ext['n_test']} larger runs within {100 * ext['mean_abs_rel_error']:.1f}% "
-            f"on average (worst {100 * worst['rel_error']:+.1f}%)."
-        )
+    return rows
+
+
+def _held_out(ext: dict) -> tuple[list, str]:
+    """The held-out extrapolation error as a table row and as a sentence."""
+    worst = max(ext["runs"], key=lambda r: abs(r["rel_error"]))
+    row = [
+        f"held-out error (fit on C < {ext['threshold_C']:.3g}, {ext['n_test']} runs)",
+        f"mean {100 * ext['mean_abs_rel_error']:.2f}%, worst {100 * worst['rel_error']:+.1f}%",
+    ]
+    sentence = (
+        f"Fitted on the {ext['n_train']} runs below C = {ext['threshold_C']:.3g}, approach 3 "
+        f"predicts the {ext['n_test']} larger runs within {100 * ext['mean_abs_rel_error']:.1f}% "
+        f"on average (worst {100 * worst['rel_error']:+.1f}%)."
+    )
+    return row, sentence
+
+
+def _allocation_sentence(p: dict, conv: str) -> str:
+    """The headline: how N_opt grows with C and the optimum at the first budget, or why not."""
     if "a" in p.get("not_identified", []):
-        sentences.insert(
-            0,
+        return (
             f"The compute-optimal exponent is not identified by these runs: "
-            f"{p['why_not_identified']['a']}.",
+            f"{p['why_not_identified']['a']}."
         )
-    else:
-        top = p["allocation"][0]
-        at = f"N_opt@{top['C']:.3g}"
-        optimum = (
-            f"the allocation is not identified: {p['why_not_identified'][at]}"
-            if at in p.get("not_identified", [])
-            else f"the optimum is N = {cell(p, 'N_opt', '.3g', at, top['N_opt'])} trained on "
-            f"{fmt(top['tokens_per_param'], '.2g')} tokens per parameter"
-        )
-        sentences.insert(
-            0,
-            (
-                f"Compute-optimal allocation (approach 3): N_opt grows as C^{p['a']:.2f} "
-                f"(95% CI {interval(p['ci95'].get('a'), '.2f')}{identification.clip_note(p, 'a', '.2f', inside=True)}); at C = {top['C']:.3g} FLOPs "
-                f"({conv}) {optimum}."
-            ),
-        )
-    counts = result.get("compute_convention")
-    if counts:  # a family whose C is not 6ND: say what each axis counts
-        sentences.append(
-            f"Here N counts {counts['N']}; D counts {counts['D']}; C counts "
-            f"{counts['C']}, k = {counts['k']:.4g}."
-        )
-    missing = [k for k in p.get("not_identified", []) if "@" not in k]
-    if missing:
-        sentences.append(
-            f"Not identified by these runs: {', '.join(missing)} (reasons under "
-            "'Approach 3' below); they are not stated as results."
-        )
-    return [("table", ["quantity", "estimate [95% CI]"], rows), ("list", sentences)]
+    top = p["allocation"][0]
+    at = f"N_opt@{top['C']:.3g}"
+    optimum = (
+        f"the allocation is not identified: {p['why_not_identified'][at]}"
+        if at in p.get("not_identified", [])
+        else f"the optimum is N = {cell(p, 'N_opt', '.3g', at, top['N_opt'])} trained on "
+        f"{fmt(top['tokens_per_param'], '.2g')} tokens per parameter"
+    )
+    return (
+        f"Compute-optimal allocation (approach 3): N_opt grows as C^{p['a']:.2f} "
+        f"(95% CI {interval(p['ci95'].get('a'), '.2f')}{identification.clip_note(p, 'a', '.2f', inside=True)}); at C = {top['C']:.3g} FLOPs "
+        f"({conv}) {optimum}."
+    )

@@ -97,6 +97,17 @@ def blocks(section: dict, rule: dict | None) -> list[tuple]:
             "their loss at their own tokens).",
         )
     )
+    b.append(_arms_table(section))
+    if rule is not None:
+        b.extend(_rule_blocks(rule, section))
+    elif lr_key(keys) is None:
+        b.append(("p", "No learning rate among the tuned keys, so no lr scaling rule."))
+    return b
+
+
+def _arms_table(section: dict) -> tuple:
+    """One row per arm: its best values, loss there, the values tried and the refined optimum."""
+    keys = section["keys"]
     header = [
         "variant",
         "N",
@@ -128,27 +139,28 @@ def blocks(section: dict, rule: dict | None) -> list[tuple]:
                 _edge_text(a),
             ]
         )
-    b.append(("table", header, rows))
-    if rule is not None:
+    return ("table", header, rows)
+
+
+def _rule_blocks(rule: dict, section: dict) -> list[tuple]:
+    """The lr rule fitted across arms, how each optimum was refined, and the arms left out."""
+    b: list[tuple] = [
+        (
+            "p",
+            _rule_sentence(rule, _whose(section))
+            + " Each arm's optimum is the vertex of the parabola "
+            f"in log {rule['key']} through its best value and both neighbours.",
+        )
+    ]
+    if rule["left_out"]:
         b.append(
             (
                 "p",
-                _rule_sentence(rule, _whose(section))
-                + " Each arm's optimum is the vertex of the parabola "
-                f"in log {rule['key']} through its best value and both neighbours.",
+                "Left out of the rule: "
+                + "; ".join(f"{arm}: {why}" for arm, why in rule["left_out"].items())
+                + ".",
             )
         )
-        if rule["left_out"]:
-            b.append(
-                (
-                    "p",
-                    "Left out of the rule: "
-                    + "; ".join(f"{arm}: {why}" for arm, why in rule["left_out"].items())
-                    + ".",
-                )
-            )
-    elif lr_key(keys) is None:
-        b.append(("p", "No learning rate among the tuned keys, so no lr scaling rule."))
     return b
 
 

@@ -60,44 +60,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="results/benchmarks/fit_timing.json")
     args = ap.parse_args(argv)
     info = machine()
-    runs = grid_runs(HOFFMANN, n=args.points, noise=0.01, seed=0)
-    N, D, L = runs["N"], runs["D"], runs["loss"]
-    fit, grid_wall, grid_cpu = _timed(lambda: chinchilla.fit(N, D, L), args.repeats)
-    counts = resample_counts(len(runs), args.bootstrap, seed=0)
-    (thetas, _), boot_wall, boot_cpu = _timed(
-        lambda: base.bootstrap(
-            chinchilla.LAW,
-            {"N": N, "D": D},
-            L,
-            counts,
-            np.vstack([fit.theta[None, :], chinchilla.BOOTSTRAP_STARTS]),
-        ),
-        args.repeats,
-    )
-    # What a user waits for on a real ladder: the whole approach-3 section (grid fit, every
-    # replicate from its own starts, identification) on the committed reference ladder.
-    ladder = pd.read_csv(Path(__file__).parent.parent / "results" / "ref_ladder_v2" / "runs.csv")
-    (_, section, _), ladder_wall, ladder_cpu = _timed(
-        lambda: chinchilla.section(ladder, [1e13], args.bootstrap, 0), args.repeats
-    )
-    rows = [
-        {
-            "task": f"approach 3, full grid ({len(chinchilla.hoffmann_grid())} starts), "
-            f"{args.points} points",
-            "wall_s": grid_wall,
-            "cpu_s": grid_cpu,
-        },
-        {
-            "task": f"{args.bootstrap} bootstrap refits (warm + 9 grid starts), {args.points} points",
-            "wall_s": boot_wall,
-            "cpu_s": boot_cpu,
-        },
-        {
-            "task": f"approach 3 + {args.bootstrap} refits, ref_ladder_v2 ({len(ladder)} runs)",
-            "wall_s": ladder_wall,
-            "cpu_s": ladder_cpu,
-        },
-    ]
+    rows, fit, thetas = _synthetic_timings(args.points, args.bootstrap, args.repeats)
+    ladder_row, section = _ladder_timing(args.bootstrap, args.repeats)
+    rows.append(ladder_row)
     result = {
         "machine": info,
         "repeats": args.repeats,
@@ -116,6 +81,54 @@ def main(argv=None) -> int:
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")
     return 0
+
+
+def _synthetic_timings(points: int, bootstrap: int, repeats: int):
+    """Time the full-grid fit and the bootstrap refits on a synthetic Hoffmann ladder: the two
+    rows, the fit and the replicates' parameters."""
+    runs = grid_runs(HOFFMANN, n=points, noise=0.01, seed=0)
+    N, D, L = runs["N"], runs["D"], runs["loss"]
+    fit, grid_wall, grid_cpu = _timed(lambda: chinchilla.fit(N, D, L), repeats)
+    counts = resample_counts(len(runs), bootstrap, seed=0)
+    (thetas, _), boot_wall, boot_cpu = _timed(
+        lambda: base.bootstrap(
+            chinchilla.LAW,
+            {"N": N, "D": D},
+            L,
+            counts,
+            np.vstack([fit.theta[None, :], chinchilla.BOOTSTRAP_STARTS]),
+        ),
+        repeats,
+    )
+    rows = [
+        {
+            "task": f"approach 3, full grid ({len(chinchilla.hoffmann_grid())} starts), "
+            f"{points} points",
+            "wall_s": grid_wall,
+            "cpu_s": grid_cpu,
+        },
+        {
+            "task": f"{bootstrap} bootstrap refits (warm + 9 grid starts), {points} points",
+            "wall_s": boot_wall,
+            "cpu_s": boot_cpu,
+        },
+    ]
+    return rows, fit, thetas
+
+
+def _ladder_timing(bootstrap: int, repeats: int) -> tuple[dict, dict]:
+    """What a user waits for on a real ladder: the whole approach-3 section (grid fit, every
+    replicate from its own starts, identification) on the committed reference ladder."""
+    ladder = pd.read_csv(Path(__file__).parent.parent / "results" / "ref_ladder_v2" / "runs.csv")
+    (_, section, _), ladder_wall, ladder_cpu = _timed(
+        lambda: chinchilla.section(ladder, [1e13], bootstrap, 0), repeats
+    )
+    row = {
+        "task": f"approach 3 + {bootstrap} refits, ref_ladder_v2 ({len(ladder)} runs)",
+        "wall_s": ladder_wall,
+        "cpu_s": ladder_cpu,
+    }
+    return row, section
 
 
 if __name__ == "__main__":
