@@ -299,23 +299,85 @@ def _n_seen(c: Curve | None, upto: float) -> int:
     return 0 if c is None else int(np.sum(c.steps * _bt(c) <= upto))
 
 
-def tuning_table(t: pd.DataFrame) -> str:
-    """Markdown of `curve_tuning`: chose the grid's best or within its one-seed margin?"""
-    lines = [
-        "| arm | variant | N | candidates | tokens seen each | points seen | regret | margin |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+TUNING_HEADER = ["arm", "variant", "N", "candidates", "tokens seen each", "points seen"]
+TUNING_HEADER += ["regret", "margin"]
+
+
+def tuning_rows(t: pd.DataFrame) -> tuple[list[list[str]], str]:
+    """Rows of `curve_tuning` and a line: how often it chose the grid's best or a value within
+    the grid's one-seed margin (second best minus best)."""
+    rows = []
     for r in t.to_dict("records"):
         regret = r.get("regret", math.nan)
         shown = "no choice (too few points)" if not np.isfinite(regret) else f"{regret:.3f}"
-        lines.append(
-            f"| {r['arm']} | {r['variant']} | {r['N']:.3g} | {r['candidates']} | "
-            f"{r['seen_tokens']} | {r['points_seen']} | {shown} | {r['margin']:.3f} |"
+        rows.append(
+            [r["arm"], r["variant"], f"{r['N']:.3g}", str(r["candidates"]), str(r["seen_tokens"])]
+            + [str(r["points_seen"]), shown, f"{r['margin']:.3f}"]
         )
     regret = t["regret"] if "regret" in t else pd.Series(math.nan, index=t.index)
-    ok = regret <= t["margin"]
-    lines.append(f"\nwithin the grid's one-seed margin: {int(ok.sum())} of {len(t)} arms")
-    return "\n".join(lines)
+    ok = int((regret <= t["margin"]).sum())
+    return rows, f"within the grid's one-seed margin: {ok} of {len(t)} arms"
+
+
+def tuning_table(t: pd.DataFrame) -> str:
+    """Markdown of `curve_tuning`."""
+    rows, line = tuning_rows(t)
+    lines = ["| " + " | ".join(TUNING_HEADER) + " |", "|" + "---|" * len(TUNING_HEADER)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + f"\n\n{line}"
+
+
+def decayed_at(row: dict, step: int) -> dict:
+    """The run's row as a run of `step` steps with its own schedule (a WSD decay over the same
+    fraction, ending at `step`): what a checkpoint at `step` would have reached decayed."""
+    bt = float(row["train.batch_tokens"])
+    return {**row, "train.tokens": step * bt, "train.decay_start_tokens": np.nan}
+
+
+def checkpoint_runs(law: Law, runs: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
+    """Pseudo-runs from the stable-phase points of every run (D the tokens at the point, C
+    scaled with D), their loss corrected by the group's curve law for the decay they did not
+    have: measured + law(decayed run to there) - law(own schedule there). Groups whose curves
+    show no annealing, or are too few to fit, add none."""
+    curves = curves_of(runs, points)
+    label = dict(zip(runs["run_id"], groups(runs)))
+    members: dict[str, list[Curve]] = {}
+    for c in curves.values():
+        members.setdefault(label[c.run_id], []).append(c)
+    rows = []
+    for group in members.values():
+        cols, _, _ = seen(law, group)
+        cf = fit_curves(law, group) if cols is not None and anneals(cols) else None
+        if cf is None or not np.all(np.isfinite(cf.theta)):
+            continue
+        for c in group:
+            rows += _stable_points(cf, c)
+    return pd.DataFrame(rows)
+
+
+def _stable_points(cf: CurveFit, c: Curve) -> list[dict]:
+    peak = float(c.row["train.lr"])
+    stable = np.flatnonzero(np.isclose(c.lrs, peak))
+    if not stable.size:
+        return []
+    out = []
+    for step, loss in zip(c.steps, c.loss):
+        if not (2 * c.warmup < step <= stable[-1]) or step == c.total:
+            continue
+        row = decayed_at(c.row, int(step))
+        lrs = lrs_of(row)
+        drop = cf.predict(lrs, lrs.size, c.warmup)[0] - cf.predict(c.lrs, int(step), c.warmup)[0]
+        scale = step / c.total
+        out.append(
+            {
+                **c.row,
+                "run_id": f"{c.run_id}@{int(step)}",
+                "D": float(c.row["D"]) * scale,
+                "C": float(c.row["C"]) * scale,
+                "loss": float(loss + drop),
+            }
+        )
+    return out
 
 
 def read_inputs(csv: str, curves_csv: str) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analysis import curve_report
 from analysis import curves as C
 from analysis import schedule_replay as R
 from analysis.laws.curve import CURVE_LAWS, features
@@ -165,3 +166,15 @@ def test_cli_needs_schedule_columns(tmp_path, capsys):
     assert rc == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --csv") and err.count("\n") == 1
+
+
+def test_report_section_for_a_full_grid_with_curves(tmp_path):
+    lrs, floors = (5e-4, 2e-3), (3.3, 2.8)
+    truth = {f"c{i}": {**TISSUE, "L0": f} for i, f in enumerate(floors)}
+    rows = [_row(f"c{i}", lr=lr, arm="a", tune_role="candidate") for i, lr in enumerate(lrs)]
+    runs, points = _simulate("tissue", truth, rows, every=20, noise=1e-4)
+    assert not curve_report.applies(runs.drop(columns="train.lr"), points)
+    blocks = curve_report.blocks(runs, points, tmp_path)
+    assert blocks[0] == ("h2", curve_report.HEADING)
+    assert ("fig", "curve_law") == blocks[3][:2] and (tmp_path / "curve_law.png").is_file()
+    assert any(b[0] == "table" and b[1] == C.TUNING_HEADER for b in blocks)
