@@ -286,7 +286,7 @@ def report_blocks(
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(
         prog="python -m analysis.compare_laws",
         description=__doc__,
@@ -310,6 +310,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap", type=int, default=200, help="bootstrap refits per law")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="compare_laws", help="folder for the table and figure")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     try:
         if args.bootstrap < 10:

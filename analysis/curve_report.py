@@ -54,10 +54,9 @@ def fitted_groups(runs: pd.DataFrame, points: pd.DataFrame) -> list[tuple[str, C
     return out
 
 
-def figure(fits: list):
-    """Measured val loss (markers) and the fitted law (lines) against tokens, per group."""
-    import matplotlib.pyplot as plt  # lazy: only a report draws
-
+def figure(fits: list, plt):
+    """Measured val loss (markers) and the fitted law (lines) against tokens, per group
+    (`plt`: matplotlib.pyplot, which `analysis.plots` has imported and set up)."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for i, (name, cf, group) in enumerate(fits):
         color = f"C{i}"
@@ -110,7 +109,7 @@ def blocks(grid: pd.DataFrame | None, curves: pd.DataFrame | None, fig_dir: Path
     """The section's blocks (the figure saved to fig_dir), or none where it does not apply."""
     if not applies(grid, curves):
         return []
-    from analysis import plots  # lazy: seaborn ~3 s
+    from analysis import plots  # lazy: seaborn ~3 s (a report has imported it already)
 
     fits = fitted_groups(grid, curves)
     b: list[tuple] = [("h2", HEADING)]
@@ -123,7 +122,7 @@ def blocks(grid: pd.DataFrame | None, curves: pd.DataFrame | None, fig_dir: Path
         )
     )
     if fits:
-        plots.save(figure(fits), fig_dir, "curve_law")
+        plots.save(figure(fits, plots.plt), fig_dir, "curve_law")
         header = ["group", "points", *TISSUE.params]
         b.append(("table", header, _fit_rows(fits)))
         b.append(("fig", "curve_law", "Val loss (points) and the fitted curve law (lines)."))
