@@ -25,9 +25,11 @@ import numpy as np
 import pandas as pd
 
 from analysis.bootstrap import percentile_interval
+from analysis.curves import checkpoint_runs
 from analysis.fit import default_holdout_threshold, jsonable
 from analysis.isoflop import budget_groups
 from analysis.laws import LAWS, Law, check_columns, check_fittable, fit_law
+from analysis.laws.curve import TISSUE
 from analysis.load import (
     ArgumentParser,
     InputError,
@@ -100,6 +102,28 @@ def compare(
         "rows": rows,
         "runs": per_run,
     }
+
+
+def read_curves(path: str) -> pd.DataFrame:
+    if not Path(path).is_file():
+        raise InputError(f"--curves: no such file: {path}")
+    return pd.read_csv(path)
+
+
+def with_checkpoints(result: dict, runs: pd.DataFrame, points: pd.DataFrame, laws, **split):
+    """`result` with one more row per law: the same windows, each training set extended by its
+    runs' stable-phase checkpoints, corrected for the missing decay by the curve law
+    (`analysis.curves.checkpoint_runs`); the held-out runs are the same."""
+    parts = [
+        (pd.concat([train, checkpoint_runs(TISSUE, train, points)], ignore_index=True), test)
+        for train, test in splits(runs, split.get("threshold"), split.get("rollout", False))
+    ]
+    for law in laws:
+        done, skipped = _windows(law, parts, result["n_boot"], split.get("seed", 0))
+        row = _error_row(law, done, skipped)
+        row["law"] = f"{law.name}+checkpoints"
+        result["rows"].append(row)
+    return result
 
 
 def _windows(law: Law, parts, n_boot: int, seed: int) -> tuple[list, list[str]]:
@@ -262,7 +286,7 @@ def report_blocks(
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(
         prog="python -m analysis.compare_laws",
         description=__doc__,
@@ -278,9 +302,19 @@ def main(argv: list[str] | None = None) -> int:
         choices=tuple(LAWS),
         help="compare only these (repeatable; default: every law the columns allow)",
     )
+    parser.add_argument(
+        "--curves",
+        help="curves.csv of the runs: also fit every law with the runs' stable-phase "
+        "checkpoints, corrected for the missing decay by the Tissue et al. curve law",
+    )
     parser.add_argument("--bootstrap", type=int, default=200, help="bootstrap refits per law")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="compare_laws", help="folder for the table and figure")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     try:
         if args.bootstrap < 10:
@@ -295,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
         for law in laws:
             check_columns(runs, law)
         result = compare(runs, args.holdout_above, args.rollout, args.bootstrap, args.seed, laws)
+        if args.curves:
+            split = dict(threshold=args.holdout_above, rollout=args.rollout, seed=args.seed)
+            result = with_checkpoints(result, runs, read_curves(args.curves), laws, **split)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

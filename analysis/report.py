@@ -25,6 +25,7 @@ import pandas as pd
 from analysis import compare_laws, compute_factor, epochs, families_report, tuning, tuning_report
 from analysis import summary as headline
 from analysis.ablation import compare_variants
+from analysis.curve_report import blocks as curve_blocks
 from analysis.estimate import cell, est, fmt
 from analysis.families import check_one_family, ordered, with_family
 from analysis.fit import (
@@ -933,7 +934,8 @@ def report_blocks(
 ) -> list[tuple]:
     """The figures (written to `fig_dir`) and the blocks of one analysis."""
     figures = make_figures(an, fig_dir, args.compute)
-    return build_blocks(an, excluded, figures, title, source)
+    blocks = build_blocks(an, excluded, figures, title, source)
+    return blocks + curve_blocks(an.grid_runs, an.curves, fig_dir)
 
 
 def write_report(out: Path, blocks: list[tuple], title: str, fit_json: dict) -> None:

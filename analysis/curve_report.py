@@ -1,0 +1,145 @@
+"""The report's loss-curve section: the Tissue et al. curve law fitted to the logged curves (one
+figure), its final-loss prediction errors from 25/50/75% of each run, and curve-aware tuning
+against the full grid (`analysis.curves`).
+
+Shown for a swept experiment whose runs.csv holds every candidate trained to its budget (a full
+grid: `tune_role` candidates at their arm's largest D), its curves, and the config columns the
+lr is replayed from.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis import curves as C
+from analysis.laws.curve import TISSUE
+
+HEADING = "Loss-curve law"
+N_BOOT = 50
+MAX_GROUPS = 6  # fitted groups drawn in the figure (those with the most points)
+
+
+def applies(grid: pd.DataFrame | None, curves: pd.DataFrame | None) -> bool:
+    """A full grid with curves and replayable schedules."""
+    if grid is None or curves is None or curves.empty or not C.replayable(grid):
+        return False
+    if not {"tune_role", "arm", "D"} <= set(grid.columns):
+        return False
+    cand = grid[grid["tune_role"] == "candidate"]
+    budget = grid.groupby("arm")["D"].transform("max")[cand.index]
+    return len(cand) > 0 and bool((cand["D"] >= budget).all())
+
+
+def fitted_groups(runs: pd.DataFrame, points: pd.DataFrame) -> list[tuple[str, C.CurveFit, list]]:
+    """(label, fit, curves) of the groups whose curves show annealing and have enough points."""
+    curves = C.curves_of(runs, points)
+    label = dict(zip(runs["run_id"], C.groups(runs)))
+    members: dict[str, list[C.Curve]] = {}
+    for c in curves.values():
+        members.setdefault(label[c.run_id], []).append(c)
+    ranked = sorted(members.items(), key=lambda kv: -sum(c.steps.size for c in kv[1]))
+    out = []
+    for name, group in ranked:
+        cols, _, _ = C.seen(TISSUE, group)
+        if cols is None or not C.anneals(cols):
+            continue
+        cf = C.fit_curves(TISSUE, group, n_boot=N_BOOT)
+        if cf is not None and np.all(np.isfinite(cf.theta)):
+            out.append((name, cf, group))
+        if len(out) == MAX_GROUPS:
+            break
+    return out
+
+
+def figure(fits: list, plt):
+    """Measured val loss (markers) and the fitted law (lines) against tokens, per group
+    (`plt`: matplotlib.pyplot, which `analysis.plots` has imported and set up)."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for i, (name, cf, group) in enumerate(fits):
+        color = f"C{i}"
+        for c in group:
+            bt = float(c.row["train.batch_tokens"])
+            steps = np.arange(1, c.total + 1)
+            cols = C.features(TISSUE.name, c.lrs, steps, c.warmup)
+            ax.plot(steps * bt, TISSUE.predict(cf.theta, cols)[0], color=color, lw=1)
+            ax.plot(c.steps * bt, c.loss, "o", color=color, ms=4)
+        ax.plot([], [], color=color, label=_short(name))
+    ax.set_xscale("log")
+    ax.set_xlabel("tokens")
+    ax.set_ylabel("val loss")
+    ax.legend(fontsize=6)
+    return fig
+
+
+def _short(label: str) -> str:
+    """variant|N|seed|lr|warmup|wd -> 'variant N=.. lr=..'."""
+    parts = label.split("|")
+    return f"{parts[0][:24]} N={float(parts[1]):.3g} lr={parts[3]}" if len(parts) > 3 else label
+
+
+def _fit_rows(fits: list) -> list[list[str]]:
+    rows = []
+    for name, cf, _ in fits:
+        sec = C.section(cf)
+        cells = []
+        for k in TISSUE.params:
+            ci = sec["ci95"].get(k)
+            tail = " (not identified)" if k in sec["not_identified"] else ""
+            band = f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci and not tail else ""
+            cells.append(f"{sec[k]:.3g}{band}{tail}")
+        rows.append([_short(name), str(cf.n_points), *cells])
+    return rows
+
+
+def _error_rows(errors: pd.DataFrame) -> list[list[str]]:
+    rows = []
+    for k, part in errors.groupby("k"):
+        err = part["rel_err"].abs().dropna()
+        shown = (
+            [f"{100 * err.median():.2f}%", f"{100 * err.max():.2f}%"] if err.size else ["n/a"] * 2
+        )
+        rows.append([f"{k:.0%}", str(len(part)), str(err.size), *shown])
+    return rows
+
+
+def blocks(grid: pd.DataFrame | None, curves: pd.DataFrame | None, fig_dir: Path) -> list[tuple]:
+    """The section's blocks (the figure saved to fig_dir), or none where it does not apply."""
+    if not applies(grid, curves):
+        return []
+    from analysis import plots  # lazy: seaborn ~3 s (a report has imported it already)
+
+    fits = fitted_groups(grid, curves)
+    b: list[tuple] = [("h2", HEADING)]
+    b.append(
+        (
+            "p",
+            f"{TISSUE.reference}: L = L0 + A S1^-alpha - C S2, lr replayed per step "
+            "from each run's config; one law per group of runs sharing model and "
+            "hyperparameters (`python -m analysis.curves`, docs/curve-laws.md).",
+        )
+    )
+    if fits:
+        plots.save(figure(fits, plots.plt), fig_dir, "curve_law")
+        header = ["group", "points", *TISSUE.params]
+        b.append(("table", header, _fit_rows(fits)))
+        b.append(("fig", "curve_law", "Val loss (points) and the fitted curve law (lines)."))
+    errors = C.prediction_errors(TISSUE, grid, curves)
+    b.append(
+        (
+            "p",
+            "Final loss predicted from the group's points up to k of each run's tokens "
+            "(a run is predicted only where some seen point had annealed):",
+        )
+    )
+    header = ["k", "runs", "predicted", "median abs error", "max abs error"]
+    b.append(("table", header, _error_rows(errors)))
+    t = C.curve_tuning(TISSUE, grid, curves)
+    rows, line = C.tuning_rows(t)
+    b.append(
+        ("p", f"Curve-aware tuning at two full runs' compute per arm, against the grid: {line}.")
+    )
+    b.append(("table", C.TUNING_HEADER, rows))
+    return b

@@ -1,0 +1,421 @@
+"""Loss-curve laws on logged curves: fit, predict a run's final loss from part of its curve,
+measure that prediction, and tune from partial curves.
+
+    python -m analysis.curves --csv results/demo/runs.csv --curves results/demo/curves.csv \
+        [--law tissue] [--out results/demo/curve_errors.md]
+
+A curve's points are a run's val_loss at eval points (`analysis.load.load_curves`); the lr of
+every step before a point is replayed from the run's config columns (`analysis.schedule_replay`).
+One law per group of runs that share a model and its hyperparameters (`GROUP_KEYS`): the runs
+of a group differ only in their schedule (token budget, decay), which is what the law models.
+
+- `predict_final`: the group's points up to k of a run's tokens, fitted, predict the run's
+  final loss under its own schedule, or any other (`schedule_replay.with_schedule`), with a 95%
+  percentile interval over bootstrap refits (points resampled within each run).
+- `prediction_errors`: that prediction against the measured final loss at k = 25/50/75%.
+- `curve_tuning`: each candidate of a tuned arm seen up to the tokens a two-run budget allows
+  (the candidates share the WSD stable phase, so a full-grid run truncated there is exactly what
+  the candidate would have trained), its final loss predicted, the predicted best chosen.
+
+Exit code 2 with one line on stderr, and nothing written, when the input cannot be used.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis import identification
+from analysis.bootstrap import intervals, percentile_interval, resample_counts
+from analysis.laws.base import Law, bootstrap, fit, one_thread
+from analysis.laws.curve import CURVE_LAWS, features
+from analysis.load import ArgumentParser, InputError, check_out_file
+from analysis.schedule_replay import lrs_of, total_steps, warmup_steps
+
+SCHEDULE_KEYS = ("train.lr", "train.tokens", "train.batch_tokens", "train.schedule")
+GROUP_KEYS = ("variant", "N", "seed", "train.lr", "train.warmup", "train.weight_decay")
+KS = (0.25, 0.5, 0.75)
+N_BOOT = 100
+
+
+@dataclass
+class Curve:
+    """One run's points: steps (n,), losses (n,), the lr of each of its steps, its warmup."""
+
+    run_id: str
+    row: dict
+    steps: np.ndarray
+    loss: np.ndarray
+    lrs: np.ndarray
+    warmup: int
+
+    @property
+    def total(self) -> int:
+        return self.lrs.size
+
+
+def replayable(runs: pd.DataFrame) -> bool:
+    return all(k in runs.columns for k in SCHEDULE_KEYS)
+
+
+def curves_of(runs: pd.DataFrame, points: pd.DataFrame) -> dict[str, Curve]:
+    """{run_id: Curve} of every run with curve points and a replayable schedule."""
+    out = {}
+    by_run = dict(tuple(points.groupby("run_id", sort=False)))
+    for row in runs.to_dict("records"):
+        pts = by_run.get(row["run_id"])
+        if pts is None or not np.isfinite(float(row.get("train.lr", np.nan))):
+            continue
+        lrs = lrs_of(row)
+        steps = (pts["tokens"].to_numpy(float) / float(row["train.batch_tokens"])).round()
+        keep = (steps >= 1) & (steps <= lrs.size) & np.isfinite(pts["val_loss"].to_numpy(float))
+        warm = warmup_steps(float(row.get("train.warmup", 0.0)), total_steps(row))
+        out[row["run_id"]] = Curve(
+            row["run_id"],
+            row,
+            steps[keep].astype(int),
+            pts["val_loss"].to_numpy(float)[keep],
+            lrs,
+            warm,
+        )
+    return out
+
+
+def groups(runs: pd.DataFrame) -> pd.Series:
+    """A label per run: runs with one label share the model and its hyperparameters."""
+    keys = [k for k in GROUP_KEYS if k in runs.columns]
+    return runs[keys].astype(str).agg("|".join, axis=1)
+
+
+def stack(law: Law, parts: list[dict]) -> dict[str, np.ndarray]:
+    """Columns of several runs' points as one set ((n, K) columns padded to one width)."""
+    out = {}
+    for k in law.columns:
+        arrays = [p[k] for p in parts]
+        if arrays[0].ndim == 1:
+            out[k] = np.concatenate(arrays)
+            continue
+        width = max(a.shape[1] for a in arrays)
+        fill = 1.0 if k == "eta" else 0.0
+        out[k] = np.vstack(
+            [np.pad(a, ((0, 0), (0, width - a.shape[1])), constant_values=fill) for a in arrays]
+        )
+    return out
+
+
+def seen(law: Law, curves: list[Curve], upto_tokens: float | None = None):
+    """(columns, loss, run index per point) of the curves' points at or before a token count."""
+    parts, losses, owner = [], [], []
+    for i, c in enumerate(curves):
+        bt = float(c.row["train.batch_tokens"])
+        mask = np.ones(c.steps.size, bool) if upto_tokens is None else c.steps * bt <= upto_tokens
+        if mask.any():
+            parts.append(features(law.name, c.lrs, c.steps[mask], c.warmup))
+            losses.append(c.loss[mask])
+            owner.append(np.full(int(mask.sum()), i))
+    if not parts:
+        return None, np.zeros(0), np.zeros(0, int)
+    return stack(law, parts), np.concatenate(losses), np.concatenate(owner)
+
+
+@dataclass
+class CurveFit:
+    law: Law
+    theta: np.ndarray  # (P,)
+    thetas: np.ndarray  # (R, P), nan where a refit did not converge
+    converged: np.ndarray  # (R,)
+    n_points: int
+    loss_min: float
+
+    def predict(self, lrs: np.ndarray, step: int, warmup: int) -> tuple[float, list | None]:
+        """Loss after `step` steps of a run with lr `lrs`: the estimate and a 95% interval."""
+        cols = features(self.law.name, lrs, [step], warmup)
+        point = float(self.law.predict(self.theta, cols)[0, 0])
+        if not self.thetas.size:
+            return point, None
+        ok = np.all(np.isfinite(self.thetas), axis=1)
+        band = self.law.predict(self.thetas[ok], cols)[:, 0] if ok.any() else np.zeros(0)
+        return point, percentile_interval(band)
+
+
+def fit_curves(law: Law, curves: list[Curve], upto=None, n_boot: int = 0, seed: int = 0):
+    """The law fitted to the curves' points up to `upto` tokens (bootstrap: points resampled
+    within each run); None unless there are more points than parameters."""
+    cols, loss, owner = seen(law, curves, upto)
+    if loss.size <= law.n_params:
+        return None
+    with one_thread():
+        point = fit(law, cols, loss)
+        thetas, converged = np.zeros((0, law.n_params)), np.zeros(0, bool)
+        if n_boot and np.all(np.isfinite(point.theta)):
+            counts = resample_counts(loss.size, n_boot, seed, strata=owner)
+            starts = np.vstack([point.theta[None, :], law.bootstrap_starts()])
+            thetas, converged = bootstrap(law, cols, loss, counts, starts)
+    return CurveFit(law, point.theta, thetas, converged, int(loss.size), float(loss.min()))
+
+
+def section(cf: CurveFit) -> dict:
+    """Parameters, 95% intervals and identification flags of a curve fit, as fit.json writes
+    a law's."""
+    law = cf.law
+    point = {k: float(v[0]) for k, v in law.to_values(cf.theta).items()}
+    ci = intervals(law.to_values(cf.thetas)) if cf.thetas.size else {}
+    why = identification.law_reasons(law, point, ci, cf.converged, cf.loss_min)
+    return {
+        "law": law.name,
+        "reference": law.reference,
+        **point,
+        "n_points": cf.n_points,
+        "n_boot": int(cf.converged.size),
+        "n_boot_converged": int(cf.converged.sum()),
+        "ci95": ci,
+        "not_identified": list(why),
+        "why_not_identified": why,
+    }
+
+
+def predict_final(law: Law, group: list[Curve], target: Curve, k: float, n_boot=0, other=None):
+    """The target's final loss from its group's points up to k of its tokens: (estimate,
+    interval) under its own schedule, or under `other` (a runs.csv row, e.g. from
+    `schedule_replay.with_schedule`); None when too few points are seen."""
+    upto = k * target.total * float(target.row["train.batch_tokens"])
+    row = target.row if other is None else other
+    lrs = lrs_of(row)
+    warm = warmup_steps(float(row.get("train.warmup", 0.0)), lrs.size)
+    cols, _, _ = seen(law, group, upto)
+    if cols is None or (anneals(features(law.name, lrs, [lrs.size], warm)) and not anneals(cols)):
+        return None  # the annealing term is fitted only where some seen point annealed
+    cf = fit_curves(law, group, upto, n_boot)
+    if cf is None or not np.all(np.isfinite(cf.theta)):
+        return None
+    return cf.predict(lrs, lrs.size, warm)
+
+
+def anneals(cols: dict) -> bool:
+    """Whether any point of a curve law's columns comes after a fall of the lr."""
+    return bool(np.any(cols["S2"] > 0) if "S2" in cols else np.any(cols["drop"] != 0))
+
+
+def prediction_errors(law: Law, runs: pd.DataFrame, points: pd.DataFrame, ks=KS) -> pd.DataFrame:
+    """One row per run and k: the predicted final loss from the group's points up to k of the
+    run's tokens against the run's measured final loss (nan where too few points are seen)."""
+    curves = curves_of(runs, points)
+    label = dict(zip(runs["run_id"], groups(runs)))
+    members: dict[str, list[Curve]] = {}
+    for c in curves.values():
+        members.setdefault(label[c.run_id], []).append(c)
+    rows = []
+    for c in curves.values():
+        final = float(c.row["loss"])
+        for k in ks:
+            got = predict_final(law, members[label[c.run_id]], c, k)
+            pred = np.nan if got is None else got[0]
+            rows.append({"run_id": c.run_id, "k": k, "loss": final, "pred": pred})
+    out = pd.DataFrame(rows, columns=["run_id", "k", "loss", "pred"])
+    return out.assign(rel_err=out["pred"] / out["loss"] - 1.0)
+
+
+def error_table(errors: dict[str, pd.DataFrame]) -> str:
+    """Markdown: per folder and k, runs predicted, median and max |relative error|."""
+    lines = [
+        "| folder | k | runs | predicted | median abs err | max abs err |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, e in errors.items():
+        for k, part in e.groupby("k"):
+            err = part["rel_err"].abs().dropna()
+            med = f"{100 * err.median():.2f}%" if err.size else "n/a"
+            top = f"{100 * err.max():.2f}%" if err.size else "n/a"
+            lines.append(f"| {name} | {k:.0%} | {len(part)} | {err.size} | {med} | {top} |")
+    return "\n".join(lines)
+
+
+def seen_tokens(n_candidates: int, budget_tokens: float, runs_allowed: float = 2.0) -> float:
+    """Tokens every candidate trains when n candidates share the stable phase to t and the
+    chosen one goes on to the budget D: n t + (D - t) <= runs_allowed D."""
+    return (runs_allowed - 1.0) * budget_tokens / max(n_candidates - 1, 1)
+
+
+def curve_tuning(law: Law, runs: pd.DataFrame, points: pd.DataFrame, runs_allowed=2.0):
+    """Per tuned arm of a full grid (`arm`, `tune_role` columns): each candidate's final loss
+    predicted from its own curve up to `seen_tokens`, the predicted best against the grid's."""
+    curves = curves_of(runs, points)
+    tuned = runs[runs["tune_role"].isin(("candidate", "chosen"))]
+    rows = []
+    for arm, part in tuned.groupby("arm", sort=False):
+        budget = float(part["D"].max())
+        upto = seen_tokens(len(part), budget, runs_allowed)
+        losses = dict(zip(part["run_id"], part["loss"].astype(float)))
+        preds = {}
+        for rid in part["run_id"]:
+            c = curves.get(rid)
+            got = (
+                None
+                if c is None
+                else predict_final(law, [c], c, upto / (c.total * _bt(c)), 0, stable_end(c))
+            )
+            preds[rid] = np.nan if got is None else got[0]
+        ordered = sorted(losses.values())
+        row = {
+            "arm": arm,
+            "variant": part["variant"].iloc[0] if "variant" in part else "",
+            "N": float(part["N"].iloc[0]),
+            "candidates": len(part),
+            "seen_tokens": int(upto),
+            "points_seen": int(sum(_n_seen(curves.get(r), upto) for r in part["run_id"])),
+            "margin": ordered[1] - ordered[0] if len(ordered) > 1 else math.nan,
+        }
+        finite = {r: p for r, p in preds.items() if np.isfinite(p)}
+        if finite:
+            pick = min(finite, key=finite.get)
+            row.update(choice=pick, regret=losses[pick] - ordered[0])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def stable_end(c: Curve) -> dict:
+    """The candidate's run cut at its decay start under a constant lr: what its stable phase
+    reaches. A prefix inside the stable phase shows no annealing (S2 = 0 at every point), so
+    the law's annealing term is not identified there and the rule ranks by this."""
+    lrs, peak = c.lrs, float(c.row["train.lr"])
+    stable = (
+        int(np.flatnonzero(np.isclose(lrs, peak))[-1]) + 1
+        if np.isclose(lrs, peak).any()
+        else c.total
+    )
+    return {**c.row, "train.schedule": "constant", "train.tokens": stable * _bt(c)}
+
+
+def _bt(c: Curve) -> float:
+    return float(c.row["train.batch_tokens"])
+
+
+def _n_seen(c: Curve | None, upto: float) -> int:
+    return 0 if c is None else int(np.sum(c.steps * _bt(c) <= upto))
+
+
+TUNING_HEADER = ["arm", "variant", "N", "candidates", "tokens seen each", "points seen"]
+TUNING_HEADER += ["regret", "margin"]
+
+
+def tuning_rows(t: pd.DataFrame) -> tuple[list[list[str]], str]:
+    """Rows of `curve_tuning` and a line: how often it chose the grid's best or a value within
+    the grid's one-seed margin (second best minus best)."""
+    rows = []
+    for r in t.to_dict("records"):
+        regret = r.get("regret", math.nan)
+        shown = "no choice (too few points)" if not np.isfinite(regret) else f"{regret:.3f}"
+        rows.append(
+            [r["arm"], r["variant"], f"{r['N']:.3g}", str(r["candidates"]), str(r["seen_tokens"])]
+            + [str(r["points_seen"]), shown, f"{r['margin']:.3f}"]
+        )
+    regret = t["regret"] if "regret" in t else pd.Series(math.nan, index=t.index)
+    ok = int((regret <= t["margin"]).sum())
+    return rows, f"within the grid's one-seed margin: {ok} of {len(t)} arms"
+
+
+def tuning_table(t: pd.DataFrame) -> str:
+    """Markdown of `curve_tuning`."""
+    rows, line = tuning_rows(t)
+    lines = ["| " + " | ".join(TUNING_HEADER) + " |", "|" + "---|" * len(TUNING_HEADER)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + f"\n\n{line}"
+
+
+def decayed_at(row: dict, step: int) -> dict:
+    """The run's row as a run of `step` steps with its own schedule (a WSD decay over the same
+    fraction, ending at `step`): what a checkpoint at `step` would have reached decayed."""
+    bt = float(row["train.batch_tokens"])
+    return {**row, "train.tokens": step * bt, "train.decay_start_tokens": np.nan}
+
+
+def checkpoint_runs(law: Law, runs: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
+    """Pseudo-runs from the stable-phase points of every run (D the tokens at the point, C
+    scaled with D), their loss corrected by the group's curve law for the decay they did not
+    have: measured + law(decayed run to there) - law(own schedule there). Groups whose curves
+    show no annealing, or are too few to fit, add none."""
+    curves = curves_of(runs, points)
+    label = dict(zip(runs["run_id"], groups(runs)))
+    members: dict[str, list[Curve]] = {}
+    for c in curves.values():
+        members.setdefault(label[c.run_id], []).append(c)
+    rows = []
+    for group in members.values():
+        cols, _, _ = seen(law, group)
+        cf = fit_curves(law, group) if cols is not None and anneals(cols) else None
+        if cf is None or not np.all(np.isfinite(cf.theta)):
+            continue
+        for c in group:
+            rows += _stable_points(cf, c)
+    return pd.DataFrame(rows)
+
+
+def _stable_points(cf: CurveFit, c: Curve) -> list[dict]:
+    peak = float(c.row["train.lr"])
+    stable = np.flatnonzero(np.isclose(c.lrs, peak))
+    if not stable.size:
+        return []
+    out = []
+    for step, loss in zip(c.steps, c.loss):
+        if not (2 * c.warmup < step <= stable[-1]) or step == c.total:
+            continue
+        row = decayed_at(c.row, int(step))
+        lrs = lrs_of(row)
+        drop = cf.predict(lrs, lrs.size, c.warmup)[0] - cf.predict(c.lrs, int(step), c.warmup)[0]
+        scale = step / c.total
+        out.append(
+            {
+                **c.row,
+                "run_id": f"{c.run_id}@{int(step)}",
+                "D": float(c.row["D"]) * scale,
+                "C": float(c.row["C"]) * scale,
+                "loss": float(loss + drop),
+            }
+        )
+    return out
+
+
+def read_inputs(csv: str, curves_csv: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    for flag, p in (("--csv", csv), ("--curves", curves_csv)):
+        if not Path(p).is_file():
+            raise InputError(f"{flag}: no such file: {p}")
+    runs, points = pd.read_csv(csv), pd.read_csv(curves_csv)
+    if not replayable(runs):
+        missing = [k for k in SCHEDULE_KEYS if k not in runs.columns]
+        raise InputError(f"--csv {csv}: no schedule columns {missing}: the lr cannot be replayed")
+    return runs, points
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = ArgumentParser(prog="python -m analysis.curves", description=__doc__.split("\n")[0])
+    ap.add_argument("--csv", required=True, help="runs.csv with the runs' config columns")
+    ap.add_argument("--curves", required=True, help="curves.csv: run_id, tokens, val_loss")
+    ap.add_argument("--law", default="tissue", choices=sorted(CURVE_LAWS))
+    ap.add_argument("--tune", action="store_true", help="also the curve-aware tuning check")
+    ap.add_argument("--out", help="write the markdown here (default: stdout)")
+    args = ap.parse_args(argv)
+    try:
+        if args.out:
+            check_out_file(args.out)
+        runs, points = read_inputs(args.csv, args.curves)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    law = CURVE_LAWS[args.law]
+    text = error_table({Path(args.csv).parent.name: prediction_errors(law, runs, points)})
+    if args.tune and {"arm", "tune_role"} <= set(runs.columns):
+        text += "\n\n" + tuning_table(curve_tuning(law, runs, points))
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
