@@ -14,6 +14,7 @@ import importlib.metadata
 import io
 import json
 import os
+import sys
 import sysconfig
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -270,6 +271,8 @@ def open_hf(cfg: DataConfig):
     data.streaming). ConfigError for a dataset that cannot be loaded or lacks data.text_field."""
     import datasets  # ~1 s; only data=hf needs it
 
+    if not sys.stderr.isatty():  # a job's log, or an error that must stay one line
+        datasets.disable_progress_bars()
     try:
         if cfg.from_disk:
             ds = datasets.load_from_disk(cfg.from_disk)
