@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+import training.data.encode as encode_mod
 import training.data.plan as plan_mod
 from training.config import DataConfig
 from training.data import prepare_data
@@ -92,19 +93,19 @@ def test_a_build_killed_with_sigkill_resumes_and_writes_the_same_tokens(tmp_path
     assert not [p for p in cache.iterdir() if p.suffix not in (".partial", ".lock")]  # no cache
     logged = (partial / "done.jsonl").read_text().splitlines()
     assert len(logged) >= 4
-    kept = {n: (partial / "units" / n).stat().st_ino for n in sorted(os.listdir(partial / "units"))}
 
-    got = prepare_data(DataConfig.from_dict(cfg), cache, workers=2)  # another worker count
+    encoded = []
+    run = encode_mod.UnitJob.run
+    monkeypatch.setattr(
+        encode_mod.UnitJob, "run", lambda job, tok: encoded.append(job) or run(job, tok)
+    )
+    got = prepare_data(DataConfig.from_dict(cfg), cache, workers=1)
     np.testing.assert_array_equal(got.train, want.train)
     np.testing.assert_array_equal(got.val, want.val)
-    assert (
-        got.meta["sha256"] == {k: v for k, v in want.meta["sha256"].items()}
-        and got.fingerprint == want.fingerprint
-    )
-    first = [json.loads(line)["file"] for line in logged]
-    for name in first:  # the units done before the kill were kept, not encoded again
-        assert (got.cache_dir / name).stat().st_ino == kept[Path(name).name]
-    assert not list(cache.glob("*.partial"))
+    assert got.meta["sha256"] == want.meta["sha256"] and got.fingerprint == want.fingerprint
+    # the units done before the kill were kept, not encoded again
+    assert len(encoded) == len(want.meta["units"]) - len(logged)
+    assert not list(cache.glob("*.partial")) and not (got.cache_dir / "units").exists()
 
 
 def test_a_torn_log_and_a_spoiled_shard_are_redone(tmp_path, monkeypatch):
@@ -124,9 +125,7 @@ def test_a_torn_log_and_a_spoiled_shard_are_redone(tmp_path, monkeypatch):
     got = prepare_data(cfg, cache, workers=1)
     np.testing.assert_array_equal(got.train, want.train)
     np.testing.assert_array_equal(got.val, want.val)
-    assert sorted(os.listdir(got.cache_dir / "units")) == sorted(
-        Path(n).name for n, *_ in want.meta["units"]
-    )
+    assert got.meta["units"] == want.meta["units"]
 
 
 def test_a_partial_build_of_another_plan_starts_over(tmp_path, monkeypatch):
@@ -140,3 +139,30 @@ def test_a_partial_build_of_another_plan_starts_over(tmp_path, monkeypatch):
     want = prepare_data(cfg, tmp_path / "whole", workers=1)
     np.testing.assert_array_equal(got.train, want.train)
     assert len(got.meta["units"]) < len(want.meta["units"])
+
+
+def test_after_an_edit_only_the_units_it_touched_are_encoded_again(tmp_path, monkeypatch):
+    """The cache of the edited corpus takes the unchanged units' tokens from the cache of the
+    corpus before the edit (same bytes, same tokenizer: BPE sampled from the first file), and
+    holds the tokens a build from scratch writes."""
+    corpus = _corpus(tmp_path / "c")
+    cfg = DataConfig.from_dict(_cfg(corpus))
+    monkeypatch.setattr(plan_mod, "UNIT_BYTES", UNIT)
+    before = prepare_data(cfg, tmp_path / "cache", workers=1)
+    last = corpus / "f05.txt"
+    last.write_text(last.read_text() + "<|endoftext|>omega omega omega")
+    encoded = []
+    run = encode_mod.UnitJob.run
+    monkeypatch.setattr(
+        encode_mod.UnitJob, "run", lambda job, tok: encoded.append(job) or run(job, tok)
+    )
+    after = prepare_data(cfg, tmp_path / "cache", workers=1)
+    assert after.cache_dir != before.cache_dir
+    assert 0 < len(encoded) <= 2 < len(after.meta["units"])
+    assert {p.rel for job in encoded for p in job.pieces} == {"f05.txt"}
+    monkeypatch.undo()
+    monkeypatch.setattr(plan_mod, "UNIT_BYTES", UNIT)
+    fresh = prepare_data(cfg, tmp_path / "fresh", workers=1)
+    np.testing.assert_array_equal(after.train, fresh.train)
+    np.testing.assert_array_equal(after.val, fresh.val)
+    assert after.fingerprint == fresh.fingerprint and after.fingerprint != before.fingerprint

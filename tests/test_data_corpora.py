@@ -346,3 +346,19 @@ def test_a_dataset_that_cannot_be_reached_is_one_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith(
         "error: data.name: cannot load dataset 'nobody/no-such-dataset'"
     ), out.stderr
+
+
+def test_the_first_fingerprint_is_kept_once_a_cache_is_prepared(tmp_path, monkeypatch):
+    """A run's first fingerprint is computed at config time, before the cache folder exists;
+    preparing writes it down, so the next process only stats the corpus's files."""
+    import training.data.filehash as filehash
+
+    monkeypatch.setenv("SCALING_LAB_CACHE_DIR", str(tmp_path / "default"))
+    monkeypatch.setattr(filehash, "RACY_S", -1.0)
+    cfg = _text(_corpus(tmp_path / "c"), tokenizer="byte")
+    first = source_fingerprint(cfg)
+    assert not (tmp_path / "default").exists()
+    prepare_data(cfg, tmp_path / "elsewhere")  # paths.cache_dir need not be the default
+    filehash._hashed.clear()  # a new process
+    monkeypatch.setattr(filehash, "hashlib", None)  # hashing a file would fail
+    assert source_fingerprint(cfg) == first

@@ -3,11 +3,17 @@
 The cache is built in `<cache>.partial/`: the plan (the units, training.data.plan), the
 tokenizer, and one token shard per unit (training.data.encode) in `units/`, each written under a
 temporary name, synced, renamed into place and only then logged in `done.jsonl`. A build killed
-at any point (kill -9 included) leaves shards that are either logged and whole (their size and
-sha256 are checked again) or removed, so the next build (the next `prepare`, or the next run)
-continues from the units already done, with the same tokenizer, and writes the same tokens as
-an uninterrupted build. The folder is renamed to `<cache>` once meta.json is written: nothing
-half-written is ever read as a cache.
+at any point (kill -9 included) leaves shards that are either logged and whole (their sha256 is
+checked again) or removed, so the next build (the next `prepare`, or the next run) continues
+from the units already done, with the same tokenizer, and writes the same tokens as an
+uninterrupted build. Once every unit is done, their tokens are concatenated into `train.bin`
+and `val.bin`, meta.json is written and the folder renamed to `<cache>`: nothing half-written
+is ever read as a cache. The unit shards are then removed.
+
+A unit whose bytes, tokenizer and settings are those of a unit of another finished cache next
+to it (the same corpus before an edit) takes its tokens from there: after an edit only the
+units it touched are encoded again (if the edit is outside the BPE's training sample, the
+retrained tokenizer is the same).
 
 Units are encoded by worker processes (one per core, each encoding one unit at a time) when
 there are several; a single unit, and Hugging Face datasets (read in order, a batch of rows at
@@ -16,6 +22,7 @@ a time), are encoded in this process on the tokenizers library's threads.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing as mp
 import os
@@ -23,13 +30,16 @@ import platform
 import shutil
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
 import numpy as np
 
+import training.data.encode as encode
+import training.data.plan as plan
+import training.data.sources as sources
 from training.config import ConfigError, DataConfig
-from training.data import encode, plan, sources
 from training.data.filehash import file_sha256
 from training.data.fingerprint import source_fingerprint
 from training.data.progress import Progress
@@ -99,12 +109,7 @@ class Partial:
     def accept(self, result: encode.UnitResult, extra: dict) -> dict:
         """Move a written shard into place and log it (after it is synced: a logged unit is
         whole)."""
-        index = len(self.done)
-        name = f"units/u{index:06d}.bin"
-        os.replace(result.path, self.dir / name)
-        _fsync_dir(self.units)
         entry = {
-            "file": name,
             "train": result.n_train,
             "val": result.n_val,
             "sha256": result.sha256,
@@ -115,6 +120,23 @@ class Partial:
             "digest": f"{int(result.digests.sum(dtype=np.uint64)):016x}",
             **extra,
         }
+        return self._log(Path(result.path), entry)
+
+    def reuse(self, source: Reusable) -> dict | None:
+        """Copy another cache's tokens of the same unit into a shard and log it; None (nothing
+        logged) if they do not match their checksum."""
+        tmp = self.units / f"reused.tmp-{os.getpid()}"
+        if not source.copy_to(tmp):
+            tmp.unlink(missing_ok=True)
+            return None
+        keep = {k: v for k, v in source.entry.items() if k not in ("file", "last")}
+        return self._log(tmp, keep)
+
+    def _log(self, shard: Path, entry: dict) -> dict:
+        name = f"units/u{len(self.done):06d}.bin"
+        os.replace(shard, self.dir / name)
+        _fsync_dir(self.units)
+        entry = {"file": name, **entry}
         with open(self.dir / "done.jsonl", "a") as f:
             f.write(json.dumps(entry) + "\n")
             f.flush()
@@ -124,6 +146,80 @@ class Partial:
 
     def tokens(self) -> int:
         return sum(e["train"] + e["val"] for e in self.done)
+
+
+@dataclass
+class Reusable:
+    """One unit's tokens in a finished cache: train.bin[train_at:], val.bin[val_at:]."""
+
+    cache: Path
+    entry: dict
+    train_at: int
+    val_at: int
+    dtype: str
+
+    def copy_to(self, path: Path) -> bool:
+        """Write them as a unit shard; False if they do not match the entry's sha256."""
+        parts = []
+        for name, at, n in (
+            ("train.bin", self.train_at, self.entry["train"]),
+            ("val.bin", self.val_at, self.entry["val"]),
+        ):
+            tokens = np.fromfile(self.cache / name, self.dtype, count=n, offset=at * self.itemsize)
+            parts.append(tokens.tobytes())
+        if hashlib.sha256(parts[0] + parts[1]).hexdigest() != self.entry["sha256"]:
+            return False
+        with open(path, "wb") as f:
+            f.write(parts[0] + parts[1])
+            f.flush()
+            os.fsync(f.fileno())
+        return True
+
+    @property
+    def itemsize(self) -> int:
+        return np.dtype(self.dtype).itemsize
+
+
+def reusable_units(folder: Path) -> dict[str, Reusable]:
+    """{unit identity: where its tokens are} over the finished caches in `folder`."""
+    found = {}
+    for meta_file in folder.glob("*/meta.json"):
+        try:
+            meta = json.loads(meta_file.read_text())
+            train_at = val_at = 0
+            for e in meta.get("units", []):
+                if "ident" in e:
+                    found[e["ident"]] = Reusable(
+                        meta_file.parent, e, train_at, val_at, meta["dtype"]
+                    )
+                train_at, val_at = train_at + e["train"], val_at + e["val"]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return found
+
+
+def concatenate(partial: Partial, dtype: np.dtype) -> dict[str, str]:
+    """`train.bin` and `val.bin` from the units' shards, in order; their sha256s."""
+    shas = {"train.bin": hashlib.sha256(), "val.bin": hashlib.sha256()}
+    outs = {name: open(partial.dir / f"{name}.tmp", "wb") for name in shas}
+    try:
+        for e in partial.done:
+            tokens = np.fromfile(partial.dir / e["file"], dtype=dtype)
+            for name, part in (
+                ("train.bin", tokens[: e["train"]]),
+                ("val.bin", tokens[e["train"] :]),
+            ):
+                data = part.tobytes()
+                shas[name].update(data)
+                outs[name].write(data)
+    finally:
+        for f in outs.values():
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+    for name in shas:
+        os.replace(partial.dir / f"{name}.tmp", partial.dir / name)
+    return {name: sha.hexdigest() for name, sha in shas.items()}
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -245,26 +341,71 @@ class Build:
         for index, pieces in enumerate(self.plan):
             if index >= len(self.partial.done):
                 yield encode.UnitJob(
-                    tuple(pieces), self.cfg, self._tmp(index), self.dtype.name, self.chunk
+                    tuple(pieces),
+                    self.cfg,
+                    self._tmp(index),
+                    self.dtype.name,
+                    self.chunk,
+                    self.identity(pieces),
                 )
 
+    def identity(self, pieces: list[sources.Piece]) -> str:
+        """What a unit's tokens depend on: its pieces' names, places and bytes, the tokenizer
+        and the settings that shape documents and their split."""
+        cfg, h = self.cfg, hashlib.sha256()
+        tokenizer = self.partial.dir / "tokenizer.json"
+        settings = [cfg.source, cfg.tokenizer, cfg.val_fraction, cfg.doc_separator, cfg.text_field]
+        settings += [self.dtype.name, self.chunk, encode.MIN_DOCS_FOR_FILE_SPLIT]
+        settings.append(file_sha256(tokenizer) if tokenizer.exists() else "byte")
+        h.update(json.dumps(settings).encode())
+        for p in pieces:
+            h.update(json.dumps([p.rel, p.start, p.end, p.base, p.kind]).encode())
+            with open(p.path, "rb") as f:
+                f.seek(p.start)
+                left = p.end - p.start
+                while left > 0 and (block := f.read(min(left, 1 << 22))):
+                    h.update(block)
+                    left -= len(block)
+        return h.hexdigest()[:32]
+
     def run_files(self) -> None:
-        jobs = list(self.jobs())
+        """Every unit not done yet, in order: another cache's tokens of the same unit (same
+        bytes, tokenizer and settings) when there are some, else encoded."""
+        todo = list(self.jobs())
+        found = reusable_units(self.final.parent) if self.cfg.max_tokens is None else {}
+        encoded = [job for job in todo if job.ident not in found]
+        results = self._encoded(encoded)
+        for job in todo:
+            entry = self.partial.reuse(found[job.ident]) if job.ident in found else None
+            if entry is not None:
+                self.progress.advance(entry["chars"], entry["train"] + entry["val"])
+                continue
+            if job.ident in found:  # spoiled: encode it here after all
+                result = job.run(self.tokenizer)
+                result.extra = {"dtype": self.dtype.name, "log": {"ident": job.ident}}
+            else:
+                result = next(results)
+            if self.offer(result):
+                results.close()
+                return
+
+    def _encoded(self, jobs: list[encode.UnitJob]) -> Iterator[encode.UnitResult]:
+        """The jobs' results in order: in worker processes, or here for one job or worker."""
         extra = {"dtype": self.dtype.name}
         if self.workers <= 1 or len(jobs) <= 1:
             for job in jobs:
                 result = job.run(self.tokenizer)
-                result.extra = extra
-                if self.offer(result):
-                    return
+                result.extra = {**extra, "log": {"ident": job.ident}}
+                yield result
             return
         tok = str(self.partial.dir / "tokenizer.json") if self.cfg.tokenizer == "bpe" else None
         with _worker_pool(min(self.workers, len(jobs)), tok) as pool:
-            for result in pool.imap(encode.run_in_worker, jobs):
-                result.extra = extra
-                if self.offer(result):
-                    pool.terminate()
-                    return
+            try:
+                for job, result in zip(jobs, pool.imap(encode.run_in_worker, jobs)):
+                    result.extra = {**extra, "log": {"ident": job.ident}}
+                    yield result
+            finally:
+                pool.terminate()
 
     # ------------------------------------------------------------ Hugging Face datasets
     def run_hf(self) -> None:
@@ -294,7 +435,8 @@ class Build:
         fingerprint, description = _describe(cfg, f"{total:016x}"[:12], done)
         if cfg.max_tokens is not None:  # the documents read depend on the stop: name the source
             fingerprint = f"{source_fingerprint(cfg)}-first{cfg.max_tokens}"
-        sha256 = {e["file"]: e["sha256"] for e in done}
+        sha256 = concatenate(self.partial, self.dtype)
+        drop = ("last", "file", "ident" if cfg.max_tokens is not None else "")  # cut: not reused
         if cfg.tokenizer == "bpe":
             sha256["tokenizer.json"] = file_sha256(self.partial.dir / "tokenizer.json")
         return {
@@ -309,7 +451,7 @@ class Build:
             "n_train_docs": sum(e["docs_train"] for e in done),
             "n_val_docs": sum(e["docs_val"] for e in done),
             "train_chars": sum(e["train_chars"] for e in done),
-            "units": [[e["file"], e["train"], e["val"]] for e in done],
+            "units": [{k: v for k, v in e.items() if k not in drop} for e in done],
             "tokenizer_seconds": round(self.tokenizer_s, 2),
             "build_seconds": round(time.perf_counter() - self.t0, 2),
             "sha256": sha256,  # verified on load (store.cache_problem)
@@ -350,3 +492,11 @@ def build_cache(
         sum(e["docs_train"] for e in done), sum(e["docs_val"] for e in done), cfg.val_fraction
     )
     publish(build.partial.dir, build.meta(), final)
+    remove_units(final)
+
+
+def remove_units(cache: Path) -> None:
+    """The units' shards and log, once train.bin and val.bin hold their tokens."""
+    shutil.rmtree(cache / "units", ignore_errors=True)
+    for name in ("done.jsonl", "plan.json"):
+        (cache / name).unlink(missing_ok=True)

@@ -27,14 +27,15 @@ from pathlib import Path
 
 import numpy as np
 
+import training.data.filehash as filehash
 import training.data.sources as sources
 from training.config import ConfigError, DataConfig
-from training.data.build import build_cache, check_split
+from training.data.build import build_cache, check_split, remove_units
 from training.data.encode import MIN_DOCS_FOR_FILE_SPLIT, chunked
 from training.data.fingerprint import source_fingerprint
 from training.data.pairs import PairSplit, build_pair_cache, load_pairs
 from training.data.progress import Progress
-from training.data.shards import ShardedTokens, load_tokens, tokens_fingerprint
+from training.data.shards import load_tokens, tokens_fingerprint
 from training.data.store import ensure_cache, publish, temporary
 
 log = logging.getLogger("training.data")
@@ -304,6 +305,7 @@ def prepare_data(
     """Load (or build once and cache, or finish building) the token streams (or pairs) for
     `cfg`; data=tokens maps its shards directly. `progress`: a progress bar while building (the
     prepare command); `workers`: encoding processes (None: training.data.build.default_workers)."""
+    filehash.persist()
     if cfg.source == "tokens":
         return _token_data(cfg, cache_root, progress)
     if cfg.kind == "pairs":
@@ -326,15 +328,8 @@ def _with_progress(build, cfg: DataConfig, final: Path, progress: bool) -> None:
 
 def _load_cache(cfg: DataConfig, final: Path) -> TokenData:
     meta = json.loads((final / "meta.json").read_text())
-    if "units" in meta:  # one shard per unit: its train tokens, then its val tokens
-        return TokenData(
-            *_unit_streams(final, meta),
-            meta["vocab_size"],
-            meta["eot_id"],
-            meta["fingerprint"],
-            final,
-            meta,
-        )
+    if (final / "units").exists():  # a build killed between its publish and this clean-up
+        remove_units(final)
     train = np.memmap(final / "train.bin", dtype=meta["dtype"], mode="r")
     val = np.memmap(final / "val.bin", dtype=meta["dtype"], mode="r")
     if cfg.kind == "pairs":
@@ -345,13 +340,3 @@ def _load_cache(cfg: DataConfig, final: Path) -> TokenData:
     return TokenData(
         train, val, meta["vocab_size"], meta["eot_id"], meta["fingerprint"], final, meta
     )
-
-
-def _unit_streams(final: Path, meta: dict) -> tuple[ShardedTokens, ShardedTokens]:
-    train, val = [], []
-    for name, n_train, n_val in meta["units"]:
-        if n_train + n_val:
-            tokens = np.memmap(final / name, dtype=meta["dtype"], mode="r")
-            train.append(tokens[:n_train])
-            val.append(tokens[n_train:])
-    return ShardedTokens(train), ShardedTokens(val)

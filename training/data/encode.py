@@ -20,8 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+import training.data.sources as sources
 from training.config import DataConfig
-from training.data import sources
+from training.data.tokenizer import BPETokenizer, ByteTokenizer
 
 MIN_DOCS_FOR_FILE_SPLIT = 50  # fewer documents than this: split by ~CHUNK_CHARS chunks instead
 CHUNK_CHARS = 4096
@@ -175,8 +176,6 @@ def init_worker(tokenizer_file: str | None) -> None:
     """A worker process: one unit at a time on one core (the builder forks it with the
     tokenizers library's threads off)."""
     global _worker_tokenizer
-    from training.data.tokenizer import BPETokenizer, ByteTokenizer
-
     _worker_tokenizer = (
         BPETokenizer.load(Path(tokenizer_file)) if tokenizer_file else ByteTokenizer()
     )
@@ -191,6 +190,7 @@ class UnitJob:
     path: str
     dtype: str
     chunk: bool  # the whole corpus has few documents: cut them into chunks
+    ident: str = ""  # what its tokens depend on (training.data.build.Build.identity)
 
     def documents(self) -> Iterator[tuple[str, str]]:
         docs = chain.from_iterable(sources.piece_documents(p, self.cfg) for p in self.pieces)

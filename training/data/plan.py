@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import training.data.sources as sources
 from training.config import DataConfig
-from training.data import sources
 from training.data.sources import Piece
 
 UNIT_BYTES = 16 << 20  # text per unit: the granularity of resuming and of parallel work

@@ -30,21 +30,16 @@ _verified: set[tuple] = set()  # caches whose checksums matched in this process,
 def cache_problem(cache: Path) -> str | None:
     """Why the token cache folder `cache` does not hold what its meta.json promises, or None.
 
-    Checks that meta.json parses, that every unit shard (or train.bin / val.bin) has exactly
-    the tokens it promises, of its dtype (a truncated file, even to a whole number of tokens, is caught), that a BPE cache
+    Checks that meta.json parses, that train.bin / val.bin have exactly n_*_tokens tokens of
+    its dtype (a truncated file, even to a whole number of tokens, is caught), that a BPE cache
     has its tokenizer.json, and, for caches that record sha256 checksums (built since they were
     added) and total at most VERIFY_MAX_BYTES, that every file matches its checksum (once per
     file state: remembered in this process and on disk, training.data.filehash)."""
     try:
         meta = json.loads((cache / "meta.json").read_text())
         itemsize = np.dtype(meta["dtype"]).itemsize
-        if "units" in meta:  # one shard per unit: its train, then its val tokens
-            files = [(name, n_train + n_val) for name, n_train, n_val in meta["units"]]
-        else:
-            files = list(
-                zip(["train.bin", "val.bin"], (meta["n_train_tokens"], meta["n_val_tokens"]))
-            )
-        for name, n in files:
+        names = ["train.bin", "val.bin"]
+        for name, n in zip(names, (meta["n_train_tokens"], meta["n_val_tokens"])):
             size = (cache / name).stat().st_size
             if size != int(n) * itemsize:
                 return (
@@ -57,6 +52,7 @@ def cache_problem(cache: Path) -> str | None:
                 if size != (2 * int(n) + 1) * 8:
                     return f"{split}.offsets.bin has {size} bytes, meta.json promises {n} pairs"
         if meta["tokenizer"] == "bpe":
+            names.append("tokenizer.json")
             if not (cache / "tokenizer.json").is_file():
                 return "tokenizer.json is missing"
         sums = meta.get("sha256") or {}
