@@ -40,7 +40,7 @@ from training.data.store import ensure_cache, publish, temporary
 
 log = logging.getLogger("training.data")
 
-CACHE_FORMAT = 3  # bump when the cache layout or the tokenization changes
+CACHE_FORMAT = 2  # bump when the cache layout or the tokenization changes
 
 
 @dataclass
