@@ -44,15 +44,17 @@ from tokenizers import Tokenizer
 from training.config import DataConfig
 from training.data import (
     BatchSampler,
+    build,
+    encode,
     filehash,
+    plan,
     prepare_data,
     source_fingerprint,
     sources,
     val_windows,
     write_bin,
 )
-from training.data import cache as cache_mod
-from training.data.progress import Progress
+from training.data.tokenizer import BPETokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 FILE_MB = 25  # the generated corpus is files of this size
@@ -83,6 +85,8 @@ def _in_child(fn, *args) -> dict:
             queue.put({"error": repr(e)})
             raise
         out["peak_rss_mb"] = round(_rss_mb())
+        workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        out["worker_peak_rss_mb"] = round(workers)  # the largest of its worker processes
         queue.put(out)
 
     p = ctx.Process(target=run)
@@ -162,7 +166,7 @@ def _bare_loop(cfg: DataConfig, tok: Tokenizer) -> tuple[int, int]:
     for _, text in sources.documents(cfg):
         batch.append(text)
         size += len(text)
-        if size >= cache_mod.BATCH_CHARS:
+        if size >= encode.BATCH_CHARS:
             n += sum(len(e.ids) for e in tok.encode_batch_fast(batch))
             chars, batch, size = chars + size, [], 0
     n += sum(len(e.ids) for e in tok.encode_batch_fast(batch))
@@ -179,20 +183,34 @@ def _bare_encode(cfg: DataConfig, cache_dir: str) -> dict:
 
 
 def _timed(fn) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of every thread of this process) of fn()."""
-    t0, c0 = time.perf_counter(), time.process_time()
+    """(wall seconds, CPU seconds of every thread of this process and of its finished
+    children) of fn()."""
+
+    def cpu() -> float:
+        own = time.process_time()
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own + children.ru_utime + children.ru_stime
+
+    t0, c0 = time.perf_counter(), cpu()
     fn()
-    return time.perf_counter() - t0, time.process_time() - c0
+    return time.perf_counter() - t0, cpu() - c0
 
 
-def _ours_encode(cfg: DataConfig, tokenizer, workdir: Path) -> None:
-    """The preparation's encode stage alone (reader thread, encode, split, hash, write, fsync)."""
+def _ours_encode(cfg: DataConfig, tokenizer_file: Path, workdir: Path, workers: int) -> None:
+    """The preparation's encode stage alone (units read, split, encoded, hashed, written and
+    synced; in `workers` forked processes, or in this one on the library's threads)."""
     with tempfile.TemporaryDirectory(dir=workdir) as d:
-        streams = cache_mod._Streams(Path(d), np.uint16, None)
-        try:
-            cache_mod._encode(cache_mod._Corpus(cfg), tokenizer, streams, Progress(None, False))
-        finally:
-            streams.close()
+        jobs = [
+            encode.UnitJob(tuple(u), cfg, f"{d}/u{i}.bin", "uint16", False)
+            for i, u in enumerate(plan.units(cfg))
+        ]
+        if workers <= 1 or len(jobs) == 1:
+            tokenizer = BPETokenizer.load(tokenizer_file)
+            for job in jobs:
+                job.run(tokenizer)
+            return
+        with build._worker_pool(min(workers, len(jobs)), str(tokenizer_file)) as pool:
+            list(pool.imap(encode.run_in_worker, jobs))
 
 
 def _rehash(folder: Path, workdir: Path) -> dict:
@@ -216,15 +234,19 @@ def _rehash(folder: Path, workdir: Path) -> dict:
     }
 
 
-def _paired(mb: int, reps: int, workdir: Path) -> dict:
+def _paired(mb: int, reps: int, workdir: Path, workers: int) -> dict:
     """Ours and the bare loop alternating (ours first on even repetitions) on one corpus with
     one trained tokenizer; each repetition's ratio ours rate / bare rate, by wall and CPU time."""
-    corpus = generate(workdir / f"paired_{mb}", mb, file_mb=mb)
+    corpus = generate(workdir / f"paired_{mb}", mb, file_mb=max(1, mb // 4))
     cfg = _cfg(corpus, "bpe", 1e7)
-    tokenizer = cache_mod._train_tokenizer(cfg, cache_mod._Corpus(cfg))
+    tokenizer_file = workdir / f"paired_{mb}.tokenizer.json"
+    if not tokenizer_file.exists():
+        docs = (t for k, t in sources.documents(cfg) if not sources.is_val(k, cfg.val_fraction))
+        BPETokenizer.train(docs, cfg.vocab_size, cfg.tokenizer_train_chars).save(tokenizer_file)
+    bare_tok = Tokenizer.from_file(str(tokenizer_file))
     runs = {
-        "ours": lambda: _ours_encode(cfg, tokenizer, workdir),
-        "bare": lambda: _bare_loop(cfg, tokenizer.tok),
+        "ours": lambda: _ours_encode(cfg, tokenizer_file, workdir, workers),
+        "bare": lambda: _bare_loop(cfg, bare_tok),
     }
     wall, cpu = [], []
     for r in range(reps):
@@ -242,7 +264,7 @@ def _paired(mb: int, reps: int, workdir: Path) -> dict:
         return f"{np.median(x):.3f} ({min(x):.3f}-{max(x):.3f})"
 
     return {
-        "what": f"paired, {mb} MB x {reps}",
+        "what": f"paired, {mb} MB x {reps}, {workers} workers",
         "wall_ratio": spread(wall),
         "cpu_ratio": spread(cpu),
     }
@@ -328,6 +350,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tokens", type=float, default=1e9, help="pre-tokenized tokens; 0: skip")
     p.add_argument("--paired-mb", type=int, default=0, help="0: skip the paired comparison")
     p.add_argument("--paired-reps", type=int, default=10)
+    p.add_argument("--workers", type=int, default=build.default_workers(), help="encoders")
     p.add_argument("--rehash", type=Path, help="a text corpus folder to fingerprint from scratch")
     p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "data_prepare")
     p.add_argument("--json", type=Path)
@@ -367,7 +390,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(_in_child(_rehash, args.rehash, args.workdir))
         print(json.dumps(rows[-1]), flush=True)
     if args.paired_mb:
-        rows.append(_paired(args.paired_mb, args.paired_reps, args.workdir))
+        rows.append(_paired(args.paired_mb, args.paired_reps, args.workdir, args.workers))
         print(json.dumps(rows[-1]), flush=True)
     if args.tokens:
         rows.append(_tokens_row(int(args.tokens), args.workdir))

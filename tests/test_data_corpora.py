@@ -13,7 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import training.data.cache as cache_mod
+import training.data.build as build_mod
+import training.data.encode as encode_mod
+import training.data.plan as plan_mod
 from training.config import ConfigError, DataConfig
 from training.data import ShardedTokens, open_shard, prepare_data, source_fingerprint, write_bin
 
@@ -42,23 +44,32 @@ def _text(path: Path, **kw) -> DataConfig:
     )
 
 
-def test_tokens_do_not_depend_on_the_batch_size_or_threads(tmp_path, monkeypatch):
+def test_tokens_do_not_depend_on_the_batch_size_units_or_workers(tmp_path, monkeypatch):
     corpus = _corpus(tmp_path / "c")
+    with open(corpus / "g.jsonl", "w") as f:  # a large .jsonl file is cut into pieces
+        for i in range(400):
+            f.write(json.dumps({"text": f"record {i} " + " ".join(WORDS[: i % 12 + 1])}) + "\n")
     cfg = _text(corpus)
-    want = prepare_data(cfg, tmp_path / "a")
-    monkeypatch.setattr(cache_mod, "BATCH_CHARS", 997)  # many small batches
-    monkeypatch.setenv("RAYON_NUM_THREADS", "1")
-    got = prepare_data(cfg, tmp_path / "b")
-    np.testing.assert_array_equal(got.train, want.train)
-    np.testing.assert_array_equal(got.val, want.val)
-    assert got.fingerprint == want.fingerprint and got.meta["sha256"] == want.meta["sha256"]
+    want = prepare_data(cfg, tmp_path / "a", workers=1)
+    assert len(want.meta["units"]) == 1
+    for batch, unit, workers in [(997, 3000, 1), (1 << 20, 5000, 2), (4096, 1 << 20, 2)]:
+        monkeypatch.setattr(encode_mod, "BATCH_CHARS", batch)
+        monkeypatch.setattr(plan_mod, "UNIT_BYTES", unit)
+        got = prepare_data(cfg, tmp_path / f"b{unit}", workers=workers)
+        assert len(got.meta["units"]) > (1 if unit < 10000 else 0)
+        np.testing.assert_array_equal(got.train, want.train)
+        np.testing.assert_array_equal(got.val, want.val)
+        assert got.fingerprint == want.fingerprint
+        assert got.meta["n_train_docs"] == want.meta["n_train_docs"]
+        assert got.meta["train_chars"] == want.meta["train_chars"]
 
 
 def test_max_tokens_stops_at_the_same_document_whatever_the_batch_size(tmp_path, monkeypatch):
     cfg = _text(_corpus(tmp_path / "c"), tokenizer="byte", max_tokens=50000)
     want = prepare_data(cfg, tmp_path / "a")
-    monkeypatch.setattr(cache_mod, "BATCH_CHARS", 997)  # the stop falls mid-stream
-    got = prepare_data(cfg, tmp_path / "b")
+    monkeypatch.setattr(encode_mod, "BATCH_CHARS", 997)  # the stop falls mid-stream
+    monkeypatch.setattr(plan_mod, "UNIT_BYTES", 3000)  # and in a unit after others
+    got = prepare_data(cfg, tmp_path / "b", workers=2)
     np.testing.assert_array_equal(got.train, want.train)
     np.testing.assert_array_equal(got.val, want.val)
     assert 50000 <= len(got.train) + len(got.val) < 50000 + 2000
@@ -69,18 +80,19 @@ def test_preparation_memory_does_not_grow_with_the_corpus(tmp_path, monkeypatch)
     batch size: the same, and under half the corpus."""
     import training.data.sources as sources
 
-    monkeypatch.setattr(cache_mod, "BATCH_CHARS", 1 << 15)
+    monkeypatch.setattr(encode_mod, "BATCH_CHARS", 1 << 15)
     monkeypatch.setattr(sources, "READ_BLOCK_CHARS", 1 << 14)
+    monkeypatch.setattr(plan_mod, "UNIT_BYTES", 1 << 18)
     peaks = []
     for n_files in (40, 80):
         corpus = _corpus(tmp_path / f"c{n_files}", n_files=n_files, docs=200, seed=n_files)
         cfg = _text(corpus, tokenizer="byte")
         size = sum(p.stat().st_size for p in corpus.iterdir())
         tracemalloc.start()
-        prepare_data(cfg, tmp_path / "cache")
+        prepare_data(cfg, tmp_path / "cache", workers=1)  # in this process: traced
         peaks.append(tracemalloc.get_traced_memory()[1])
         tracemalloc.stop()
-        assert size > 30 * cache_mod.BATCH_CHARS
+        assert size > 30 * encode_mod.BATCH_CHARS
     assert peaks[1] < 1.2 * peaks[0] and peaks[1] < size / 2, (peaks, size)
 
 
@@ -114,20 +126,21 @@ def test_a_prepared_corpus_is_fingerprinted_by_stats_and_an_edit_is_seen(tmp_pat
     assert source_fingerprint(_text(moved, tokenizer="byte")) != first
 
 
-def test_an_interrupted_build_is_never_read_and_is_cleaned_up(tmp_path, monkeypatch):
+def test_an_interrupted_build_is_never_read_and_is_finished_next_time(tmp_path, monkeypatch):
     corpus = _corpus(tmp_path / "c")
     cfg = _text(corpus, tokenizer="byte")
 
     def boom(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cache_mod, "_check_split", boom)
+    monkeypatch.setattr(build_mod, "check_split", boom)
     with pytest.raises(KeyboardInterrupt):
         prepare_data(cfg, tmp_path / "cache")
-    assert [p.suffix for p in (tmp_path / "cache").iterdir()] == [".lock"]
+    assert sorted(p.suffix for p in (tmp_path / "cache").iterdir()) == [".lock", ".partial"]
     monkeypatch.undo()
     data = prepare_data(cfg, tmp_path / "cache")
     assert len(data.train) and len(data.val)
+    assert sorted(p.suffix for p in (tmp_path / "cache").iterdir()) == ["", ".lock"]
 
 
 def test_jsonl_errors_name_the_file_and_line(tmp_path):
@@ -333,3 +346,19 @@ def test_a_dataset_that_cannot_be_reached_is_one_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith(
         "error: data.name: cannot load dataset 'nobody/no-such-dataset'"
     ), out.stderr
+
+
+def test_the_first_fingerprint_is_kept_once_a_cache_is_prepared(tmp_path, monkeypatch):
+    """A run's first fingerprint is computed at config time, before the cache folder exists;
+    preparing writes it down, so the next process only stats the corpus's files."""
+    import training.data.filehash as filehash
+
+    monkeypatch.setenv("SCALING_LAB_CACHE_DIR", str(tmp_path / "default"))
+    monkeypatch.setattr(filehash, "RACY_S", -1.0)
+    cfg = _text(_corpus(tmp_path / "c"), tokenizer="byte")
+    first = source_fingerprint(cfg)
+    assert not (tmp_path / "default").exists()
+    prepare_data(cfg, tmp_path / "elsewhere")  # paths.cache_dir need not be the default
+    filehash._hashed.clear()  # a new process
+    monkeypatch.setattr(filehash, "hashlib", None)  # hashing a file would fail
+    assert source_fingerprint(cfg) == first

@@ -1,51 +1,46 @@
-"""Token caches: documents -> train/val split -> tokenizer -> two flat token streams on disk.
+"""Token caches: where a corpus's tokens are kept, found and read back.
 
-Pipeline: documents stream from their source (training.data.sources) -> train/val side by a
-deterministic hash of each document's key -> tokenizer (byte-level BPE trained on the first
-data.tokenizer_train_chars characters of the train side, or raw bytes) -> `train.bin` and
-`val.bin` (documents joined by an end-of-text id, uint16 or uint32), written a batch at a time
-while the next batch is read. Memory holds a batch or two, whatever the corpus size; the tokens
-do not depend on the batch size or the number of cores.
+A document corpus (stdlib, site-packages, text, hf) is prepared once into a cache folder
+(training.data.build: one token shard per unit of the corpus, built resumably); a paired
+corpus into train.bin / val.bin with pair offsets (training.data.pairs); a dataset of token
+ids into train.bin / val.bin; pre-tokenized shards are read in place (training.data.shards).
 
 The cache folder is named by the corpus's source fingerprint (training.data.fingerprint: file
 stats after the first time) and every setting that changes the token streams, so a run on a
-prepared corpus stats its files and maps two arrays. The decoded corpus's own fingerprint (the
+prepared corpus stats its files and maps its shards. The decoded corpus's own fingerprint (the
 `data_fingerprint` tag) is computed once, while preparing, and kept in meta.json.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import os
 import platform
 import shutil
-import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import chain, islice
 from pathlib import Path
 
 import numpy as np
 
+import training.data.filehash as filehash
 import training.data.sources as sources
 from training.config import ConfigError, DataConfig
-from training.data.filehash import file_sha256
+from training.data.build import build_cache, check_split, remove_units
+from training.data.encode import MIN_DOCS_FOR_FILE_SPLIT, chunked
 from training.data.fingerprint import source_fingerprint
 from training.data.pairs import PairSplit, build_pair_cache, load_pairs
 from training.data.progress import Progress
 from training.data.shards import load_tokens, tokens_fingerprint
 from training.data.store import ensure_cache, publish, temporary
-from training.data.tokenizer import BPETokenizer, ByteTokenizer
 
 log = logging.getLogger("training.data")
 
 CACHE_FORMAT = 2  # bump when the cache layout or the tokenization changes
-MIN_DOCS_FOR_FILE_SPLIT = 50  # fewer documents than this: split by ~CHUNK_CHARS chunks instead
-CHUNK_CHARS = 4096
-BATCH_CHARS = 4 << 20  # characters of documents encoded together (one batch in flight)
 
 
 @dataclass
@@ -68,18 +63,6 @@ class TokenData:
 
 
 # ---------------------------------------------------------------- split
-def _chunks(key: str, text: str) -> Iterator[tuple[str, str]]:
-    lines, size, j = [], 0, 0
-    for line in text.splitlines(keepends=True):
-        lines.append(line)
-        size += len(line)
-        if size >= CHUNK_CHARS:
-            yield f"{key}#{j}", "".join(lines)
-            lines, size, j = [], 0, j + 1
-    if lines:
-        yield f"{key}#{j}", "".join(lines)
-
-
 def split_stream(
     docs: Iterator[tuple[str, str]], val_fraction: float
 ) -> Iterator[tuple[bool, str]]:
@@ -87,10 +70,7 @@ def split_stream(
     corpus of fewer than MIN_DOCS_FOR_FILE_SPLIT documents (e.g. one .txt file) is first cut
     into ~4 KB chunks at line boundaries so that both splits get text."""
     head = list(islice(docs, MIN_DOCS_FOR_FILE_SPLIT))
-    if len(head) < MIN_DOCS_FOR_FILE_SPLIT:
-        docs = (piece for doc in head for piece in _chunks(*doc))
-    else:
-        docs = chain(head, docs)
+    docs = chunked(head) if len(head) < MIN_DOCS_FOR_FILE_SPLIT else chain(head, docs)
     for key, text in docs:
         yield sources.is_val(key, val_fraction), text
 
@@ -102,16 +82,8 @@ def split_documents(
     train, val = [], []
     for held_out, text in split_stream(iter(docs), val_fraction):
         (val if held_out else train).append(text)
-    _check_split(len(train), len(val), val_fraction)
+    check_split(len(train), len(val), val_fraction)
     return train, val
-
-
-def _check_split(n_train: int, n_val: int, val_fraction: float) -> None:
-    if not n_train or not n_val:
-        raise ConfigError(
-            f"data.val_fraction={val_fraction}: the split left "
-            f"{'no training' if not n_train else 'no validation'} documents; use a larger corpus"
-        )
 
 
 # ---------------------------------------------------------------- build
@@ -228,87 +200,6 @@ class _Streams:
             f.close()
 
 
-def _batches(stream: Iterator[tuple[bool, str]]) -> Iterator[list[tuple[bool, str]]]:
-    batch, size = [], 0
-    for item in stream:
-        batch.append(item)
-        size += len(item[1])
-        if size >= BATCH_CHARS:
-            yield batch
-            batch, size = [], 0
-    if batch:
-        yield batch
-
-
-def _encode(corpus: _Corpus, tokenizer, streams: _Streams, progress: Progress) -> None:
-    """Every document through the tokenizer into `streams`, in order. One worker thread encodes
-    batch after batch (the tokenizers library releases the GIL) while this thread writes the
-    last one and reads (and hashes) the next, so the encoder never waits for either."""
-    pending = None  # (batch, its encoding in flight)
-    with ThreadPoolExecutor(1) as pool:
-        for batch in _batches(split_stream(corpus.counted(), corpus.cfg.val_fraction)):
-            encoding = pool.submit(tokenizer.encode_flat, [t for _, t in batch], streams.dtype)
-            if pending is not None and streams.append(pending[0], pending[1].result(), progress):
-                encoding.cancel()
-                return
-            pending = batch, encoding
-        if pending is not None:
-            streams.append(pending[0], pending[1].result(), progress)
-
-
-def _train_tokenizer(cfg: DataConfig, corpus: _Corpus):
-    if cfg.tokenizer == "byte":
-        return ByteTokenizer()
-    train_side = (t for v, t in split_stream(corpus.documents(), cfg.val_fraction) if not v)
-    return BPETokenizer.train(train_side, cfg.vocab_size, cfg.tokenizer_train_chars)
-
-
-def build_cache(cfg: DataConfig, final: Path, progress: Progress) -> None:
-    """Build the token cache `final` for a document corpus (see the module docstring)."""
-    t0 = time.perf_counter()
-    corpus = _Corpus(cfg)
-    tokenizer = _train_tokenizer(cfg, corpus)
-    t_tok = time.perf_counter() - t0
-    dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.uint32
-    tmp = temporary(final)
-    try:
-        sha256 = {}
-        if isinstance(tokenizer, BPETokenizer):
-            tokenizer.save(tmp / "tokenizer.json")
-        streams = _Streams(tmp, dtype, cfg.max_tokens)
-        try:
-            _encode(corpus, tokenizer, streams, progress)
-        finally:
-            streams.close()
-        _require_documents(cfg, corpus.n_docs)
-        _check_split(streams.docs[0], streams.docs[1], cfg.val_fraction)
-        sha256 = {"train.bin": streams.sha[0].hexdigest(), "val.bin": streams.sha[1].hexdigest()}
-        if isinstance(tokenizer, BPETokenizer):
-            sha256["tokenizer.json"] = file_sha256(tmp / "tokenizer.json")
-        fingerprint, description = corpus.describe()
-        if cfg.max_tokens is not None:  # the documents read depend on the stop: name the source
-            fingerprint = f"{source_fingerprint(cfg)}-first{cfg.max_tokens}"
-        meta = {
-            "fingerprint": fingerprint,
-            "description": description,
-            "tokenizer": cfg.tokenizer,
-            "vocab_size": tokenizer.vocab_size,
-            "eot_id": tokenizer.eot_id,
-            "dtype": np.dtype(dtype).name,
-            "n_train_tokens": streams.tokens[0],
-            "n_val_tokens": streams.tokens[1],
-            "n_train_docs": streams.docs[0],
-            "n_val_docs": streams.docs[1],
-            "train_chars": streams.train_chars,
-            "tokenizer_seconds": round(t_tok, 2),
-            "build_seconds": round(time.perf_counter() - t0, 2),
-            "sha256": sha256,  # verified on load (store.cache_problem)
-        }
-        publish(tmp, meta, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 # ---------------------------------------------------------------- load
 def cache_key(cfg: DataConfig, fingerprint: str) -> str:
     """The cache folder of a document corpus: its source fingerprint and every setting that
@@ -360,7 +251,7 @@ def build_ids_cache(cfg: DataConfig, final: Path, progress: Progress) -> None:
                     break
         finally:
             streams.close()
-        _check_split(streams.docs[0], streams.docs[1], cfg.val_fraction)
+        check_split(streams.docs[0], streams.docs[1], cfg.val_fraction)
         meta = {
             "fingerprint": source_fingerprint(cfg),
             "tokenizer": "given",
@@ -408,9 +299,13 @@ def _token_data(cfg: DataConfig, cache_root: Path, progress: bool) -> TokenData:
     return TokenData(train, val, cfg.vocab_size, cfg.eot_id, fingerprint, where, meta)
 
 
-def prepare_data(cfg: DataConfig, cache_root: Path, progress: bool = False) -> TokenData:
-    """Load (or build once and cache) the token streams (or pairs) for `cfg`; data=tokens maps
-    its shards directly. `progress`: a progress bar while building (the prepare command)."""
+def prepare_data(
+    cfg: DataConfig, cache_root: Path, progress: bool = False, workers: int | None = None
+) -> TokenData:
+    """Load (or build once and cache, or finish building) the token streams (or pairs) for
+    `cfg`; data=tokens maps its shards directly. `progress`: a progress bar while building (the
+    prepare command); `workers`: encoding processes (None: training.data.build.default_workers)."""
+    filehash.persist()
     if cfg.source == "tokens":
         return _token_data(cfg, cache_root, progress)
     if cfg.kind == "pairs":
@@ -419,7 +314,8 @@ def prepare_data(cfg: DataConfig, cache_root: Path, progress: bool = False) -> T
         ensure_cache(final, lambda f: build_pair_cache(cfg, corpus, f))
     else:
         final = Path(cache_root) / cache_key(cfg, source_fingerprint(cfg))
-        ensure_cache(final, lambda f: _with_progress(build_cache, cfg, f, progress))
+        build = functools.partial(build_cache, workers=workers)
+        ensure_cache(final, lambda f: _with_progress(build, cfg, f, progress))
     return _load_cache(cfg, final)
 
 
@@ -432,6 +328,8 @@ def _with_progress(build, cfg: DataConfig, final: Path, progress: bool) -> None:
 
 def _load_cache(cfg: DataConfig, final: Path) -> TokenData:
     meta = json.loads((final / "meta.json").read_text())
+    if (final / "units").exists():  # a build killed between its publish and this clean-up
+        remove_units(final)
     train = np.memmap(final / "train.bin", dtype=meta["dtype"], mode="r")
     val = np.memmap(final / "val.bin", dtype=meta["dtype"], mode="r")
     if cfg.kind == "pairs":

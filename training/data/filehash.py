@@ -18,6 +18,7 @@ from training.paths import default_cache_dir
 
 RACY_S = 2.0
 _hashed: dict[tuple, str] = {}  # file signatures -> digest, for this process
+_unsaved: dict[tuple, str] = {}  # remembered before the cache folder existed
 
 
 def memo_path(signature: tuple) -> Path:
@@ -38,12 +39,28 @@ def recall(signature: tuple) -> str | None:
 
 def remember(signature: tuple, value: str, newest_mtime_ns: int) -> None:
     """Remember `value` unless a file is younger than RACY_S; on disk (atomic, best effort) once
-    the cache folder exists."""
+    the cache folder exists (`persist`)."""
     if time.time() - newest_mtime_ns / 1e9 <= RACY_S:
         return
     _hashed[signature] = value
     if not default_cache_dir().is_dir():  # a dry run creates nothing: preparing makes the cache
+        _unsaved[signature] = value
         return
+    _save(signature, value)
+
+
+def persist() -> None:
+    """Create the cache folder and write there what was remembered before it existed (a run's
+    first fingerprint, computed at config time), so the next process only stats the files."""
+    try:
+        default_cache_dir().mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return
+    while _unsaved:
+        _save(*_unsaved.popitem())
+
+
+def _save(signature: tuple, value: str) -> None:
     path = memo_path(signature)
     try:
         path.parent.mkdir(exist_ok=True)

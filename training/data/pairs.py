@@ -9,7 +9,6 @@ small (records are checked at config time), so they are held in memory while bui
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import platform
 import shutil
@@ -21,7 +20,15 @@ import numpy as np
 
 from training.config import ConfigError, DataConfig
 from training.data.filehash import file_sha256, hash_files
-from training.data.sources import _sha, is_val, stdlib_files, text_files
+from training.data.sources import (
+    Piece,
+    _sha,
+    is_val,
+    json_record,
+    lines,
+    stdlib_files,
+    text_files,
+)
 from training.data.stdlib_pairs import EXAMPLE_FORMAT, stdlib_pairs
 from training.data.store import publish, temporary
 from training.data.tokenizer import BPETokenizer, ByteTokenizer
@@ -49,41 +56,40 @@ def _pair_files(cfg: DataConfig) -> list[tuple[str, Path]]:
 
 def read_jsonl_pairs(cfg: DataConfig) -> list[tuple[str, str, str]]:
     """(file:line, source, target) of every record under data.path, in file order. Raises
-    ConfigError naming the field and file:line for a line that is not a JSON object, a missing
-    field, a value that is not a string, or an empty (or whitespace) source or target."""
+    ConfigError naming the field and file:line for a line that is not UTF-8 or not a JSON
+    object, a missing field, a value that is not a string, or an empty (or whitespace) source
+    or target."""
     pairs = []
     for rel, path in _pair_files(cfg):
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                where = f"{path}:{lineno}"
-                try:
-                    record = json.loads(line)
-                except ValueError as e:
-                    raise ConfigError(f"data.path: {where} is not JSON ({e})") from None
-                if not isinstance(record, dict):
-                    raise ConfigError(f"data.path: {where} is not a JSON object")
-                sides = []
-                for name in ("source_field", "target_field"):
-                    field = getattr(cfg, name)
-                    if field not in record:
-                        raise ConfigError(
-                            f"data.{name}: {field!r} not in {where}; fields: "
-                            f"{', '.join(sorted(record))}"
-                        )
-                    value = record[field]
-                    if not isinstance(value, str) or not value.strip():
-                        what = "empty" if isinstance(value, str) else type(value).__name__
-                        raise ConfigError(
-                            f"data.path: {where}: {field!r} is {what} (data.{name}; every pair "
-                            "needs a non-empty source and target string)"
-                        )
-                    sides.append(value)
-                pairs.append((f"{rel}:{lineno}", *sides))
+        piece = Piece(rel, str(path), 0, path.stat().st_size, 0, "jsonl")
+        for lineno, raw in lines(piece):
+            where = f"{path}:{lineno}"
+            record = json_record(raw, where)
+            if record is None:
+                continue
+            pairs.append((f"{rel}:{lineno}", *_pair_sides(cfg, record, where)))
     if not pairs:
         raise ConfigError(f"data.path: {cfg.path}: no pairs (its .jsonl files hold no records)")
     return pairs
+
+
+def _pair_sides(cfg: DataConfig, record: dict, where: str) -> list[str]:
+    sides = []
+    for name in ("source_field", "target_field"):
+        field = getattr(cfg, name)
+        if field not in record:
+            raise ConfigError(
+                f"data.{name}: {field!r} not in {where}; fields: {', '.join(sorted(record))}"
+            )
+        value = record[field]
+        if not isinstance(value, str) or not value.strip():
+            what = "empty" if isinstance(value, str) else type(value).__name__
+            raise ConfigError(
+                f"data.path: {where}: {field!r} is {what} (data.{name}; every pair "
+                "needs a non-empty source and target string)"
+            )
+        sides.append(value)
+    return sides
 
 
 def load_pairs(cfg: DataConfig) -> PairCorpus:

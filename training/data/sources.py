@@ -11,10 +11,13 @@ import functools
 import glob
 import hashlib
 import importlib.metadata
+import io
 import json
 import os
+import sys
 import sysconfig
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from training.config import ConfigError, DataConfig
@@ -146,49 +149,121 @@ def _file_documents(files: list[tuple[str, Path]]) -> Iterator[tuple[str, str]]:
         yield rel, p.read_text(encoding="utf-8", errors="replace")
 
 
-def txt_documents(path: Path, rel: str, separator: str) -> Iterator[tuple[str, str]]:
-    """(`rel:i`, part i) of a .txt file split at `separator`, blank parts skipped, read in blocks
-    (the same parts as `read_text().split(separator)`; non-UTF-8 bytes become U+FFFD)."""
-    i, tail = 0, ""
-    with open(path, encoding="utf-8", errors="replace") as f:
+@dataclass(frozen=True)
+class Piece:
+    """Bytes [start, end) of `path` (keyed `rel`), whose first document is number `base`."""
+
+    rel: str
+    path: str
+    start: int
+    end: int
+    base: int
+    kind: str  # "txt", "jsonl" or "file" (one document, decoded whole)
+
+
+class _Window(io.RawIOBase):
+    """Bytes [start, end) of a file, as a raw stream."""
+
+    def __init__(self, path: str, start: int, end: int):
+        self.f = open(path, "rb")
+        self.f.seek(start)
+        self.left = end - start
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        n = self.f.readinto(memoryview(b)[: max(0, min(len(b), self.left))])
+        self.left -= n
+        return n
+
+    def close(self) -> None:
+        self.f.close()
+        super().close()
+
+
+def txt_documents(piece: Piece, separator: str) -> Iterator[tuple[str, str]]:
+    """(`rel:i`, part i) of the piece split at `separator`, blank parts skipped, read in blocks
+    with universal newlines; non-UTF-8 bytes become U+FFFD (the text is kept, not cut)."""
+    i, tail = piece.base, ""
+    window = io.BufferedReader(_Window(piece.path, piece.start, piece.end), 1 << 20)
+    with io.TextIOWrapper(window, encoding="utf-8", errors="replace") as f:
         while block := f.read(READ_BLOCK_CHARS):
             parts = (tail + block).split(separator)
             tail = parts.pop()  # may end in the start of a separator: completed by the next block
             for part in parts:
                 if part.strip():
-                    yield f"{rel}:{i}", part
+                    yield f"{piece.rel}:{i}", part
                 i += 1
     if tail.strip():
-        yield f"{rel}:{i}", tail
+        yield f"{piece.rel}:{i}", tail
 
 
-def jsonl_documents(path: Path, rel: str, text_field: str) -> Iterator[tuple[str, str]]:
-    """(`rel:line`, record[text_field]) of every non-blank line; ConfigError naming file:line
-    for a line that is not a JSON object or lacks the field."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as e:
-                raise ConfigError(f"data.path: {path}:{lineno} is not JSON ({e})") from None
-            if not isinstance(record, dict):
-                raise ConfigError(f"data.path: {path}:{lineno} is not a JSON object")
-            if text_field not in record:
-                raise ConfigError(
-                    f"data.text_field: {text_field!r} not in {path}:{lineno}; "
-                    f"fields: {', '.join(sorted(record))}"
-                )
-            yield f"{rel}:{lineno}", str(record[text_field])
+def jsonl_documents(piece: Piece, text_field: str) -> Iterator[tuple[str, str]]:
+    """(`rel:line`, record[text_field]) of every non-blank line of the piece; ConfigError naming
+    file:line for a line that is not UTF-8, not JSON, not an object or without the field."""
+    for lineno, raw in lines(piece):
+        where = f"{piece.path}:{lineno}"
+        record = json_record(raw, where)
+        if record is None:
+            continue
+        if text_field not in record:
+            raise ConfigError(
+                f"data.text_field: {text_field!r} not in {where}; "
+                f"fields: {', '.join(sorted(record))}"
+            )
+        yield f"{piece.rel}:{lineno}", str(record[text_field])
+
+
+def lines(piece: Piece) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) of every line of the piece, universal newlines, read in blocks."""
+    lineno, carry = piece.base, b""
+    with _Window(piece.path, piece.start, piece.end) as f:
+        while block := f.read(READ_BLOCK_CHARS):
+            buf = carry + block
+            cut = buf.rfind(b"\n") + 1  # a \r\n never straddles two blocks
+            carry = buf[cut:]
+            for raw in buf[:cut].splitlines():
+                lineno += 1
+                yield lineno, raw
+    for raw in carry.splitlines():
+        lineno += 1
+        yield lineno, raw
+
+
+def json_record(raw: bytes, where: str) -> dict | None:
+    """The JSON object on one line, None for a blank line; ConfigError naming `where` else."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"data.path: {where} is not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})"
+        ) from None
+    if not line.strip():
+        return None
+    try:
+        record = json.loads(line)
+    except ValueError as e:
+        raise ConfigError(f"data.path: {where} is not JSON ({e})") from None
+    if not isinstance(record, dict):
+        raise ConfigError(f"data.path: {where} is not a JSON object")
+    return record
+
+
+def piece_documents(piece: Piece, cfg: DataConfig) -> Iterator[tuple[str, str]]:
+    """The documents of one piece, with the keys reading its whole file gives them."""
+    if piece.kind == "file":
+        yield piece.rel, Path(piece.path).read_text(encoding="utf-8", errors="replace")
+    elif piece.kind == "jsonl":
+        yield from jsonl_documents(piece, cfg.text_field)
+    else:
+        yield from txt_documents(piece, cfg.doc_separator)
 
 
 def text_documents(cfg: DataConfig) -> Iterator[tuple[str, str]]:
     for rel, p in text_files(cfg)[1]:
-        if p.suffix == ".jsonl":
-            yield from jsonl_documents(p, rel, cfg.text_field)
-        else:
-            yield from txt_documents(p, rel, cfg.doc_separator)
+        kind = "jsonl" if p.suffix == ".jsonl" else "txt"
+        yield from piece_documents(Piece(rel, str(p), 0, p.stat().st_size, 0, kind), cfg)
 
 
 def open_hf(cfg: DataConfig):
@@ -196,6 +271,8 @@ def open_hf(cfg: DataConfig):
     data.streaming). ConfigError for a dataset that cannot be loaded or lacks data.text_field."""
     import datasets  # ~1 s; only data=hf needs it
 
+    if not sys.stderr.isatty():  # a job's log, or an error that must stay one line
+        datasets.disable_progress_bars()
     try:
         if cfg.from_disk:
             ds = datasets.load_from_disk(cfg.from_disk)
