@@ -332,15 +332,13 @@ def loss_vs_hyperparameter(points: pd.DataFrame, key: str):
     circles (their loss at fewer tokens)."""
     palette = variant_palette(points["variant"])
     points = tuned_panels(points)
-    budgets, sizes = sorted(points["budget"].unique()), sorted(points["size"].unique())
-    fig, axes = plt.subplots(
-        len(budgets), len(sizes), figsize=(3.4 * len(sizes), 2.9 * len(budgets)), squeeze=False
-    )
+    rows, cols, position = _panel_grid(points)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.9 * rows), squeeze=False)
     for ax in axes.ravel():
         ax.set_visible(False)
     numeric = pd.api.types.is_numeric_dtype(points["value"])
     for (size, budget), panel in points.groupby(["size", "budget"], sort=True):
-        ax = axes[budgets.index(budget)][sizes.index(size)]
+        ax = axes[position[size, budget]]
         ax.set_visible(True)
         _tuning_panel(ax, panel, palette)
         if numeric and (panel["value"] > 0).all():
@@ -354,6 +352,18 @@ def loss_vs_hyperparameter(points: pd.DataFrame, key: str):
     readable_ticks(fig)
     fig.tight_layout()
     return fig
+
+
+def _panel_grid(points: pd.DataFrame) -> tuple[int, int, dict]:
+    """Rows, columns and each (size, budget) panel's place: budgets x sizes when most cells
+    are used, else (an IsoFLOP ladder's diagonal) the panels in rows of at most 4."""
+    keys = sorted(points.groupby(["size", "budget"]).groups)
+    budgets = sorted({b for _, b in keys})
+    sizes = sorted({s for s, _ in keys})
+    if 2 * len(keys) > len(budgets) * len(sizes):
+        return len(budgets), len(sizes), {k: (budgets.index(k[1]), sizes.index(k[0])) for k in keys}
+    cols = min(4, len(keys))
+    return -(-len(keys) // cols), cols, {k: divmod(i, cols) for i, k in enumerate(keys)}
 
 
 def tuned_panels(points: pd.DataFrame) -> pd.DataFrame:

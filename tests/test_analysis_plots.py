@@ -86,3 +86,16 @@ def test_tuning_panels_leave_out_budgets_that_trained_one_value():
     assert "nats per token" in fig.axes[0].get_ylabel()
     transferred_only = points[points["D"] == 1e6]
     assert len(plots.tuned_panels(transferred_only)) == 2  # nothing tuned: every panel kept
+
+
+def test_a_ladders_diagonal_of_tuned_panels_is_wrapped_not_a_sparse_matrix():
+    """An IsoFLOP ladder tunes each size at one budget: 5 panels on a 5 x 5 diagonal become two
+    rows of at most 4."""
+    rows = [
+        ("base", n, d, lr, 3.0 + lr, False, lr == 2e-3)
+        for n, d in zip((1e4, 2e4, 4e4, 8e4, 1.6e5), (1e6, 8e5, 6e5, 4e5, 2e5))
+        for lr in (1e-3, 2e-3)
+    ]
+    points = pd.DataFrame(rows, columns=["variant", "N", "D", "value", "loss", "stopped", "chosen"])
+    fig = plots.loss_vs_hyperparameter(points, "train.lr")
+    assert len(fig.axes) == 8 and sum(ax.get_visible() for ax in fig.axes) == 5
