@@ -1,4 +1,8 @@
-"""Seaborn figures: functions of a runs DataFrame and fit results, saved as PNG and SVG.
+"""Seaborn figures: functions of a runs DataFrame and fit results, saved as PNG, SVG and PDF.
+
+For a paper: PDF with embedded TrueType fonts (text stays editable and searchable), SVG with
+text as text, loss axes in nats per token, log axes labelled with plain numbers, and one colour
+per variant in every figure of a report (`variant_palette`).
 
 Deterministic output: the Agg backend, a fixed `svg.hashsalt` (SVG element ids), no dates in
 the metadata, so re-running on the same runs rewrites byte-identical files.
@@ -12,6 +16,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker as ticker  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
@@ -21,23 +26,71 @@ from analysis.laws.chinchilla import Parametric, allocation  # noqa: E402
 
 SVG_META = {"Date": None, "Creator": None}
 PNG_META = {"Software": None}
+PDF_META = {"CreationDate": None, "Creator": None, "Producer": None}
+LOSS = "validation loss (nats per token)"
 
 
 def setup() -> None:
     sns.set_theme(style="whitegrid", context="paper")
-    plt.rcParams.update({"svg.hashsalt": "scaling-lab", "figure.dpi": 100, "savefig.dpi": 150})
+    plt.rcParams.update(
+        {
+            "svg.hashsalt": "scaling-lab",
+            "svg.fonttype": "none",  # text as <text>, editable in a vector editor
+            "pdf.fonttype": 42,  # TrueType embedded: editable, extractable text
+            "figure.dpi": 100,
+            "savefig.dpi": 150,
+        }
+    )
 
 
 def save(fig, out_dir: Path, name: str) -> list[Path]:
+    """The figure as PNG (reports), SVG (inlined in report.html) and PDF (papers)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / f"{name}.png", out_dir / f"{name}.svg"]
-    fig.savefig(paths[0], metadata=PNG_META, bbox_inches="tight")
-    fig.savefig(paths[1], metadata=SVG_META, bbox_inches="tight")
+    readable_ticks(fig)
+    paths = [out_dir / f"{name}.{ext}" for ext in ("png", "svg", "pdf")]
+    for path, meta in zip(paths, (PNG_META, SVG_META, PDF_META)):
+        fig.savefig(path, metadata=meta, bbox_inches="tight")
     plt.close(fig)
     return paths
 
 
-def _loglog(ax, xlabel: str, ylabel: str = "validation loss"):
+def variant_palette(variants) -> dict:
+    """One colour per variant, the same in every figure of a report: pass every variant."""
+    names = sorted({str(v) for v in variants})
+    return dict(zip(names, sns.color_palette("deep", n_colors=max(len(names), 1))))
+
+
+def tick_text(value: float, _pos=None) -> str:
+    """A log-axis tick as a plain number with 2-3 significant digits: 0.0005, 3.4, 1000, 3e5."""
+    if value == 0:
+        return "0"
+    if 1e-4 <= abs(value) < 1e4:
+        return f"{float(f'{value:.3g}'):g}"
+    mantissa, exponent = f"{value:.1e}".split("e")
+    return f"{float(mantissa):g}e{int(exponent)}"
+
+
+def readable_ticks(fig) -> None:
+    """Every log axis of `fig` labelled with plain numbers at a few readable positions: over
+    less than half a decade (a loss axis) evenly spaced values, else 1, 2, 5 or decades; no
+    minor labels."""
+    for ax in fig.axes:
+        for axis, lim in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            if axis.get_scale() != "log" or min(lim) <= 0:
+                continue
+            decades = np.log10(max(lim) / min(lim))
+            if decades < 0.5:
+                axis.set_major_locator(ticker.MaxNLocator(nbins=5, steps=[1, 2, 5, 10]))
+                axis.set_minor_locator(ticker.NullLocator())
+            else:
+                subs = (1.0,) if decades > 3 else (1.0, 2.0, 5.0)
+                axis.set_major_locator(ticker.LogLocator(base=10, subs=subs))
+                axis.set_minor_locator(ticker.LogLocator(base=10, subs="auto"))
+            axis.set_major_formatter(ticker.FuncFormatter(tick_text))
+            axis.set_minor_formatter(ticker.NullFormatter())
+
+
+def _loglog(ax, xlabel: str, ylabel: str = LOSS):
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel(xlabel)
@@ -144,7 +197,7 @@ def contours(runs: pd.DataFrame, law: Parametric, k: float = 1.0):
     grid_n, grid_d = np.meshgrid(n, d)
     fig, ax = plt.subplots(figsize=(6, 4.5))
     cs = ax.contourf(grid_n, grid_d, law.predict(grid_n, grid_d), levels=20, cmap="mako_r")
-    fig.colorbar(cs, ax=ax, label="fitted loss")
+    fig.colorbar(cs, ax=ax, label="fitted loss (nats per token)")
     c = np.geomspace(6 * k * n[0] * d[0], 6 * k * n[-1] * d[-1], 200)
     opt = allocation(law.theta[None, :], c, k)
     ax.plot(opt["N_opt"][0], opt["D_opt"][0], color="orange", lw=2, label="compute-optimal")
@@ -191,8 +244,7 @@ def training_curves_by_variant(curves: pd.DataFrame, runs: pd.DataFrame):
     fig, axes = plt.subplots(
         1, len(sizes), figsize=(4 * len(sizes), 3.6), sharey=True, squeeze=False
     )
-    variants = sorted(data["variant"].unique())
-    palette = dict(zip(variants, sns.color_palette("deep", n_colors=len(variants))))
+    palette = variant_palette(runs["variant"])
     for ax, size in zip(axes[0], sizes):
         panel = data[data["size"] == size]
         for v, g in panel.groupby("variant", sort=True):
@@ -216,8 +268,7 @@ def forest(ablation: dict, compute: str = "6nd"):
             if m["measured"]:
                 lo, hi = m["ci95"] or (np.nan, np.nan)
                 rows.append((v, m["C"], m["multiplier"], lo, hi, m.get("verdict")))
-    variants = sorted({r[0] for r in rows})
-    palette = dict(zip(variants, sns.color_palette("deep", n_colors=max(len(variants), 1))))
+    palette = variant_palette(ablation["variants"])
     fig, ax = plt.subplots(figsize=(6, 0.9 + 0.22 * max(len(rows), 1)))
     for y, (v, _, m, lo, hi, verdict) in enumerate(rows):
         decided = verdict in ("better", "worse")
@@ -254,8 +305,9 @@ def multipliers(ablation: dict, compute: str = "6nd"):
             )
     data = pd.DataFrame(rows)
     fig, ax = plt.subplots(figsize=(6, 4))
-    palette = sns.color_palette("deep", n_colors=max(data["variant"].nunique(), 1))
-    for color, (v, g) in zip(palette, data.groupby("variant", sort=True)):
+    palette = variant_palette(ablation["variants"])
+    for v, g in data.groupby("variant", sort=True):
+        color = palette[v]
         ax.plot(g["C"], g["m"], "o-", color=color, label=v)
         # The interval as drawn, not as error bars around the estimate: a bootstrap percentile
         # interval of a poorly identified fit need not contain the full-data multiplier.
@@ -275,53 +327,76 @@ def multipliers(ablation: dict, compute: str = "6nd"):
 
 def loss_vs_hyperparameter(points: pd.DataFrame, key: str):
     """Final loss against a tuned value (`tuning.curve_points`): one panel per size (k-th
-    smallest N of each variant) and token budget, one line per variant, the chosen value a
-    star, halving's early-stopped candidates hollow circles (their loss at fewer tokens)."""
-    points = points.assign(size=points.groupby("variant")["N"].rank(method="dense").astype(int))
-    panels = sorted(
-        {(s, d) for s, d in zip(points["size"], points["D"].map(lambda d: float(f"{d:.2g}")))}
-    )
-    budgets = sorted({d for _, d in panels})
-    sizes = sorted({s for s, _ in panels})
-    fig, axes = plt.subplots(
-        len(budgets), len(sizes), figsize=(3.4 * len(sizes), 2.9 * len(budgets)), squeeze=False
-    )
-    variants = sorted(points["variant"].unique())
-    palette = dict(zip(variants, sns.color_palette("deep", n_colors=len(variants))))
+    smallest N of each variant) and token budget where some variant tried several values, one
+    line per variant, the chosen value a star, halving's early-stopped candidates hollow
+    circles (their loss at fewer tokens)."""
+    palette = variant_palette(points["variant"])
+    points = tuned_panels(points)
+    rows, cols, position = _panel_grid(points)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.9 * rows), squeeze=False)
     for ax in axes.ravel():
         ax.set_visible(False)
     numeric = pd.api.types.is_numeric_dtype(points["value"])
-    for size, budget in panels:
-        ax = axes[budgets.index(budget)][sizes.index(size)]
+    for (size, budget), panel in points.groupby(["size", "budget"], sort=True):
+        ax = axes[position[size, budget]]
         ax.set_visible(True)
-        panel = points[
-            (points["size"] == size) & (points["D"].map(lambda d: float(f"{d:.2g}")) == budget)
-        ]
-        for v, g in panel.groupby("variant", sort=True):
-            full, stopped = g[~g["stopped"]], g[g["stopped"]]
-            ax.plot(full["value"], full["loss"], "o-", color=palette[v], ms=3, lw=1.2, label=v)
-            ax.scatter(
-                stopped["value"], stopped["loss"], facecolor="white", edgecolor=palette[v], s=16
-            )
-            best = full[full["chosen"]]
-            ax.scatter(
-                best["value"],
-                best["loss"],
-                marker="*",
-                s=110,
-                color=palette[v],
-                edgecolor="black",
-                zorder=5,
-            )
+        _tuning_panel(ax, panel, palette)
         if numeric and (panel["value"] > 0).all():
             ax.set_xscale("log")
         ax.set_title(f"size {size} (N ~ {panel['N'].median():.3g}), D {budget:.2g}", fontsize=8)
         ax.set_xlabel(key)
-        ax.set_ylabel("final validation loss")
+        ax.set_ylabel("final validation loss (nats per token)")
     first = next(ax for ax in axes.ravel() if ax.get_visible())
-    first.legend(fontsize=7)
+    handles, labels = first.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=7)
+    readable_ticks(fig)
     fig.tight_layout()
     return fig
+
+
+def _panel_grid(points: pd.DataFrame) -> tuple[int, int, dict]:
+    """Rows, columns and each (size, budget) panel's place: budgets x sizes when most cells
+    are used, else (an IsoFLOP ladder's diagonal) the panels in rows of at most 4."""
+    keys = sorted(points.groupby(["size", "budget"]).groups)
+    budgets = sorted({b for _, b in keys})
+    sizes = sorted({s for s, _ in keys})
+    if 2 * len(keys) > len(budgets) * len(sizes):
+        return len(budgets), len(sizes), {k: (budgets.index(k[1]), sizes.index(k[0])) for k in keys}
+    cols = min(4, len(keys))
+    return -(-len(keys) // cols), cols, {k: divmod(i, cols) for i, k in enumerate(keys)}
+
+
+def tuned_panels(points: pd.DataFrame) -> pd.DataFrame:
+    """The points with their panel (`size`: k-th smallest N of the variant, `budget`: D to 2
+    significant digits), only panels where some variant tried more than one value: a budget
+    that trained the value chosen at another budget shows one star per variant and no curve
+    (its losses are in the tuning table). Every panel when none tried several."""
+    points = points.assign(
+        size=points.groupby("variant")["N"].rank(method="dense").astype(int),
+        budget=points["D"].map(lambda d: float(f"{d:.2g}")),
+    )
+    tried = points.groupby(["size", "budget", "variant"])["value"].transform("nunique")
+    swept = tried.groupby([points["size"], points["budget"]]).transform("max") > 1
+    return points[swept] if swept.any() else points
+
+
+def _tuning_panel(ax, panel: pd.DataFrame, palette: dict) -> None:
+    """One panel of `loss_vs_hyperparameter`: a line per variant, its stopped candidates
+    hollow, its chosen value a star."""
+    for v, g in panel.groupby("variant", sort=True):
+        full, stopped = g[~g["stopped"]], g[g["stopped"]]
+        ax.plot(full["value"], full["loss"], "o-", color=palette[v], ms=3, lw=1.2, label=v)
+        ax.scatter(stopped["value"], stopped["loss"], facecolor="white", edgecolor=palette[v], s=16)
+        best = full[full["chosen"]]
+        ax.scatter(
+            best["value"],
+            best["loss"],
+            marker="*",
+            s=110,
+            color=palette[v],
+            edgecolor="black",
+            zorder=5,
+        )
 
 
 def law_errors(result: dict):

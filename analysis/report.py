@@ -787,6 +787,34 @@ def choose_variants(
     return Comparison(runs=runs, base=base, variants=variants, law_fit=law_fit)
 
 
+LLAMA = "pre-rmsnorm-rope-gqa2-swiglu"  # the suite's reference block, every ablation's base
+STRUCTURAL = {"train.init_from", "train.save_at_tokens", "train.tokens"}  # halving's segments
+
+
+def fill_defaults(args, frame: pd.DataFrame) -> list[str]:
+    """--baseline and --tune when not given, read from the runs, so a sweep's own runs.csv
+    reports without flags: the baseline is `base`, else the only value of --compare, else the
+    llama block's architecture; a tuned sweep's keys are the settings its candidates vary
+    within an arm. Returns what it chose, one note each."""
+    notes = []
+    if args.baseline is None:
+        col = args.compare if args.compare in frame.columns else "variant"
+        complete = col in frame and frame[col].notna().all()  # else the rest join `base`
+        values = sorted(frame[col].astype(str).unique()) if complete else ["base"]
+        args.baseline = "base"
+        if "base" not in values and (len(values) == 1 or LLAMA in values):
+            args.baseline = values[0] if len(values) == 1 else LLAMA
+            notes.append(f"--baseline {args.baseline} (of {values}; pass --baseline to choose)")
+    if not args.tune and "tune_role" in frame and frame["tune_role"].eq("candidate").any():
+        arms = frame[frame["arm"].notna()] if "arm" in frame else frame.iloc[:0]
+        keys = [c for c in frame.columns if "." in c and c not in STRUCTURAL]
+        varied = arms.groupby("arm")[keys].nunique(dropna=False).max() if len(arms) else None
+        args.tune = [] if varied is None else [k for k in keys if varied[k] > 1]
+        if args.tune:
+            notes.append(" ".join(f"--tune {k}" for k in args.tune) + " (the tuned settings)")
+    return notes
+
+
 def label_variants(
     runs: pd.DataFrame, compare: str = "variant", baseline: str = "base"
 ) -> pd.DataFrame:
@@ -824,7 +852,9 @@ def _parser() -> argparse.ArgumentParser:
         "(ablation sweeps) or arch (a grid over presets)",
     )
     parser.add_argument(
-        "--baseline", default="base", help="baseline value of --compare (default: base)"
+        "--baseline",
+        help="baseline value of --compare (default: base; else the only value, or the llama "
+        "block's architecture when it is one of them)",
     )
     parser.add_argument(
         "--group",
@@ -951,6 +981,8 @@ def main(argv: list[str] | None = None) -> int:
         check_fit_args(args)
         check_out_dir(Path(args.out))
         loaded = load_selected(args)
+        for note in fill_defaults(args, loaded.frame):
+            print(f"note: {note}")
         if args.group == "family":
             return families_main(args, loaded)
         check_one_family(

@@ -1,7 +1,8 @@
 """The answer first: the summary at the top of a report, written from the numbers.
 
-For an ablation: one row per variant at the largest measured compute (multiplier, interval,
-Holm-adjusted p, verdict) and one plain sentence per verdict. For a law fit: the compute-optimal
+For an ablation: one row per variant, its verdicts over every measured budget, then at the
+largest measured compute (multiplier, interval, Holm-adjusted p, verdict), and the same in
+plain sentences. For a law fit: the compute-optimal
 allocation with intervals, the other approaches' exponents, the frontier and the held-out
 prediction error. Quantities that are not identified say so here too: nothing that the runs do
 not determine is stated as a result.
@@ -44,6 +45,42 @@ def verdict_sentence(name: str, baseline: str, cell: dict, conv: str, why: str |
     )
 
 
+def _times(x: float) -> str:
+    """A compute ratio to 2 significant digits without an exponent: 740, 20, 1.5."""
+    return f"{float(f'{x:.2g}'):g}"
+
+
+def _verdict_part(verdict: str, cells: list[dict], baseline: str, total: int) -> str:
+    """How many measured budgets share a verdict, where, and by how much."""
+    cs = [c["C"] for c in cells]
+    where = f"C = {cs[0]:.3g}" if len(cs) == 1 else f"C = {min(cs):.3g} to {max(cs):.3g}"
+    ms = sorted(c["multiplier"] for c in cells)
+    if verdict == "worse":
+        span = "-".join(dict.fromkeys((_times(1 / ms[-1]), _times(1 / ms[0]))))
+        how = f"; it needs {span}x {baseline}'s compute there"
+    elif verdict == "better":
+        span = "-".join(dict.fromkeys((_times(ms[0]), _times(ms[-1]))))
+        how = f"; {baseline} needs {span}x its compute there"
+    else:
+        how = ""
+    return f"{verdict} at {len(cells)} of {total} ({where}{how})"
+
+
+def overall_verdicts(variant: dict, baseline: str) -> tuple[str, str]:
+    """A variant's verdicts over every measured budget: the table cell and the sentence's
+    parts, worse and better first ('worse at 6 of 7, cannot tell at 1')."""
+    measured = [m for m in variant["multipliers"] if m["measured"]]
+    if variant.get("why_not_identified", {}).get("multipliers"):
+        return "not identified", ""
+    by: dict[str, list[dict]] = {}
+    for m in measured:
+        by.setdefault(m.get("verdict") or "n/a", []).append(m)
+    order = sorted(by, key=lambda v: (v not in ("worse", "better"), -len(by[v]), v))
+    cell_text = ", ".join(f"{v} at {len(by[v])} of {len(measured)}" for v in order)
+    parts = "; ".join(_verdict_part(v, by[v], baseline, len(measured)) for v in order)
+    return cell_text, parts
+
+
 def ablation_summary(ablation: dict) -> list[tuple]:
     """Summary table and sentences of an ablation (blocks, see analysis.report)."""
     base = ablation["baseline"]
@@ -55,28 +92,31 @@ def ablation_summary(ablation: dict) -> list[tuple]:
             continue
         why = res.get("why_not_identified", {}).get("multipliers")
         shown = "not identified" if why else est(cell["multiplier"], cell["ci95"], ".3g")
+        overall, parts = overall_verdicts(res, base)
         rows.append(
             [
                 v,
+                overall,
                 f"{cell['C']:.3g}",
                 shown,
                 fmt(cell.get("p_holm"), ".3f"),
                 cell.get("verdict") or "n/a",
             ]
         )
+        if parts:
+            sentences.append(f"{v} against {base} over its measured budgets ({conv}): {parts}.")
         sentences.append(verdict_sentence(v, base, cell, conv, why))
     n = ablation.get("n_comparisons", 0)
     lead = (
-        f"Each variant against '{base}' at its largest measured compute. m > 1: the "
-        f"baseline needs m times the compute to match the variant. Verdicts control the "
-        f"family-wise error at {ablation.get('family_level', 0.05):g} over all {n} measured "
-        "variant x budget cells (Holm); the full table is under 'Ablations' below."
+        f"Each variant against '{base}': its verdicts over every measured budget, then at its "
+        f"largest measured compute. m > 1: the baseline needs m times the compute to match the "
+        f"variant. Verdicts control the family-wise error at "
+        f"{ablation.get('family_level', 0.05):g} over all {n} measured variant x budget cells "
+        "(Holm); the full table is under 'Ablations' below."
     )
-    return [
-        ("p", lead),
-        ("table", ["variant", f"C ({conv})", "multiplier [95% CI]", "p (Holm)", "verdict"], rows),
-        ("list", sentences),
-    ]
+    header = ["variant", "verdicts over the measured budgets", f"largest C ({conv})"]
+    header += ["multiplier [95% CI]", "p (Holm)", "verdict there"]
+    return [("p", lead), ("table", header, rows), ("list", sentences)]
 
 
 def law_summary(result: dict) -> list[tuple]:

@@ -166,9 +166,10 @@ def _rule_blocks(rule: dict, section: dict) -> list[tuple]:
 
 def figure_caption(key: str) -> str:
     return (
-        f"Final validation loss against {key} in every arm, one panel per size (k-th "
-        "smallest N of each variant) and token budget, one line per variant (other tuned "
-        "keys at their best values). Stars: the chosen value; hollow circles: candidates "
-        "stopped early (their loss at fewer tokens). A star at the end of its line sits at "
-        "the edge of the grid: the optimum may lie outside it."
+        f"Final validation loss against {key}, one panel per size (k-th smallest N of each "
+        "variant) and token budget where some variant tried several values (a budget that "
+        "trained only the value chosen at another is in the tuning table), one line per "
+        "variant (other tuned keys at their best values). Stars: the chosen value; hollow "
+        "circles: candidates stopped early (their loss at fewer tokens). A star at the end of "
+        "its line sits at the edge of the grid: the optimum may lie outside it."
     )

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import fit, isoflop, report
+from analysis import fit, isoflop, report, summary
 from analysis.laws.chinchilla import Parametric
 from analysis.load import InputError, load_selected
 from analysis.synthetic import isoflop_runs
@@ -670,3 +670,81 @@ def test_compute_exact_fits_in_exact_flops_and_names_the_convention(tmp_path, ca
     assert fit.main(["--csv", str(src2), "--compute", "exact", "--out", str(out2)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "C_exact" in err[0] and not out2.exists()
+
+
+def test_summary_states_the_verdict_at_every_measured_budget_then_at_the_largest():
+    """The demo's case: worse at most budgets, cannot tell at the largest. The summary says
+    both, the verdict over every measured budget first."""
+
+    def cell(c, m, ci, verdict, measured=True):
+        return {
+            "C": c,
+            "multiplier": m,
+            "ci95": ci,
+            "verdict": verdict,
+            "p_holm": 0.01,
+            "measured": measured,
+        }
+
+    ablation = {
+        "baseline": "llama",
+        "n_comparisons": 3,
+        "variants": {
+            "llama": {"multipliers": []},
+            "vanilla": {
+                "multipliers": [
+                    cell(1e10, 0.00136, [1e-6, 0.04], "worse"),
+                    cell(1e11, 0.0492, [0.003, 0.3], "worse"),
+                    cell(1e12, 0.227, [0.03, 8.0], "cannot tell"),
+                    cell(1e13, 5.0, [0.1, 9e4], None, measured=False),
+                ]
+            },
+        },
+    }
+    (_, lead), (_, header, rows), (_, sentences) = summary.ablation_summary(ablation)
+    assert "every measured budget" in lead
+    assert header[:3] == ["variant", "verdicts over the measured budgets", "largest C (6ND)"]
+    assert rows == [
+        [
+            "vanilla",
+            "worse at 2 of 3, cannot tell at 1 of 3",
+            "1e+12",
+            "0.227 [0.03, 8]",
+            "0.010",
+            "cannot tell",
+        ]
+    ]
+    assert (
+        "worse at 2 of 3 (C = 1e+10 to 1e+11; it needs 20-740x llama's compute there)"
+        in (sentences[0])
+    )
+    assert sentences[1].startswith("vanilla: cannot tell from llama at C = 1e+12")
+
+
+def test_a_sweeps_own_csv_reports_without_baseline_or_tune_flags():
+    """--baseline and --tune default from the runs: 'base', else the only value or the llama
+    block; a tuned sweep's keys are what its candidates vary within an arm."""
+    grid = isoflop_runs(LAW, seed=0, **SMALL)
+
+    def defaults(frame, **given):
+        args = argparse.Namespace(baseline=None, compare="variant", tune=None, **given)
+        return report.fill_defaults(args, frame), args
+
+    notes, args = defaults(grid.assign(variant=np.where(grid.index % 2, "x", report.LLAMA)))
+    assert args.baseline == report.LLAMA and notes == [
+        f"--baseline {report.LLAMA} (of ['{report.LLAMA}', 'x']; pass --baseline to choose)"
+    ]
+    assert defaults(grid.assign(variant="base"))[1].baseline == "base"
+    assert defaults(grid.assign(variant="only"))[1].baseline == "only"
+    assert defaults(grid.assign(variant=np.where(grid.index % 2, "x", None)))[1].baseline == "base"
+    assert defaults(grid.assign(variant=np.where(grid.index % 2, "x", "y")))[1].baseline == "base"
+    tuned = grid.assign(
+        variant="base",
+        arm=grid.index // 2,
+        tune_role="candidate",
+        **{"train.lr": grid.index % 2, "train.tokens": grid.index, "train.seed": 0},
+    )
+    notes, args = defaults(tuned)
+    assert args.tune == ["train.lr"] and notes == ["--tune train.lr (the tuned settings)"]
+    args = argparse.Namespace(baseline="b", compare="variant", tune=["train.warmup"])
+    assert report.fill_defaults(args, tuned) == [] and args.tune == ["train.warmup"]
