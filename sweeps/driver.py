@@ -28,10 +28,11 @@ from hydra.core.utils import JobStatus
 from omegaconf import DictConfig, OmegaConf
 
 from models import count_params
-from sweeps import plan, sweep_records, tuning
+from sweeps import plan, sweep_records, tuning, ui
 from sweeps.job import ENV_GPU_LOCKS, ENV_GPU_POOL, PointInterrupted, training_config
+from sweeps.names import RunNames
 from sweeps.slurm import JobLost
-from sweeps.sweep_view import SweepProgress, plan_rows, print_plan, print_summary
+from sweeps.sweep_view import Closing, SweepProgress, plan_rows, print_plan, print_summary
 from training import objectives, tracking
 from training.checkpoint import branch_checkpoint_path
 from training.config import ConfigError, DataConfig
@@ -130,6 +131,7 @@ class Sweep:
     experiment: str
     runs_dir: Path  # where checkpoints go
     datasets: dict[str, dict] = field(default_factory=dict)  # each distinct data section
+    names: RunNames | None = None  # readable MLflow run names (None: tracking.run_name is set)
 
     @classmethod
     def from_cli(cls, cfg: DictConfig, arguments: Sequence[str], compose: Compose) -> Sweep:
@@ -148,7 +150,14 @@ class Sweep:
         )
         uri = tracking.resolve_tracking_uri(base.tracking.get("uri"))
         experiment = str(base.tracking.experiment)
-        return cls(cfg, spec, fixed_args, cli_keys, compose, base, uri, experiment, _runs_dir(base))
+        sweep = cls(
+            cfg, spec, fixed_args, cli_keys, compose, base, uri, experiment, _runs_dir(base)
+        )
+        if base.tracking.get("run_name") is None:
+            swept = [*spec.axes, *(spec.tune.grid if spec.tune else ())]
+            block = OmegaConf.select(cfg, "hydra.runtime.choices.model", default=None)
+            sweep.names = RunNames(swept, str(block or "model"))
+        return sweep
 
     @property
     def jobs(self) -> int:
@@ -216,6 +225,8 @@ class Sweep:
         ]
         if "train.progress" not in self.cli_keys:
             extra.append("train.progress=none")  # the sweep bar is the progress display
+        if self.names is not None:
+            extra.append(f"++tracking.run_name='{self.names(run)}'")
         return [*self.fixed_args, *run.overrides, *extra, f"++tracking.tags.variant={run.variant}"]
 
 
@@ -356,10 +367,22 @@ def _execute(sweep: Sweep, runs: list[plan.PlannedRun], launch: Launch, more=Non
             status = "FAILED"
         sweep_records.close_parent(sweep.uri, parent.run_id, status)
     ordered = [outcomes[r.index] if r.index in outcomes else Outcome(r, "not-run") for r in runs]
-    print_summary(sweep.spec.name, ordered, sweep.uri, parent.run_id)
-    _report(sweep.cfg, sweep.uri, sweep.experiment, parent.run_id)
+    arms = _log_outcome(sweep, parent)
+    report = _report(sweep.cfg, sweep.uri, sweep.experiment, parent.run_id)
+    closing = Closing(arms, report, ui.command(sweep.uri, sweep.experiment))
+    print_summary(sweep.spec.name, ordered, sweep.uri, parent.run_id, closing)
     _exit_if_failed(sweep.spec.name, ordered)
     return ordered
+
+
+def _log_outcome(sweep: Sweep, parent: Parent) -> list[sweep_records.RunRecord]:
+    """Each arm's best run, logged on the parent (best loss overall, per block, per arm) so
+    its chart view shows the sweep's result without expanding it."""
+    children = sweep_records.children_by_key(sweep.uri, parent.experiment_id, parent.run_id)
+    arms = sweep_records.best_per_arm(children)
+    tags = {"best_run": arms and min(arms, key=lambda r: r.loss).name or None}
+    sweep_records.log_outcome(sweep.uri, parent.run_id, sweep_records.outcome_metrics(arms), tags)
+    return arms
 
 
 def _skipped(run: plan.PlannedRun) -> Outcome:
@@ -479,12 +502,13 @@ def _share_gpus(cfg: DictConfig, jobs: int) -> None:
         os.environ[ENV_GPU_LOCKS] = str(Path(str(cfg.hydra.sweep.dir)) / ".gpu-locks")
 
 
-def _report(cfg: DictConfig, uri: str, experiment: str, parent_run_id: str) -> None:
+def _report(cfg: DictConfig, uri: str, experiment: str, parent_run_id: str) -> Path | None:
     """Optional analysis step (`sweep.report`): `python -m analysis.report` on this sweep's
-    children (the parent run's), as a subprocess (analysis never imports sweeps)."""
+    children (the parent run's), as a subprocess (analysis never imports sweeps); the report
+    and its fitted exponents go to the parent run. Returns report.html's path when written."""
     report = cfg.sweep.get("report")
     if not report:
-        return
+        return None
     cmd = [sys.executable, "-m", "analysis.report"]
     cmd += [str(a) for a in report.get("args") or []]
     cmd += ["--tracking-uri", uri, "--experiment", experiment]
@@ -493,3 +517,7 @@ def _report(cfg: DictConfig, uri: str, experiment: str, parent_run_id: str) -> N
     rc = subprocess.run(cmd).returncode
     if rc != 0:
         print(f"report: analysis.report exited with {rc}", file=sys.stderr, flush=True)
+        return None
+    out = Path(str(report.out)).resolve()
+    sweep_records.log_report(uri, parent_run_id, out)
+    return out / "report.html"

@@ -11,8 +11,11 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TimeRemainingColumn
 from rich.table import Table
@@ -105,36 +108,65 @@ def print_plan(spec: plan.SweepSpec, runs, jobs: int, records_read: bool, plan_s
         )
 
 
-def print_summary(name: str, outcomes, uri: str, parent_run_id: str) -> None:
+@dataclass(frozen=True)
+class Closing:
+    """What the summary says after the counts: each arm's best run, the report, the UI command."""
+
+    arms: list  # sweep_records.RunRecord per arm, its best FINISHED run
+    report: Path | None = None  # report.html, when the sweep wrote one
+    ui_command: str = "python -m sweeps.ui"
+
+
+def print_summary(name: str, outcomes, uri: str, parent_run_id: str, closing: Closing) -> None:
     counts: dict[str, int] = {}
     for o in outcomes:
         counts[o.state] = counts.get(o.state, 0) + 1
     out = console()
-    t = Table(title=f"sweep '{name}' summary", title_justify="left")
-    for col in ("state", "points"):
-        t.add_column(col)
     # stopped: a tuning candidate that lost its rung by failing (e.g. an lr that diverged)
-    for state in ("finished", "done-before", "stopped", "skipped", "failed", "not-run"):
-        if counts.get(state):
-            t.add_row(state, str(counts[state]))
-    out.print(t)
+    order = ("finished", "done-before", "stopped", "skipped", "failed", "not-run")
+    states = ", ".join(f"{counts[s]} {s}" for s in order if counts.get(s))
+    out.print(f"sweep '{name}': {states}", highlight=False)
+    _print_not_finished(out, outcomes)
+    _print_arms(out, closing.arms)
+    out.print(f"MLflow: parent run {parent_run_id} in {uri}", highlight=False)
+    if closing.report is not None:
+        out.print(f"report: {closing.report}", highlight=False)
+    out.print(f"browse the runs: {closing.ui_command}", highlight=False)
+
+
+def _print_not_finished(out: Console, outcomes) -> None:
     bad = [o for o in outcomes if o.state in ("failed", "skipped", "not-run")]
-    if bad:
-        d = Table(title="not finished in this invocation", title_justify="left")
-        for col in ("#", "variant", "N", "D", "state", "reason"):
-            d.add_column(col)
-        for o in bad:
-            r = o.run
-            d.add_row(
-                str(r.index),
-                r.variant,
-                plan.format_count(r.n),
-                plan.format_count(r.d),
-                o.state,
-                o.reason,
-            )
-        out.print(d)
-    out.print(f"MLflow: parent run {parent_run_id} in {uri}")
+    if not bad:
+        return
+    d = Table(title="not finished in this invocation", title_justify="left")
+    for col in ("#", "variant", "N", "D", "state", "reason"):
+        d.add_column(col, overflow="fold")
+    for o in bad:
+        r = o.run
+        d.add_row(
+            str(r.index),
+            r.variant,
+            plan.format_count(r.n),
+            plan.format_count(r.d),
+            o.state,
+            o.reason,
+        )
+    out.print(d)
+
+
+def _print_arms(out: Console, arms) -> None:
+    """Each arm's final validation loss (a tuned arm: its best candidate's), best marked."""
+    if not arms:
+        return
+    best = min(arms, key=lambda r: r.loss)
+    t = Table(title="final validation loss per arm", title_justify="left", box=box.SIMPLE_HEAD)
+    t.add_column("run", overflow="fold")
+    t.add_column("val loss", justify="right")
+    t.add_column("")
+    for r in arms:
+        t.add_row(r.name or r.run_id[:8], f"{r.loss:.4f}", "best" if r is best else "")
+    out.print(t)
+    out.print(f"best point: {best.name or best.run_id} (val loss {best.loss:.4f})", highlight=False)
 
 
 class SweepProgress:
@@ -200,7 +232,10 @@ class SweepProgress:
             done = {k for k, r in recs.items() if k in self.est and r.status in TERMINAL}
             if done == self._done:
                 return
+            new = sorted(done - self._done, key=lambda k: recs[k].name)
             self._done = done
+            for key in new:
+                self._point_line(recs[key])
             if self._bar is not None:
                 self._bar.update(
                     self._task,
@@ -209,6 +244,18 @@ class SweepProgress:
                 )
             else:
                 self._print_line()
+
+    def _point_line(self, rec) -> None:
+        """One line per finished point, above the bar (printed through its console)."""
+        if rec.status == "FINISHED":
+            what = f"val loss {rec.loss:.4f}" if rec.loss is not None else "finished"
+        else:
+            what = f"FAILED: {rec.failure_reason or 'see its MLflow run'}"
+        line = f"{rec.name or rec.run_id[:8]}  {what}"
+        if self._bar is not None:
+            self._bar.console.print(line, highlight=False, markup=False)
+        else:
+            print(f"[sweep {self.name}] {line}", flush=True)
 
     def _print_line(self) -> None:
         if self._bar is not None:

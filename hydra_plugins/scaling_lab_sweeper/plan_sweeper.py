@@ -5,6 +5,7 @@ a job will see, through Hydra's own config loader) and a `launch` (the selected 
 joblib processes, submitit local or SLURM). Everything else lives in `sweeps.driver`.
 """
 
+import logging
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,6 +50,9 @@ class PlanSweeper(Sweeper):
         except ConfigError as e:  # before any launch: one line, as in sweep() below
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
+        # the sweep prints one line per finished point: not the launcher's override list per
+        # job, its settings line and sweep folder
+        logging.getLogger("hydra_plugins.hydra_joblib_launcher").setLevel(logging.WARNING)
         with open_dict(config):
             launcher = config.hydra.launcher
             if "n_jobs" in launcher:  # joblib: K local worker processes
