@@ -32,6 +32,7 @@ from sweeps import plan, sweep_records, tuning, ui
 from sweeps.job import ENV_GPU_LOCKS, ENV_GPU_POOL, PointInterrupted, training_config
 from sweeps.names import RunNames
 from sweeps.slurm import JobLost
+from sweeps.stopping import SweepStopped, stop_on_sigterm
 from sweeps.sweep_view import Closing, SweepProgress, plan_rows, print_plan, print_summary
 from training import objectives, tracking
 from training.checkpoint import branch_checkpoint_path
@@ -354,18 +355,21 @@ def _execute(sweep: Sweep, runs: list[plan.PlannedRun], launch: Launch, more=Non
     sweep_records.log_plan(sweep.uri, parent.run_id, plan_rows(runs), sweep_yaml)
     _share_gpus(sweep.cfg, sweep.jobs)
     outcomes = {r.index: _skipped(r) for r in runs if r.skip}
-    status = "FINISHED"
+    status, reason = "FINISHED", ""
     try:
-        _run_waves(sweep, runs, outcomes, launch, more, parent)
+        with stop_on_sigterm():
+            _run_waves(sweep, runs, outcomes, launch, more, parent)
         if more is not None:  # a tuned sweep's plan is every stage it derived
             sweep_records.log_plan(sweep.uri, parent.run_id, plan_rows(runs), sweep_yaml)
-    except BaseException as e:  # Ctrl-C: KILLED; a launcher that breaks: FAILED
+    except BaseException as e:  # Ctrl-C, SIGTERM: KILLED; a launcher that breaks: FAILED
         status = "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED"
+        reason = e.reason if isinstance(e, SweepStopped) else _first_line(e)
         raise
     finally:
         if status == "FINISHED" and failed_points(outcomes.values()):
             status = "FAILED"
-        sweep_records.close_parent(sweep.uri, parent.run_id, status)
+            reason = f"{len(failed_points(outcomes.values()))} point(s) failed"
+        sweep_records.close_parent(sweep.uri, parent.run_id, status, reason)
     ordered = [outcomes[r.index] if r.index in outcomes else Outcome(r, "not-run") for r in runs]
     arms = _log_outcome(sweep, parent)
     report = _report(sweep.cfg, sweep.uri, sweep.experiment, parent.run_id)
@@ -373,6 +377,13 @@ def _execute(sweep: Sweep, runs: list[plan.PlannedRun], launch: Launch, more=Non
     print_summary(sweep.spec.name, ordered, sweep.uri, parent.run_id, closing)
     _exit_if_failed(sweep.spec.name, ordered)
     return ordered
+
+
+def _first_line(e: BaseException) -> str:
+    if isinstance(e, KeyboardInterrupt):
+        return "stopped by Ctrl-C (SIGINT)"
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def _log_outcome(sweep: Sweep, parent: Parent) -> list[sweep_records.RunRecord]:

@@ -87,8 +87,16 @@ def open_parent(uri: str, experiment_id: str, name: str, tags: dict[str, Any]) -
     return run_id
 
 
-def close_parent(uri: str, run_id: str, status: str) -> None:
-    tracking.client(uri).set_terminated(run_id, status=status)
+def close_parent(uri: str, run_id: str, status: str, reason: str = "") -> None:
+    """End the parent run; a KILLED or FAILED one says why (`failure_reason`), a FINISHED one
+    drops the reason an earlier invocation left."""
+    c = tracking.client(uri)
+    if status == "FINISHED":
+        if "failure_reason" in c.get_run(run_id).data.tags:
+            c.delete_tag(run_id, "failure_reason")
+    elif reason:
+        c.set_tag(run_id, "failure_reason", reason[:1000])
+    c.set_terminated(run_id, status=status)
 
 
 def log_plan(uri: str, run_id: str, rows: list[dict[str, Any]], sweep_yaml: str) -> None:

@@ -74,6 +74,7 @@ class PlanSweeper(Sweeper):
         # are the sweep's own (rich, the MLflow client).
         from sweeps.driver import drive
         from sweeps.plan import PlanError
+        from sweeps.stopping import SweepStopped
         from training.tracking import TrackingUnavailable
 
         assert self.config is not None
@@ -90,6 +91,19 @@ class PlanSweeper(Sweeper):
             # an Exception, so Hydra passes it through.
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
+        except SweepStopped as e:  # the parent run says KILLED and why; no traceback
+            print(
+                f"sweep {self.config.sweep.name}: {e.reason}; rerun the same command to resume",
+                file=sys.stderr,
+            )
+            sys.exit(128 + 15)
+        except KeyboardInterrupt:
+            print(
+                f"sweep {self.config.sweep.name}: stopped by Ctrl-C; rerun the same command "
+                "to resume",
+                file=sys.stderr,
+            )
+            sys.exit(130)
         except OSError as e:  # a read-only runs folder or store, a full disk: the path, why
             if (line := environment_error(e)) is None:
                 raise
