@@ -132,7 +132,8 @@ class Sweep:
     experiment: str
     runs_dir: Path  # where checkpoints go
     datasets: dict[str, dict] = field(default_factory=dict)  # each distinct data section
-    names: RunNames | None = None  # readable MLflow run names (None: tracking.run_name is set)
+    names: RunNames | None = None  # readable run names and block labels
+    name_runs: bool = True  # False: tracking.run_name is set, every point keeps it
 
     @classmethod
     def from_cli(cls, cfg: DictConfig, arguments: Sequence[str], compose: Compose) -> Sweep:
@@ -154,10 +155,10 @@ class Sweep:
         sweep = cls(
             cfg, spec, fixed_args, cli_keys, compose, base, uri, experiment, _runs_dir(base)
         )
-        if base.tracking.get("run_name") is None:
-            swept = [*spec.axes, *(spec.tune.grid if spec.tune else ())]
-            block = OmegaConf.select(cfg, "hydra.runtime.choices.model", default=None)
-            sweep.names = RunNames(swept, str(block or "model"))
+        swept = [*spec.axes, *(spec.tune.grid if spec.tune else ())]
+        block = OmegaConf.select(cfg, "hydra.runtime.choices.model", default=None)
+        sweep.names = RunNames(swept, str(block or "model"))
+        sweep.name_runs = base.tracking.get("run_name") is None
         return sweep
 
     @property
@@ -226,7 +227,7 @@ class Sweep:
         ]
         if "train.progress" not in self.cli_keys:
             extra.append("train.progress=none")  # the sweep bar is the progress display
-        if self.names is not None:
+        if self.name_runs:
             extra.append(f"++tracking.run_name='{self.names(run)}'")
         return [*self.fixed_args, *run.overrides, *extra, f"++tracking.tags.variant={run.variant}"]
 
@@ -239,11 +240,11 @@ def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: L
     if cfg.sweep.dry_run:
         db = tracking.sqlite_path(sweep.uri)
         records_read = db is None or db.exists()
-        print_plan(sweep.spec, runs, sweep.jobs, records_read=records_read, plan_s=plan_s)
+        print_plan(sweep.spec, runs, sweep.jobs, records_read, plan_s, sweep.names.block)
         if sweep.spec.lr_rule:
             tuning.print_lr_rule(sweep.spec.lr_rule, runs)
         if tuned:
-            tuning.print_tuning(tuned, sweep.jobs)
+            tuning.print_tuning(tuned, sweep.jobs, sweep.names.block)
         return []
     if tuned and (warning := tuning.early_rungs(tuned)):
         print(warning, flush=True)  # also without a dry run: before anything trains

@@ -2,7 +2,7 @@
 
     llama-N22.6K-D16.4K                 a grid point (model preset, N, D)
     vanilla-N105K-D250K-lr1e-3-wu0.02   a tuning candidate (its values from `sweep.tune`)
-    ln-post-N1.2M-D20M                  a variant of `sweep.variants`
+    mqa-llama-N1.2M-D20M                a variant (`sweep.variants`) of the llama preset
 
 Names are labels for people; the run key (training/keys.py) stays what identifies a run. Two
 points that would read the same get their run key's first 6 characters appended.
@@ -32,14 +32,23 @@ def _short(key: str, value: str) -> str:
     return f"{SHORT.get(leaf, leaf)}{value}"
 
 
-def run_name(run: plan.PlannedRun, swept: Iterable[str], default_block: str) -> str:
-    """`<block>-N<n>-D<d>[-<swept values>]`: the block is the point's `model=` preset (else
-    `default_block`), preceded by its variant when the sweep names variants; `swept` are the
-    override keys whose values differ between points (axes, tuning grid)."""
-    overrides = {_key(o): _value(o) for o in run.overrides if not o.startswith("++tracking.")}
-    block = overrides.get("model", default_block)
+def _overrides(run: plan.PlannedRun) -> dict[str, str]:
+    return {_key(o): _value(o) for o in run.overrides if not o.startswith("++tracking.")}
+
+
+def block(run: plan.PlannedRun, default_block: str) -> str:
+    """The point's `model=` preset (else `default_block`), preceded by its variant when the
+    sweep names variants: `llama`, `mqa-llama`."""
     parts = [run.variant] if run.variant not in ("base", "") else []
-    parts += [block, f"N{plan.format_count(run.n)}", f"D{plan.format_count(run.d)}"]
+    return "-".join([*parts, _overrides(run).get("model", default_block)])
+
+
+def run_name(run: plan.PlannedRun, swept: Iterable[str], default_block: str) -> str:
+    """`<block>-N<n>-D<d>[-<swept values>]` (`block` above); `swept` are the override keys
+    whose values differ between points (axes, tuning grid)."""
+    overrides = _overrides(run)
+    parts = [block(run, default_block), f"N{plan.format_count(run.n)}"]
+    parts.append(f"D{plan.format_count(run.d)}")
     parts += [_short(k, overrides[k]) for k in swept if k in overrides and k not in SHOWN]
     if run.phase not in ("run", "candidate", "chosen", "full", "transfer"):
         parts.append(run.phase)  # WSD: stable | branch
@@ -52,6 +61,9 @@ class RunNames:
     def __init__(self, swept: Iterable[str], default_block: str):
         self.swept, self.default_block = list(dict.fromkeys(swept)), default_block
         self._owner: dict[str, str] = {}  # name -> run key
+
+    def block(self, run: plan.PlannedRun) -> str:
+        return block(run, self.default_block)
 
     def __call__(self, run: plan.PlannedRun) -> str:
         name = run_name(run, self.swept, self.default_block)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,36 +62,75 @@ def plan_rows(runs: list[plan.PlannedRun]) -> list[dict[str, Any]]:
     return rows
 
 
-def print_plan(spec: plan.SweepSpec, runs, jobs: int, records_read: bool, plan_s: float) -> None:
+WIDE = 150  # from this many columns the plan shows every column in full
+
+
+def _c(x: float, wide: bool) -> str:
+    return f"{x:.2e}" if wide else f"{x:.1e}".replace("e+0", "e").replace("e+", "e")
+
+
+PHASE_SHORT = {"candidate": "cand", "transfer": "xfer"}
+
+
+def plan_columns(runs, wide: bool, block_of: Callable) -> list[tuple[str, str, Callable]]:
+    """(header, justify, cell) of the plan table. Narrow (80 columns): no run key and exact C
+    (plan.csv and the wide layout have them), the block (model preset, variant) for the arch
+    (listed below the table), the shape as L x d, and only the variant/phase columns that vary."""
+    f = lambda r: r.facts  # noqa: E731
+    cols = [("#", "right", lambda r: str(r.index))]
+    if wide:
+        cols.append(("run key", "left", lambda r: r.run_key))
+    if wide or len({r.variant for r in runs}) > 1:
+        cols.append(("variant", "left", lambda r: r.variant))
+    if wide or {r.phase for r in runs} != {"run"}:
+        cols.append(
+            ("phase", "left", lambda r: r.phase if wide else PHASE_SHORT.get(r.phase, r.phase))
+        )
+    if wide:
+        cols.append(("arch", "left", lambda r: f(r).arch if f(r) else ""))
+        cols.append(("L", "right", lambda r: str(f(r).n_layers) if f(r) else ""))
+        cols.append(("d", "right", lambda r: str(f(r).d_model) if f(r) else ""))
+    else:
+        cols.append(("block", "left", block_of))
+        cols.append(("Lxd", "right", lambda r: f"{f(r).n_layers}x{f(r).d_model}" if f(r) else ""))
+    cols += [
+        ("N", "right", lambda r: plan.format_count(r.n) if f(r) else ""),
+        ("D", "right", lambda r: plan.format_count(r.d) if f(r) else ""),
+        ("C (6ND)" if wide else "C 6ND", "right", lambda r: _c(r.c, wide) if f(r) else ""),
+    ]
+    if wide:
+        cols.append(("C (exact)", "right", lambda r: _c(r.c_exact, wide) if f(r) else ""))
+    cols.append(("D/N", "right", lambda r: f"{r.d / r.n:.1f}" if f(r) and r.n else ""))
+    cols.append(("est", "right", lambda r: format_duration(r.est_s) if not r.skip else ""))
+    return cols
+
+
+def print_plan(
+    spec: plan.SweepSpec, runs, jobs: int, records_read: bool, plan_s: float, block_of: Callable
+) -> None:
+    """The dry run's table, one row per point; below 150 columns the narrow layout of
+    `plan_columns`, whose last column (status, skip reason) wraps."""
+    out = console()
+    wide = out.width >= WIDE
     kind = spec.kind
     if spec.budgets:
         kind += f", budgets C in {plan.C_LABEL[spec.budget_flops]} FLOPs"
-    t = Table(title=f"sweep '{spec.name}' ({kind}): {len(runs)} points", title_justify="left")
-    left = ("run key", "variant", "phase", "arch")
-    cols = ("#", *left, "L", "d", "N", "D", "C (6ND)", "C (exact)", "D/N", "est")
-    for col in cols:
-        t.add_column(col, justify="left" if col in left else "right")
-    t.add_column("status / skip reason")
+    title = f"sweep '{spec.name}' ({kind}): {len(runs)} points"
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    cols = plan_columns(runs, wide, block_of)
+    for header, justify, _ in cols:
+        t.add_column(header, justify=justify, no_wrap=True)
+    t.add_column("status / skip reason", overflow="fold", min_width=8)
     for r in runs:
-        f = r.facts
-        t.add_row(
-            str(r.index),
-            r.run_key,
-            r.variant,
-            r.phase,
-            f.arch if f else "",
-            str(f.n_layers) if f else "",
-            str(f.d_model) if f else "",
-            plan.format_count(r.n) if f else "",
-            plan.format_count(r.d) if f else "",
-            f"{r.c:.2e}" if f else "",
-            f"{r.c_exact:.2e}" if f else "",
-            f"{r.d / r.n:.1f}" if f and r.n else "",
-            format_duration(r.est_s) if not r.skip else "",
-            r.skip or ("will run" if records_read else "will run (no store yet)"),
-        )
-    out = console()
+        status = r.skip or ("will run" if records_read or not wide else "will run (no store yet)")
+        t.add_row(*(cell(r) for _, _, cell in cols), status)
     out.print(t)
+    if not wide:
+        arch = {block_of(r): r.facts.arch for r in runs if r.facts}
+        out.print("blocks: " + "; ".join(f"{b} = {a}" for b, a in arch.items()), highlight=False)
+        out.print(f"(run keys, exact C: {WIDE}+ columns, or plan.csv of the parent run)")
+        if not records_read:
+            out.print("no MLflow store yet: every point will run", highlight=False)
     todo = [r for r in runs if not r.skip]
     spent = sum(r.c_spent for r in todo)
     spent_exact = sum(r.c_exact_spent for r in todo)
