@@ -28,21 +28,22 @@ from hydra.core.utils import JobStatus
 from omegaconf import DictConfig, OmegaConf
 
 from models import count_params
-from sweeps import plan, sweep_records, tuning, ui
+from sweeps import plan, slurm, sweep_records, tuning, ui
 from sweeps.job import ENV_GPU_LOCKS, ENV_GPU_POOL, PointInterrupted, training_config
 from sweeps.names import RunNames
 from sweeps.slurm import JobLost
 from sweeps.stopping import SweepStopped, stop_on_sigterm
 from sweeps.sweep_view import Closing, SweepProgress, plan_rows, print_plan, print_summary
 from training import objectives, tracking
-from training.checkpoint import branch_checkpoint_path
+from training.checkpoint import branch_checkpoint_path, run_dir
 from training.config import ConfigError, DataConfig
 from training.data import prepare_data
 from training.paths import default_cache_dir, default_runs_dir, resolve_dir
 from training.spec import resolve_config
 
 Compose = Callable[[Sequence[str]], DictConfig]
-Launch = Callable[[list[list[str]], int], Sequence[Any]]  # -> hydra JobReturn per job
+# (override lists, first job index, on_submit(job ids) or None) -> hydra JobReturn per job
+Launch = Callable[[list[list[str]], int, Callable | None], Sequence[Any]]
 SETTINGS = {"name", "jobs", "dry_run", "retry_failed", "throughput", "report"}
 FAILED_BEFORE = "failed before"  # how a point skipped because its run key FAILED begins
 
@@ -199,7 +200,32 @@ class Sweep:
         # nothing behind; _execute creates it
         records = _read_records(self.uri, self.experiment) or {}
         retry = bool(self.cfg.sweep.retry_failed)
-        return [_apply_record(r, records.get(r.run_key), retry) for r in resolved]
+        resolved = [_apply_record(r, records.get(r.run_key), retry) for r in resolved]
+        return self._skip_active_jobs(resolved) if self.on_slurm else resolved
+
+    @property
+    def on_slurm(self) -> bool:
+        return "Slurm" in str(OmegaConf.select(self.cfg, "hydra.launcher._target_", default=""))
+
+    def _skip_active_jobs(self, runs: list[plan.PlannedRun]) -> list[plan.PlannedRun]:
+        """A point whose SLURM job (from an earlier invocation) is still queued or running is
+        not submitted again: it trains already, or will."""
+        jobs = {r.run_key: slurm.recorded_job(run_dir(self.runs_dir, r.run_key)) for r in runs}
+        active = slurm.active_jobs([j for j in jobs.values() if j])
+        return [
+            replace(
+                r,
+                skip=f"SLURM job {jobs[r.run_key]} still {active[jobs[r.run_key]]} "
+                f"(scancel {jobs[r.run_key]} to submit it again)",
+            )
+            if not r.skip and jobs[r.run_key] in active
+            else r
+            for r in runs
+        ]
+
+    def record_jobs(self, batch: list[plan.PlannedRun], job_ids: Sequence[str]) -> None:
+        for r, job_id in zip(batch, job_ids):
+            slurm.record_job(run_dir(self.runs_dir, r.run_key), job_id)
 
     def make_plan(self) -> tuple[list[plan.PlannedRun], tuning.TuningPlan | None]:
         """The runs of the first wave, and a tuned sweep's plan (its points are arms; what
@@ -424,7 +450,8 @@ def _run_waves(sweep: Sweep, runs, outcomes, launch: Launch, more, parent: Paren
                 batch.append(r)
             if not batch:
                 continue
-            results = launch([sweep.job_overrides(r, parent.run_id) for r in batch], job_idx)
+            overrides = [sweep.job_overrides(r, parent.run_id) for r in batch]
+            results = launch(overrides, job_idx, lambda ids, b=batch: sweep.record_jobs(b, ids))
             job_idx += len(batch)
             for r, ret in zip(batch, results):
                 outcomes[r.index] = _outcome(r, ret)

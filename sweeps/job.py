@@ -136,7 +136,9 @@ def run_point(cfg: DictConfig) -> Any:
     claim_gpu()
     threads = share_cpu(int(cfg.sweep.jobs))
     if threads:
-        log.debug("torch threads: %d (%d CPUs allocated)", threads, allocated_cpus())
+        # in a SLURM job's log; locally it would land on the sweep's progress bar
+        say = log.info if on_slurm else log.debug
+        say("torch threads: %d (%d CPUs allocated)", threads, allocated_cpus())
     if int(os.environ.get("SLURM_NTASKS", "1")) > 1:
         # every SLURM task of a multi-GPU point runs this job: make them one torch.distributed
         # world before the Accelerator is created (hydra#2633)

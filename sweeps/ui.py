@@ -88,7 +88,8 @@ def serve(uri: str, host: str, port: int) -> subprocess.Popen:
     # one person browsing: one server worker, and no job runner (its ~10 queue consumers are
     # for GenAI evaluation jobs and double the start-up)
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    return subprocess.Popen(cmd, env=env, start_new_session=True)
+    # its log on stderr: stdout holds only the URL (scripts read it)
+    return subprocess.Popen(cmd, env=env, stdout=sys.stderr, start_new_session=True)
 
 
 def stop(proc: subprocess.Popen) -> None:

@@ -65,8 +65,12 @@ class PlanSweeper(Sweeper):
         assert self.hydra_context is not None and self.config is not None
         return self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
 
-    def launch(self, batch: list[list[str]], first_idx: int) -> Sequence[Any]:
+    def launch(self, batch: list[list[str]], first_idx: int, on_submit=None) -> Sequence[Any]:
+        """Run the batch through the launcher; one that submits jobs (SLURM) calls
+        `on_submit(job ids)`, in the batch's order, once they are queued."""
         assert self.launcher is not None
+        if hasattr(self.launcher, "on_submit"):
+            self.launcher.on_submit = on_submit
         return self.launcher.launch(batch, initial_job_idx=first_idx)
 
     def sweep(self, arguments: list[str]) -> Any:
