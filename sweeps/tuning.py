@@ -493,6 +493,8 @@ def print_tuning(tp: TuningPlan, jobs: int, block_of: Callable[[PlannedRun], str
         spent, grid, untuned, runs = tp.cost(arm)
         tot = [tot[0] + spent, tot[1] + grid, tot[2] + untuned, tot[3] + runs]
         role = "tuned" if arm.tuned else f"from #{arm.tuned_at}"
+        if wide and not arm.tuned:  # the arm id column is there: name the source by it
+            role = f"transfer from {tp.arms[arm.tuned_at].id[:8]}"
         rungs = " ".join(plan.format_count(r) for r in arm.rungs) if arm.tuned else ""
         n, d = plan.format_count(arm.run.n), plan.format_count(arm.tokens)
         ratio = f"{spent / untuned:.2f}x"

@@ -141,6 +141,19 @@ def test_sweep_records_parent_and_children_and_rerun_skips_finished(env):
     assert sorted(kids["tags.variant"]) == ["base", "base", "mqa", "mqa"]
     assert set(kids["tags.arch"]) == {"pre-rmsnorm-rope-gqa2-swiglu", "pre-rmsnorm-rope-mqa-swiglu"}
     assert kids["tags.run_key"].nunique() == 4
+    # names readable among siblings: block (variant, preset), N, D and the swept seed
+    assert sorted(kids["tags.mlflow.runName"].str.replace(r"-N.*-D", "-N-D", regex=True)) == [
+        "llama-N-D4.1K-seed0",
+        "llama-N-D4.1K-seed1",
+        "mqa-llama-N-D4.1K-seed0",
+        "mqa-llama-N-D4.1K-seed1",
+    ]
+    # the outcome on the parent, the closing summary's best point and UI command
+    best = kids["metrics.final_val_loss"].min()
+    assert parent["metrics.best_val_loss"].item() == pytest.approx(best)
+    assert parent["tags.best_run"].item() in set(kids["tags.mlflow.runName"])
+    assert "best point: " in out.stdout and "browse the runs: python -m sweeps.ui" in out.stdout
+    assert "Joblib" not in out.stdout + out.stderr and "torch threads" not in out.stdout
     # Hydra made an empty folder per job and per sweep under runs/multirun: none is left
     assert not (tmp / "runs" / "multirun").exists()
     assert not (tmp / "multirun").exists() and not (tmp / "runs" / "0").exists()
