@@ -407,8 +407,9 @@ def _execute(sweep: Sweep, runs: list[plan.PlannedRun], launch: Launch, more=Non
 
 
 def _first_line(e: BaseException) -> str:
-    if isinstance(e, KeyboardInterrupt):
-        return "stopped by Ctrl-C (SIGINT)"
+    if isinstance(e, KeyboardInterrupt):  # training.signals.Interrupted names its signal
+        signame = getattr(e, "signame", "SIGINT")
+        return "stopped by Ctrl-C (SIGINT)" if signame == "SIGINT" else f"stopped by {signame}"
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
 

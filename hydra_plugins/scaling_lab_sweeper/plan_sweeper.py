@@ -6,6 +6,7 @@ joblib processes, submitit local or SLURM). Everything else lives in `sweeps.dri
 """
 
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
 from sweeps.slurm import SlurmError
+from sweeps.stopping import SweepStopped
 from training.cli import environment_error
 from training.config import ConfigError, as_int
 
@@ -78,7 +80,6 @@ class PlanSweeper(Sweeper):
         # are the sweep's own (rich, the MLflow client).
         from sweeps.driver import drive
         from sweeps.plan import PlanError
-        from sweeps.stopping import SweepStopped
         from training.tracking import TrackingUnavailable
 
         assert self.config is not None
@@ -100,14 +101,16 @@ class PlanSweeper(Sweeper):
                 f"sweep {self.config.sweep.name}: {e.reason}; rerun the same command to resume",
                 file=sys.stderr,
             )
-            sys.exit(128 + 15)
-        except KeyboardInterrupt:
+            sys.exit(128 + signal.SIGTERM)
+        except KeyboardInterrupt as e:  # Ctrl-C; SIGTERM while a point trains in this process
+            signame = getattr(e, "signame", "SIGINT")
+            how = "Ctrl-C" if signame == "SIGINT" else signame
             print(
-                f"sweep {self.config.sweep.name}: stopped by Ctrl-C; rerun the same command "
+                f"sweep {self.config.sweep.name}: stopped by {how}; rerun the same command "
                 "to resume",
                 file=sys.stderr,
             )
-            sys.exit(130)
+            sys.exit(128 + getattr(signal, signame, signal.SIGINT))
         except OSError as e:  # a read-only runs folder or store, a full disk: the path, why
             if (line := environment_error(e)) is None:
                 raise
