@@ -165,7 +165,7 @@ def print_summary(name: str, outcomes, uri: str, parent_run_id: str, closing: Cl
     # stopped: a tuning candidate that lost its rung by failing (e.g. an lr that diverged)
     order = ("finished", "done-before", "stopped", "skipped", "failed", "not-run")
     states = ", ".join(f"{counts[s]} {s}" for s in order if counts.get(s))
-    out.print(f"sweep '{name}': {states}", highlight=False)
+    out.print(f"sweep '{name}' summary: {states}", highlight=False)
     _print_not_finished(out, outcomes)
     _print_arms(out, closing.arms)
     out.print(f"MLflow: parent run {parent_run_id} in {uri}", highlight=False)
