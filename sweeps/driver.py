@@ -28,19 +28,22 @@ from hydra.core.utils import JobStatus
 from omegaconf import DictConfig, OmegaConf
 
 from models import count_params
-from sweeps import plan, sweep_records, tuning
+from sweeps import plan, slurm, sweep_records, tuning, ui
 from sweeps.job import ENV_GPU_LOCKS, ENV_GPU_POOL, PointInterrupted, training_config
+from sweeps.names import RunNames
 from sweeps.slurm import JobLost
-from sweeps.sweep_view import SweepProgress, plan_rows, print_plan, print_summary
+from sweeps.stopping import SweepStopped, stop_on_sigterm
+from sweeps.sweep_view import Closing, SweepProgress, plan_rows, print_plan, print_summary
 from training import objectives, tracking
-from training.checkpoint import branch_checkpoint_path
+from training.checkpoint import branch_checkpoint_path, run_dir
 from training.config import ConfigError, DataConfig
 from training.data import prepare_data
 from training.paths import default_cache_dir, default_runs_dir, resolve_dir
 from training.spec import resolve_config
 
 Compose = Callable[[Sequence[str]], DictConfig]
-Launch = Callable[[list[list[str]], int], Sequence[Any]]  # -> hydra JobReturn per job
+# (override lists, first job index, on_submit(job ids) or None) -> hydra JobReturn per job
+Launch = Callable[[list[list[str]], int, Callable | None], Sequence[Any]]
 SETTINGS = {"name", "jobs", "dry_run", "retry_failed", "throughput", "report"}
 FAILED_BEFORE = "failed before"  # how a point skipped because its run key FAILED begins
 
@@ -130,6 +133,8 @@ class Sweep:
     experiment: str
     runs_dir: Path  # where checkpoints go
     datasets: dict[str, dict] = field(default_factory=dict)  # each distinct data section
+    names: RunNames | None = None  # readable run names and block labels
+    name_runs: bool = True  # False: tracking.run_name is set, every point keeps it
 
     @classmethod
     def from_cli(cls, cfg: DictConfig, arguments: Sequence[str], compose: Compose) -> Sweep:
@@ -148,7 +153,14 @@ class Sweep:
         )
         uri = tracking.resolve_tracking_uri(base.tracking.get("uri"))
         experiment = str(base.tracking.experiment)
-        return cls(cfg, spec, fixed_args, cli_keys, compose, base, uri, experiment, _runs_dir(base))
+        sweep = cls(
+            cfg, spec, fixed_args, cli_keys, compose, base, uri, experiment, _runs_dir(base)
+        )
+        swept = [*spec.axes, *(spec.tune.grid if spec.tune else ())]
+        block = OmegaConf.select(cfg, "hydra.runtime.choices.model", default=None)
+        sweep.names = RunNames(swept, str(block or "model"))
+        sweep.name_runs = base.tracking.get("run_name") is None
+        return sweep
 
     @property
     def jobs(self) -> int:
@@ -188,7 +200,32 @@ class Sweep:
         # nothing behind; _execute creates it
         records = _read_records(self.uri, self.experiment) or {}
         retry = bool(self.cfg.sweep.retry_failed)
-        return [_apply_record(r, records.get(r.run_key), retry) for r in resolved]
+        resolved = [_apply_record(r, records.get(r.run_key), retry) for r in resolved]
+        return self._skip_active_jobs(resolved) if self.on_slurm else resolved
+
+    @property
+    def on_slurm(self) -> bool:
+        return "Slurm" in str(OmegaConf.select(self.cfg, "hydra.launcher._target_", default=""))
+
+    def _skip_active_jobs(self, runs: list[plan.PlannedRun]) -> list[plan.PlannedRun]:
+        """A point whose SLURM job (from an earlier invocation) is still queued or running is
+        not submitted again: it trains already, or will."""
+        jobs = {r.run_key: slurm.recorded_job(run_dir(self.runs_dir, r.run_key)) for r in runs}
+        active = slurm.active_jobs([j for j in jobs.values() if j])
+        return [
+            replace(
+                r,
+                skip=f"SLURM job {jobs[r.run_key]} still {active[jobs[r.run_key]]} "
+                f"(scancel {jobs[r.run_key]} to submit it again)",
+            )
+            if not r.skip and jobs[r.run_key] in active
+            else r
+            for r in runs
+        ]
+
+    def record_jobs(self, batch: list[plan.PlannedRun], job_ids: Sequence[str]) -> None:
+        for r, job_id in zip(batch, job_ids):
+            slurm.record_job(run_dir(self.runs_dir, r.run_key), job_id)
 
     def make_plan(self) -> tuple[list[plan.PlannedRun], tuning.TuningPlan | None]:
         """The runs of the first wave, and a tuned sweep's plan (its points are arms; what
@@ -216,6 +253,8 @@ class Sweep:
         ]
         if "train.progress" not in self.cli_keys:
             extra.append("train.progress=none")  # the sweep bar is the progress display
+        if self.name_runs:
+            extra.append(f"++tracking.run_name='{self.names(run)}'")
         return [*self.fixed_args, *run.overrides, *extra, f"++tracking.tags.variant={run.variant}"]
 
 
@@ -227,11 +266,11 @@ def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: L
     if cfg.sweep.dry_run:
         db = tracking.sqlite_path(sweep.uri)
         records_read = db is None or db.exists()
-        print_plan(sweep.spec, runs, sweep.jobs, records_read=records_read, plan_s=plan_s)
+        print_plan(sweep.spec, runs, sweep.jobs, records_read, plan_s, sweep.names.block)
         if sweep.spec.lr_rule:
             tuning.print_lr_rule(sweep.spec.lr_rule, runs)
         if tuned:
-            tuning.print_tuning(tuned, sweep.jobs)
+            tuning.print_tuning(tuned, sweep.jobs, sweep.names.block)
         return []
     if tuned and (warning := tuning.early_rungs(tuned)):
         print(warning, flush=True)  # also without a dry run: before anything trains
@@ -343,23 +382,46 @@ def _execute(sweep: Sweep, runs: list[plan.PlannedRun], launch: Launch, more=Non
     sweep_records.log_plan(sweep.uri, parent.run_id, plan_rows(runs), sweep_yaml)
     _share_gpus(sweep.cfg, sweep.jobs)
     outcomes = {r.index: _skipped(r) for r in runs if r.skip}
-    status = "FINISHED"
+    status, reason = "FINISHED", ""
     try:
-        _run_waves(sweep, runs, outcomes, launch, more, parent)
+        with stop_on_sigterm():
+            _run_waves(sweep, runs, outcomes, launch, more, parent)
         if more is not None:  # a tuned sweep's plan is every stage it derived
             sweep_records.log_plan(sweep.uri, parent.run_id, plan_rows(runs), sweep_yaml)
-    except BaseException as e:  # Ctrl-C: KILLED; a launcher that breaks: FAILED
+    except BaseException as e:  # Ctrl-C, SIGTERM: KILLED; a launcher that breaks: FAILED
         status = "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED"
+        reason = e.reason if isinstance(e, SweepStopped) else _first_line(e)
         raise
     finally:
         if status == "FINISHED" and failed_points(outcomes.values()):
             status = "FAILED"
-        sweep_records.close_parent(sweep.uri, parent.run_id, status)
+            reason = f"{len(failed_points(outcomes.values()))} point(s) failed"
+        sweep_records.close_parent(sweep.uri, parent.run_id, status, reason)
     ordered = [outcomes[r.index] if r.index in outcomes else Outcome(r, "not-run") for r in runs]
-    print_summary(sweep.spec.name, ordered, sweep.uri, parent.run_id)
-    _report(sweep.cfg, sweep.uri, sweep.experiment, parent.run_id)
+    arms = _log_outcome(sweep, parent)
+    report = _report(sweep.cfg, sweep.uri, sweep.experiment, parent.run_id)
+    closing = Closing(arms, report, ui.command(sweep.uri, sweep.experiment))
+    print_summary(sweep.spec.name, ordered, sweep.uri, parent.run_id, closing)
     _exit_if_failed(sweep.spec.name, ordered)
     return ordered
+
+
+def _first_line(e: BaseException) -> str:
+    if isinstance(e, KeyboardInterrupt):  # training.signals.Interrupted names its signal
+        signame = getattr(e, "signame", "SIGINT")
+        return "stopped by Ctrl-C (SIGINT)" if signame == "SIGINT" else f"stopped by {signame}"
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def _log_outcome(sweep: Sweep, parent: Parent) -> list[sweep_records.RunRecord]:
+    """Each arm's best run, logged on the parent (best loss overall, per block, per arm) so
+    its chart view shows the sweep's result without expanding it."""
+    children = sweep_records.children_by_key(sweep.uri, parent.experiment_id, parent.run_id)
+    arms = sweep_records.best_per_arm(children)
+    tags = {"best_run": arms and min(arms, key=lambda r: r.loss).name or None}
+    sweep_records.log_outcome(sweep.uri, parent.run_id, sweep_records.outcome_metrics(arms), tags)
+    return arms
 
 
 def _skipped(run: plan.PlannedRun) -> Outcome:
@@ -389,7 +451,8 @@ def _run_waves(sweep: Sweep, runs, outcomes, launch: Launch, more, parent: Paren
                 batch.append(r)
             if not batch:
                 continue
-            results = launch([sweep.job_overrides(r, parent.run_id) for r in batch], job_idx)
+            overrides = [sweep.job_overrides(r, parent.run_id) for r in batch]
+            results = launch(overrides, job_idx, lambda ids, b=batch: sweep.record_jobs(b, ids))
             job_idx += len(batch)
             for r, ret in zip(batch, results):
                 outcomes[r.index] = _outcome(r, ret)
@@ -479,12 +542,13 @@ def _share_gpus(cfg: DictConfig, jobs: int) -> None:
         os.environ[ENV_GPU_LOCKS] = str(Path(str(cfg.hydra.sweep.dir)) / ".gpu-locks")
 
 
-def _report(cfg: DictConfig, uri: str, experiment: str, parent_run_id: str) -> None:
+def _report(cfg: DictConfig, uri: str, experiment: str, parent_run_id: str) -> Path | None:
     """Optional analysis step (`sweep.report`): `python -m analysis.report` on this sweep's
-    children (the parent run's), as a subprocess (analysis never imports sweeps)."""
+    children (the parent run's), as a subprocess (analysis never imports sweeps); the report
+    and its fitted exponents go to the parent run. Returns report.html's path when written."""
     report = cfg.sweep.get("report")
     if not report:
-        return
+        return None
     cmd = [sys.executable, "-m", "analysis.report"]
     cmd += [str(a) for a in report.get("args") or []]
     cmd += ["--tracking-uri", uri, "--experiment", experiment]
@@ -493,3 +557,7 @@ def _report(cfg: DictConfig, uri: str, experiment: str, parent_run_id: str) -> N
     rc = subprocess.run(cmd).returncode
     if rc != 0:
         print(f"report: analysis.report exited with {rc}", file=sys.stderr, flush=True)
+        return None
+    out = Path(str(report.out)).resolve()
+    sweep_records.log_report(uri, parent_run_id, out)
+    return out / "report.html"

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import multiprocessing
 import os
 import signal
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +94,31 @@ def share_cpu(jobs: int) -> int:
     return threads
 
 
+def is_local_worker() -> bool:
+    """A process of the joblib launcher's pool (loky), not the sweep itself (sweep.jobs=1 runs
+    its points in the sweep's own process)."""
+    return multiprocessing.current_process().name.startswith("LokyProcess")
+
+
+def watch_parent(grace_s: float = 60.0, every_s: float = 1.0) -> None:
+    """A local worker stops with its sweep: once the sweep process is gone (kill -9), SIGTERM
+    itself (a training run checkpoints and records KILLED, as on a SIGTERM from the sweep), and
+    exit after `grace_s` whatever happens. The pool's own workers otherwise idle forever."""
+    if any(t.name == "sweep-parent-watch" for t in threading.enumerate()):
+        return
+    ppid = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == ppid:
+            time.sleep(every_s)
+        log.warning("the sweep process %d is gone: stopping this worker", ppid)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace_s)
+        os._exit(128 + signal.SIGTERM)
+
+    threading.Thread(target=watch, name="sweep-parent-watch", daemon=True).start()
+
+
 def _stop_on_sigterm(signum, frame) -> None:
     raise SystemExit(128 + signum)
 
@@ -102,10 +130,15 @@ def run_point(cfg: DictConfig) -> Any:
         # (which installs its own handlers) a cancelled job exits at once instead of running
         # on until SIGKILL
         signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    local_worker = not on_slurm and is_local_worker()
+    if local_worker:
+        watch_parent()
     claim_gpu()
     threads = share_cpu(int(cfg.sweep.jobs))
     if threads:
-        log.info("torch threads: %d (%d CPUs allocated)", threads, allocated_cpus())
+        # in a SLURM job's log; locally it would land on the sweep's progress bar
+        say = log.info if on_slurm else log.debug
+        say("torch threads: %d (%d CPUs allocated)", threads, allocated_cpus())
     if int(os.environ.get("SLURM_NTASKS", "1")) > 1:
         # every SLURM task of a multi-GPU point runs this job: make them one torch.distributed
         # world before the Accelerator is created (hydra#2633)
@@ -122,8 +155,10 @@ def run_point(cfg: DictConfig) -> Any:
     try:
         result = train(train_cfg)
     except Interrupted as e:  # the run saved its checkpoint and is KILLED in MLflow
+        if local_worker:  # Ctrl-C or SIGTERM stops the whole sweep: this worker ends
+            _exit_worker(e)
         if not on_slurm:
-            raise  # local sweeps: Ctrl-C or SIGTERM stops the whole sweep
+            raise  # the sweep's own process (sweep.jobs=1): Ctrl-C or SIGTERM stops the sweep
         if e.signame == f"SIG{PREEMPT_SIGNAL}":
             _requeue(e, job_id)
         # an Exception, so Hydra returns it as this point's failure (a KeyboardInterrupt would
@@ -136,6 +171,15 @@ def run_point(cfg: DictConfig) -> Any:
     if result.status != "FINISHED":  # e.g. diverged: MLflow already says FAILED with a reason
         raise RuntimeError(f"run {result.run_key}: {result.failure_reason}")
     return result
+
+
+def _exit_worker(e) -> None:
+    """End a pool worker whose run stopped on a signal (checkpoint saved, run KILLED): the pool
+    would keep it idle, and the sweep waits for its workers to be gone (sweeps.driver)."""
+    log.warning("%s: worker %d exits", e.reason, os.getpid())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(128 + getattr(signal, e.signame, signal.SIGTERM))
 
 
 def _requeue(e, job_id: str | None) -> None:

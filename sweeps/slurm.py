@@ -8,6 +8,10 @@ in the submitting process. Everything here shells out to the SLURM client comman
   launcher would submit. A request no node can satisfy (more CPUs or memory than any node, GPUs
   on a CPU partition) is one line naming the launcher fields and what the nodes have; submitted,
   it would pend forever (`PartitionConfig`) or fail in sbatch with a traceback.
+- `record_job` / `active_jobs`: which SLURM job a point was submitted as (a file in its run
+  folder, on the shared storage) and whether that job is still queued or running: a rerun of
+  the sweep skips such a point instead of submitting it twice.
+- `cancel`: `scancel` of the sweep's jobs (Ctrl-C or SIGTERM of the sweep).
 - `JobStates`: the state of the jobs of one array, from `squeue` while SLURM holds them and from
   `sacct` (accounting) after. A job neither knows for `state_timeout_s` is reported as lost, so
   the sweep never waits forever (without accounting a cancelled job simply disappears).
@@ -15,11 +19,13 @@ in the submitting process. Everything here shells out to the SLURM client comman
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 # Job states after which SLURM runs nothing more for the job (a requeued job is PENDING again).
 ENDED = {
@@ -153,3 +159,45 @@ class JobStates:
         else:
             how = "see its log under the sweep's .submitit folder"
         return JobLost(job_id, state, f"SLURM job {job_id} {state} without a result ({how})")
+
+
+JOB_FILE = "slurm_job"  # in a point's run folder: the id of the SLURM job it was submitted as
+ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED"}
+
+
+def record_job(run_folder: Path, job_id: str) -> None:
+    run_folder.mkdir(parents=True, exist_ok=True)
+    tmp = run_folder / f".{JOB_FILE}.tmp"
+    tmp.write_text(job_id + "\n")
+    tmp.replace(run_folder / JOB_FILE)
+
+
+def recorded_job(run_folder: Path) -> str | None:
+    with contextlib.suppress(OSError):
+        return (run_folder / JOB_FILE).read_text().strip() or None
+    return None
+
+
+def active_jobs(job_ids: Sequence[str]) -> dict[str, str]:
+    """{job id: state} of those of `job_ids` SLURM still queues or runs (one squeue call);
+    empty where squeue is missing or fails (nothing is then known to be active)."""
+    if not job_ids or shutil.which("squeue") is None:
+        return {}
+    try:
+        out = _run(["squeue", "-h", "-r", "-o", "%i|%T", "-j", ",".join(sorted(set(job_ids)))])
+    except subprocess.TimeoutExpired:
+        return {}
+    states = {}
+    for line in out.stdout.splitlines():
+        job, _, state = line.partition("|")
+        if job.strip() in job_ids and state.strip() in ACTIVE:
+            states[job.strip()] = state.strip()
+    return states
+
+
+def cancel(job_ids: Sequence[str]) -> list[str]:
+    """scancel the jobs of `job_ids` still queued or running; returns those it cancelled."""
+    active = sorted(active_jobs(job_ids))
+    if active:
+        _run(["scancel", *active])
+    return active

@@ -14,7 +14,10 @@ its checkpoint into the same MLflow run).
 from __future__ import annotations
 
 import json
+import math
 import tempfile
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,14 @@ class RunRecord:
     failure_reason: str
     sweep: str
     parent_run_id: str
+    name: str = ""  # the MLflow run name
+    loss: float | None = None  # final_val_loss once FINISHED
+    arm: str = ""  # a tuning run's arm (tag `arm`); else empty
+
+    @property
+    def block(self) -> str:
+        """What the run's name says before its size (`llama` of `llama-N22.6K-D16.4K`)."""
+        return self.name.split("-N", 1)[0] if "-N" in self.name else self.name
 
 
 def latest_by_key(uri: str, experiment_id: str, filter_string: str = "") -> dict[str, RunRecord]:
@@ -46,6 +57,9 @@ def latest_by_key(uri: str, experiment_id: str, filter_string: str = "") -> dict
             t.get("failure_reason", ""),
             t.get("sweep", ""),
             t.get("mlflow.parentRunId", ""),
+            r.info.run_name or "",
+            r.data.metrics.get("final_val_loss"),
+            t.get("arm", ""),
         )
     return out
 
@@ -73,8 +87,16 @@ def open_parent(uri: str, experiment_id: str, name: str, tags: dict[str, Any]) -
     return run_id
 
 
-def close_parent(uri: str, run_id: str, status: str) -> None:
-    tracking.client(uri).set_terminated(run_id, status=status)
+def close_parent(uri: str, run_id: str, status: str, reason: str = "") -> None:
+    """End the parent run; a KILLED or FAILED one says why (`failure_reason`), a FINISHED one
+    drops the reason an earlier invocation left."""
+    c = tracking.client(uri)
+    if status == "FINISHED":
+        if "failure_reason" in c.get_run(run_id).data.tags:
+            c.delete_tag(run_id, "failure_reason")
+    elif reason:
+        c.set_tag(run_id, "failure_reason", reason[:1000])
+    c.set_terminated(run_id, status=status)
 
 
 def log_plan(uri: str, run_id: str, rows: list[dict[str, Any]], sweep_yaml: str) -> None:
@@ -87,3 +109,70 @@ def log_plan(uri: str, run_id: str, rows: list[dict[str, Any]], sweep_yaml: str)
         (d / "plan.json").write_text(json.dumps(rows, indent=1, default=str))
         (d / "sweep.yaml").write_text(sweep_yaml)
         tracking.client(uri).log_artifacts(run_id, str(d))
+
+
+def best_per_arm(records: Mapping[str, RunRecord]) -> list[RunRecord]:
+    """Each arm's best FINISHED run (lowest final_val_loss), ordered by name: a tuning run's
+    arm is its `arm` tag, any other run is an arm of its own."""
+    best: dict[str, RunRecord] = {}
+    for key, r in records.items():
+        if r.status != "FINISHED" or r.loss is None or not math.isfinite(r.loss):
+            continue
+        arm = r.arm or key
+        if arm not in best or r.loss < best[arm].loss:
+            best[arm] = r
+    return sorted(best.values(), key=lambda r: r.name)
+
+
+def outcome_metrics(arms: list[RunRecord]) -> dict[str, float]:
+    """The sweep's outcome as parent-run metrics: the best loss, the best per block (variant or
+    model preset) and per arm (named like its run)."""
+    if not arms:
+        return {}
+    out = {"best_val_loss": min(r.loss for r in arms)}
+    for r in arms:
+        key = f"best_val_loss/{r.block}"
+        out[key] = min(out.get(key, math.inf), r.loss)
+    out.update({f"arm_val_loss/{r.name}": r.loss for r in arms if r.name})
+    return out
+
+
+def fit_metrics(fit: Mapping[str, Any]) -> dict[str, float]:
+    """The fitted exponents of a report's fit.json (the laws it could fit), as metrics."""
+    out = {}
+    for law in ("parametric", "isoflop", "envelope"):
+        for k in ("alpha", "beta", "a", "b", "E"):
+            v = (fit.get(law) or {}).get(k)
+            if isinstance(v, (int, float)) and math.isfinite(v):
+                out[f"fit.{law}.{k}"] = float(v)
+    for law, v in (fit.get("kaplan") or {}).items():
+        alpha = (v or {}).get("alpha") if isinstance(v, dict) else None
+        if isinstance(alpha, (int, float)) and math.isfinite(alpha):
+            out[f"fit.kaplan.{law}.alpha"] = float(alpha)
+    return out
+
+
+def log_outcome(uri: str, run_id: str, metrics: Mapping[str, float], tags: Mapping[str, Any]):
+    from mlflow.entities import Metric  # ~2.5 s: mlflow only once a sweep records something
+
+    c = tracking.client(uri)
+    now = int(time.time() * 1000)
+    batch = [Metric(k, float(v), now, 0) for k, v in metrics.items()]
+    for i in range(0, len(batch), 1000):  # MLflow's batch limit
+        c.log_batch(run_id, metrics=batch[i : i + 1000])
+    tracking.set_tags(c, run_id, dict(tags))
+
+
+def log_report(uri: str, run_id: str, out_dir: Path) -> dict[str, float]:
+    """The report (report.html, report.md, fit.json, figures/) as the parent's artifacts under
+    `report/`; returns the fitted exponents, also logged as metrics."""
+    c = tracking.client(uri)
+    for name in ("report.html", "report.md", "fit.json"):
+        if (out_dir / name).is_file():
+            c.log_artifact(run_id, str(out_dir / name), "report")
+    if (out_dir / "figures").is_dir():
+        c.log_artifacts(run_id, str(out_dir / "figures"), "report/figures")
+    fit_json = out_dir / "fit.json"
+    metrics = fit_metrics(json.loads(fit_json.read_text())) if fit_json.is_file() else {}
+    log_outcome(uri, run_id, metrics, {"report": str(out_dir / "report.html")})
+    return metrics

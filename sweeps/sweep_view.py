@@ -11,8 +11,12 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TimeRemainingColumn
 from rich.table import Table
@@ -58,36 +62,75 @@ def plan_rows(runs: list[plan.PlannedRun]) -> list[dict[str, Any]]:
     return rows
 
 
-def print_plan(spec: plan.SweepSpec, runs, jobs: int, records_read: bool, plan_s: float) -> None:
+WIDE = 150  # from this many columns the plan shows every column in full
+
+
+def _c(x: float, wide: bool) -> str:
+    return f"{x:.2e}" if wide else f"{x:.1e}".replace("e+0", "e").replace("e+", "e")
+
+
+PHASE_SHORT = {"candidate": "cand", "transfer": "xfer"}
+
+
+def plan_columns(runs, wide: bool, block_of: Callable) -> list[tuple[str, str, Callable]]:
+    """(header, justify, cell) of the plan table. Narrow (80 columns): no run key and exact C
+    (plan.csv and the wide layout have them), the block (model preset, variant) for the arch
+    (listed below the table), the shape as L x d, and only the variant/phase columns that vary."""
+    f = lambda r: r.facts  # noqa: E731
+    cols = [("#", "right", lambda r: str(r.index))]
+    if wide:
+        cols.append(("run key", "left", lambda r: r.run_key))
+    if wide or len({r.variant for r in runs}) > 1:
+        cols.append(("variant", "left", lambda r: r.variant))
+    if wide or {r.phase for r in runs} != {"run"}:
+        cols.append(
+            ("phase", "left", lambda r: r.phase if wide else PHASE_SHORT.get(r.phase, r.phase))
+        )
+    if wide:
+        cols.append(("arch", "left", lambda r: f(r).arch if f(r) else ""))
+        cols.append(("L", "right", lambda r: str(f(r).n_layers) if f(r) else ""))
+        cols.append(("d", "right", lambda r: str(f(r).d_model) if f(r) else ""))
+    else:
+        cols.append(("block", "left", block_of))
+        cols.append(("Lxd", "right", lambda r: f"{f(r).n_layers}x{f(r).d_model}" if f(r) else ""))
+    cols += [
+        ("N", "right", lambda r: plan.format_count(r.n) if f(r) else ""),
+        ("D", "right", lambda r: plan.format_count(r.d) if f(r) else ""),
+        ("C (6ND)" if wide else "C 6ND", "right", lambda r: _c(r.c, wide) if f(r) else ""),
+    ]
+    if wide:
+        cols.append(("C (exact)", "right", lambda r: _c(r.c_exact, wide) if f(r) else ""))
+    cols.append(("D/N", "right", lambda r: f"{r.d / r.n:.1f}" if f(r) and r.n else ""))
+    cols.append(("est", "right", lambda r: format_duration(r.est_s) if not r.skip else ""))
+    return cols
+
+
+def print_plan(
+    spec: plan.SweepSpec, runs, jobs: int, records_read: bool, plan_s: float, block_of: Callable
+) -> None:
+    """The dry run's table, one row per point; below 150 columns the narrow layout of
+    `plan_columns`, whose last column (status, skip reason) wraps."""
+    out = console()
+    wide = out.width >= WIDE
     kind = spec.kind
     if spec.budgets:
         kind += f", budgets C in {plan.C_LABEL[spec.budget_flops]} FLOPs"
-    t = Table(title=f"sweep '{spec.name}' ({kind}): {len(runs)} points", title_justify="left")
-    left = ("run key", "variant", "phase", "arch")
-    cols = ("#", *left, "L", "d", "N", "D", "C (6ND)", "C (exact)", "D/N", "est")
-    for col in cols:
-        t.add_column(col, justify="left" if col in left else "right")
-    t.add_column("status / skip reason")
+    title = f"sweep '{spec.name}' ({kind}): {len(runs)} points"
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    cols = plan_columns(runs, wide, block_of)
+    for header, justify, _ in cols:
+        t.add_column(header, justify=justify, no_wrap=True)
+    t.add_column("status / skip reason", overflow="fold", min_width=8)
     for r in runs:
-        f = r.facts
-        t.add_row(
-            str(r.index),
-            r.run_key,
-            r.variant,
-            r.phase,
-            f.arch if f else "",
-            str(f.n_layers) if f else "",
-            str(f.d_model) if f else "",
-            plan.format_count(r.n) if f else "",
-            plan.format_count(r.d) if f else "",
-            f"{r.c:.2e}" if f else "",
-            f"{r.c_exact:.2e}" if f else "",
-            f"{r.d / r.n:.1f}" if f and r.n else "",
-            format_duration(r.est_s) if not r.skip else "",
-            r.skip or ("will run" if records_read else "will run (no store yet)"),
-        )
-    out = console()
+        status = r.skip or ("will run" if records_read or not wide else "will run (no store yet)")
+        t.add_row(*(cell(r) for _, _, cell in cols), status)
     out.print(t)
+    if not wide:
+        arch = {block_of(r): r.facts.arch for r in runs if r.facts}
+        out.print("blocks: " + "; ".join(f"{b} = {a}" for b, a in arch.items()), highlight=False)
+        out.print(f"(run keys, exact C: {WIDE}+ columns, or plan.csv of the parent run)")
+        if not records_read:
+            out.print("no MLflow store yet: every point will run", highlight=False)
     todo = [r for r in runs if not r.skip]
     spent = sum(r.c_spent for r in todo)
     spent_exact = sum(r.c_exact_spent for r in todo)
@@ -105,36 +148,65 @@ def print_plan(spec: plan.SweepSpec, runs, jobs: int, records_read: bool, plan_s
         )
 
 
-def print_summary(name: str, outcomes, uri: str, parent_run_id: str) -> None:
+@dataclass(frozen=True)
+class Closing:
+    """What the summary says after the counts: each arm's best run, the report, the UI command."""
+
+    arms: list  # sweep_records.RunRecord per arm, its best FINISHED run
+    report: Path | None = None  # report.html, when the sweep wrote one
+    ui_command: str = "python -m sweeps.ui"
+
+
+def print_summary(name: str, outcomes, uri: str, parent_run_id: str, closing: Closing) -> None:
     counts: dict[str, int] = {}
     for o in outcomes:
         counts[o.state] = counts.get(o.state, 0) + 1
     out = console()
-    t = Table(title=f"sweep '{name}' summary", title_justify="left")
-    for col in ("state", "points"):
-        t.add_column(col)
     # stopped: a tuning candidate that lost its rung by failing (e.g. an lr that diverged)
-    for state in ("finished", "done-before", "stopped", "skipped", "failed", "not-run"):
-        if counts.get(state):
-            t.add_row(state, str(counts[state]))
-    out.print(t)
+    order = ("finished", "done-before", "stopped", "skipped", "failed", "not-run")
+    states = ", ".join(f"{counts[s]} {s}" for s in order if counts.get(s))
+    out.print(f"sweep '{name}' summary: {states}", highlight=False)
+    _print_not_finished(out, outcomes)
+    _print_arms(out, closing.arms)
+    out.print(f"MLflow: parent run {parent_run_id} in {uri}", highlight=False)
+    if closing.report is not None:
+        out.print(f"report: {closing.report}", highlight=False)
+    out.print(f"browse the runs: {closing.ui_command}", highlight=False)
+
+
+def _print_not_finished(out: Console, outcomes) -> None:
     bad = [o for o in outcomes if o.state in ("failed", "skipped", "not-run")]
-    if bad:
-        d = Table(title="not finished in this invocation", title_justify="left")
-        for col in ("#", "variant", "N", "D", "state", "reason"):
-            d.add_column(col)
-        for o in bad:
-            r = o.run
-            d.add_row(
-                str(r.index),
-                r.variant,
-                plan.format_count(r.n),
-                plan.format_count(r.d),
-                o.state,
-                o.reason,
-            )
-        out.print(d)
-    out.print(f"MLflow: parent run {parent_run_id} in {uri}")
+    if not bad:
+        return
+    d = Table(title="not finished in this invocation", title_justify="left")
+    for col in ("#", "variant", "N", "D", "state", "reason"):
+        d.add_column(col, overflow="fold")
+    for o in bad:
+        r = o.run
+        d.add_row(
+            str(r.index),
+            r.variant,
+            plan.format_count(r.n),
+            plan.format_count(r.d),
+            o.state,
+            o.reason,
+        )
+    out.print(d)
+
+
+def _print_arms(out: Console, arms) -> None:
+    """Each arm's final validation loss (a tuned arm: its best candidate's), best marked."""
+    if not arms:
+        return
+    best = min(arms, key=lambda r: r.loss)
+    t = Table(title="final validation loss per arm", title_justify="left", box=box.SIMPLE_HEAD)
+    t.add_column("run", overflow="fold")
+    t.add_column("val loss", justify="right")
+    t.add_column("")
+    for r in arms:
+        t.add_row(r.name or r.run_id[:8], f"{r.loss:.4f}", "best" if r is best else "")
+    out.print(t)
+    out.print(f"best point: {best.name or best.run_id} (val loss {best.loss:.4f})", highlight=False)
 
 
 class SweepProgress:
@@ -200,7 +272,10 @@ class SweepProgress:
             done = {k for k, r in recs.items() if k in self.est and r.status in TERMINAL}
             if done == self._done:
                 return
+            new = sorted(done - self._done, key=lambda k: recs[k].name)
             self._done = done
+            for key in new:
+                self._point_line(recs[key])
             if self._bar is not None:
                 self._bar.update(
                     self._task,
@@ -209,6 +284,18 @@ class SweepProgress:
                 )
             else:
                 self._print_line()
+
+    def _point_line(self, rec) -> None:
+        """One line per finished point, above the bar (printed through its console)."""
+        if rec.status == "FINISHED":
+            what = f"val loss {rec.loss:.4f}" if rec.loss is not None else "finished"
+        else:
+            what = f"FAILED: {rec.failure_reason or 'see its MLflow run'}"
+        line = f"{rec.name or rec.run_id[:8]}  {what}"
+        if self._bar is not None:
+            self._bar.console.print(line, highlight=False, markup=False)
+        else:
+            print(f"[sweep {self.name}] {line}", flush=True)
 
     def _print_line(self) -> None:
         if self._bar is not None:

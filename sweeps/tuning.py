@@ -35,12 +35,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from omegaconf import OmegaConf
+from rich import box
 from rich.table import Table
 
 from models.values import format_duration
 from sweeps import plan
 from sweeps.plan import PlanError, PlannedRun, Point, TuneSpec, format_value
-from sweeps.sweep_view import console
+from sweeps.sweep_view import WIDE, console
 from training import tracking
 from training.schedules import warmup_steps
 
@@ -467,49 +468,44 @@ def _packed(seconds: list[float], jobs: int) -> float:
     return max(slots)
 
 
-def print_tuning(tp: TuningPlan, jobs: int) -> None:
-    """The dry run's tuning table: per arm its role, candidates, rungs, runs and compute
-    against the untuned run and the full grid; then the sweep's totals."""
+def print_tuning(tp: TuningPlan, jobs: int, block_of: Callable[[PlannedRun], str]) -> None:
+    """The dry run's tuning table: per arm its block (model preset, variant), role,
+    candidates, rungs, runs and compute against the untuned run and the full grid; then the
+    sweep's totals. Below WIDE columns: arms by number, without id and arch, one C column."""
     spec = tp.spec
+    wide = console().width >= WIDE
     how = "successive halving" if spec.halving else "full grid"
     title = (
         f"tuning ({how}, tune_at {spec.at}): {len(spec.candidates)} candidates of "
         f"{', '.join(spec.grid)}; decay {spec.decay:g}"
     )
-    t = Table(title=title, title_justify="left")
-    for col in (
-        "arm",
-        "variant",
-        "N",
-        "D",
-        "role",
-        "rungs (tokens)",
-        "runs",
-        "C tuned",
-        "C full grid",
-        "C untuned",
-        "tuned/untuned",
-    ):
-        t.add_column(col, justify="left" if col in ("arm", "variant", "role") else "right")
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    if wide:
+        cols = ["#", "arm", "block", "arch", "N", "D", "role", "rungs (tokens)", "runs"]
+        cols += ["C tuned", "C full grid", "C untuned", "tuned/untuned"]
+    else:  # 80 columns: no arm id or arch (the plan lists them), one compute column
+        cols = ["#", "block", "N", "D", "role", "rungs", "runs", "C tuned", "/untuned"]
+    for col in cols:
+        left = col in ("arm", "block", "arch", "role", "rungs", "rungs (tokens)")
+        t.add_column(col, justify="left" if left else "right", no_wrap=col != "rungs")
     tot = [0.0, 0.0, 0.0, 0]
-    for arm in tp.arms:
+    for i, arm in enumerate(tp.arms):
         spent, grid, untuned, runs = tp.cost(arm)
         tot = [tot[0] + spent, tot[1] + grid, tot[2] + untuned, tot[3] + runs]
-        role = "tuned" if arm.tuned else f"transfer from {tp.arms[arm.tuned_at].id[:8]}"
+        role = "tuned" if arm.tuned else f"from #{arm.tuned_at}"
+        if wide and not arm.tuned:  # the arm id column is there: name the source by it
+            role = f"transfer from {tp.arms[arm.tuned_at].id[:8]}"
         rungs = " ".join(plan.format_count(r) for r in arm.rungs) if arm.tuned else ""
-        t.add_row(
-            arm.id,
-            arm.run.variant,
-            plan.format_count(arm.run.n),
-            plan.format_count(arm.tokens),
-            role,
-            rungs,
-            str(runs),
-            f"{spent:.2e}",
-            f"{grid:.2e}",
-            f"{untuned:.2e}",
-            f"{spent / untuned:.2f}x",
-        )
+        n, d = plan.format_count(arm.run.n), plan.format_count(arm.tokens)
+        ratio = f"{spent / untuned:.2f}x"
+        if wide:
+            arch = arm.run.facts.arch if arm.run.facts else ""
+            row = [str(i), arm.id, block_of(arm.run), arch, n, d, role, rungs, str(runs)]
+            row += [f"{spent:.2e}", f"{grid:.2e}", f"{untuned:.2e}", ratio]
+        else:
+            row = [str(i), block_of(arm.run), n, d, role, rungs, str(runs)]
+            row += [f"{spent:.1e}".replace("e+", "e"), ratio]
+        t.add_row(*row)
     out = console()
     out.print(t)
     wall = sum(_packed(s, jobs) for s in stage_estimates(tp))

@@ -38,3 +38,19 @@ def test_bar_percentage_loss_and_eta_fit_the_terminal(width):
 def test_stats_show_mfu_as_a_percentage():
     assert format_stats(STATS) == "loss 2.9193 | lr 0.00096 | tok/s 22.7k | mfu 1.8%"
     assert format_stats(STATS, narrow=True) == "loss 2.9193"
+
+
+def test_eta_comes_from_measured_step_times_from_the_first_update():
+    """A slow run updates its bar rarely (every log_every steps): the ETA is the mean measured
+    time per step times the steps left, not rich's estimate, which wants 30 s of samples."""
+    buf = io.StringIO()
+    console = Console(file=buf, width=80, force_terminal=True, color_system=None)
+    progress = Progress("bar", 100, 0, TITLE, console=console)
+    progress.t0 -= 10.0  # 10 s for the first 10 steps
+    progress.update(10, 10 * 1024, STATS)
+    progress._bar.refresh()
+    progress.close()
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", buf.getvalue()).replace("\r", "\n")
+    last = [line.rstrip() for line in text.split("\n") if line.strip()][-1]
+    assert last.endswith("1:30"), last  # 90 steps left at 1 s each
+    assert progress.eta_s(0) is None

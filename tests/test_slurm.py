@@ -12,6 +12,7 @@ test's tmp dir, which on one node is the "shared storage" every job sees.
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -301,6 +302,76 @@ def test_a_request_no_node_can_satisfy_fails_before_submitting(site):
     assert _client().get_experiment_by_name(experiment) is None  # nor recorded
 
 
+@pytest.mark.slurm
+@needs_cluster
+def test_ctrl_c_cancels_the_sweeps_jobs_without_a_traceback(site):
+    tmp, env, experiment, cmd = site
+    (tmp / "sweep" / "slurm_long.yaml").write_text(
+        _sweep_file("  train.tokens: [1000000]\n  model.size: [6e4]")
+    )
+    sweep = subprocess.Popen(
+        cmd("slurm_long"),
+        env=env,
+        cwd=tmp,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        victim = _wait_for_training(experiment, 1000000)
+        job = victim.data.tags["slurm_job_id"]
+        sweep.send_signal(signal.SIGINT)  # what Ctrl-C sends the sweep
+        stdout, stderr = sweep.communicate(timeout=120)
+    finally:
+        sweep.kill()
+    assert sweep.returncode == 130, stdout[-3000:] + stderr[-3000:]
+    assert f"cancelled the sweep's SLURM jobs: {job}" in stderr
+    assert "Traceback" not in stdout + stderr
+    deadline = time.monotonic() + 60
+    while _squeue_state(job) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert _squeue_state(job) == "", "the cancelled job is still queued or running"
+    parents = [r for r in _runs(experiment) if "run_key" not in r.data.tags]
+    assert [p.info.status for p in parents] == ["KILLED"]
+    assert parents[0].data.tags["failure_reason"] == "stopped by Ctrl-C (SIGINT)"
+    deadline = time.monotonic() + 60  # the job saves its checkpoint and records KILLED
+    while _children(experiment)[0].info.status == "RUNNING" and time.monotonic() < deadline:
+        time.sleep(1)
+    assert _children(experiment)[0].info.status == "KILLED"
+
+
+@pytest.mark.slurm
+@needs_cluster
+def test_a_rerun_never_submits_a_point_whose_job_still_runs(site):
+    tmp, env, experiment, cmd = site
+    (tmp / "sweep" / "slurm_long.yaml").write_text(
+        _sweep_file("  train.tokens: [1000000]\n  model.size: [6e4]")
+    )
+    sweep = subprocess.Popen(
+        cmd("slurm_long"),
+        env=env,
+        cwd=tmp,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        job = _wait_for_training(experiment, 1000000).data.tags["slurm_job_id"]
+    finally:
+        sweep.kill()  # kill -9: the sweep is gone, its job trains on
+        sweep.communicate(timeout=30)
+    assert _squeue_state(job) == "RUNNING"
+    again = subprocess.run(
+        cmd("slurm_long"), env=env, cwd=tmp, capture_output=True, text=True, timeout=300
+    )
+    out = again.stdout + again.stderr
+    assert again.returncode == 0, out[-3000:]
+    assert "submitted SLURM array" not in out  # nothing submitted
+    assert f"SLURM job {job} still RUNNING" in out.replace("\n", " ")
+    assert _squeue_state(job) == "RUNNING"  # the one job, untouched
+    assert len(_children(experiment)) == 1
+
+
 # ---------------------------------------------------------------- without a cluster
 def test_job_states_lost_or_running():
     from sweeps.slurm import JobStates
@@ -318,3 +389,55 @@ def test_job_states_lost_or_running():
     lost = impatient.lost("7_2", {})  # neither squeue nor sacct knows it: no infinite wait
     assert (lost.state, lost.status) == ("UNKNOWN", "KILLED")
     assert "treated as timed out" in str(lost) and "accounting" in str(lost)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+SEARCH = "/api/2.0/mlflow/experiments/search?max_results=1"
+
+
+def _status_with_host(port: int, host: str, timeout_s: float = 180) -> int:
+    """The HTTP status of GET /api/2.0/mlflow/experiments/search on 127.0.0.1:port sent with
+    `Host: host`, once the server is up (/health is exempt from the host check)."""
+    import http.client
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", SEARCH, headers={"Host": host})
+            return conn.getresponse().status
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("allowed", [None, "login1:{port}"])
+def test_tracking_server_host_check(tmp_path, allowed):
+    """The README's tracking-server recipe: compute nodes reach the server by the login node's
+    name, which MLflow 3 refuses (403 Invalid Host header) unless it is in --allowed-hosts.
+    Reproduced on loopback: a request to 127.0.0.1 carrying `Host: login1:PORT`."""
+    port = _free_port()
+    cmd = [sys.executable, "-m", "mlflow", "server", "--workers", "1", "--port", str(port)]
+    cmd += ["--host", "127.0.0.1", "--backend-store-uri", f"sqlite:///{tmp_path / 'm.db'}"]
+    if allowed:
+        cmd += ["--allowed-hosts", allowed.format(port=port)]
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    server = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        statuses = [_status_with_host(port, f"{h}:{port}") for h in ("login1", "127.0.0.1")]
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+    # --allowed-hosts replaces the default list (localhost, private IPs): list every name used
+    assert statuses == ([200, 403] if allowed else [403, 200])

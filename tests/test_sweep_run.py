@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from sweeps.stopping import pool_workers
+
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = (
     "The quick brown fox jumps over the lazy dog. A scaling law relates loss to compute. "
@@ -139,6 +141,19 @@ def test_sweep_records_parent_and_children_and_rerun_skips_finished(env):
     assert sorted(kids["tags.variant"]) == ["base", "base", "mqa", "mqa"]
     assert set(kids["tags.arch"]) == {"pre-rmsnorm-rope-gqa2-swiglu", "pre-rmsnorm-rope-mqa-swiglu"}
     assert kids["tags.run_key"].nunique() == 4
+    # names readable among siblings: block (variant, preset), N, D and the swept seed
+    assert sorted(kids["tags.mlflow.runName"].str.replace(r"-N.*-D", "-N-D", regex=True)) == [
+        "llama-N-D4.1K-seed0",
+        "llama-N-D4.1K-seed1",
+        "mqa-llama-N-D4.1K-seed0",
+        "mqa-llama-N-D4.1K-seed1",
+    ]
+    # the outcome on the parent, the closing summary's best point and UI command
+    best = kids["metrics.final_val_loss"].min()
+    assert parent["metrics.best_val_loss"].item() == pytest.approx(best)
+    assert parent["tags.best_run"].item() in set(kids["tags.mlflow.runName"])
+    assert "best point: " in out.stdout and "browse the runs: python -m sweeps.ui" in out.stdout
+    assert "Joblib" not in out.stdout + out.stderr and "torch threads" not in out.stdout
     # Hydra made an empty folder per job and per sweep under runs/multirun: none is left
     assert not (tmp / "runs" / "multirun").exists()
     assert not (tmp / "multirun").exists() and not (tmp / "runs" / "0").exists()
@@ -279,3 +294,97 @@ def test_wsd_branches_start_from_the_stable_run_checkpoint(env):
         run_id=parent, artifact_path="plan.csv", dst_path=str(tmp)
     )
     assert set(pd.read_csv(plan, dtype=str)["run_key"]) == set(kids["tags.run_key"])
+
+
+# ---- a local sweep (sweep.jobs=2) stopped from outside: its workers never outlive it ----
+# two points long enough to be stopped mid-training
+LONG_AXES = "  model.size: [1e4, 2e4]\n  train.tokens: [20000000]"
+
+
+def _start(tmp, e, corpus):
+    (tmp / "sweep" / "long.yaml").write_text(tiny_sweep(LONG_AXES))
+    cmd = sweep_cmd(tmp, corpus, "long", "sweep.jobs=2")
+    return subprocess.Popen(
+        cmd,
+        env=e,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # the test signals the sweep process alone, never its group
+    )
+
+
+def _wait_until_both_train(proc, tmp) -> list[int]:
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        time.sleep(0.5)
+        if proc.poll() is not None:
+            pytest.fail("sweep ended early: " + proc.communicate()[1][-2000:])
+        if not (tmp / "mlruns.db").exists():
+            continue
+        try:
+            training = [k for st, k in run_states(tmp) if st == "RUNNING" and k]
+        except Exception:  # tables not created yet
+            continue
+        workers = pool_workers(proc.pid)
+        if len(training) == 2 and len(workers) == 2:
+            time.sleep(2)  # both past their first steps
+            return workers
+    os.killpg(proc.pid, signal.SIGKILL)
+    pytest.fail("the two points did not start training")
+
+
+def _gone(pids, timeout_s: float) -> bool:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        alive = []
+        for pid in pids:
+            try:
+                state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state not in ("Z", "X"):
+                alive.append(pid)
+        if not alive:
+            return True
+        time.sleep(0.5)
+    return False
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_workers_and_marks_the_parent_killed(env):
+    tmp, e, corpus = env
+    proc = _start(tmp, e, corpus)
+    try:
+        workers = _wait_until_both_train(proc, tmp)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "stopped by SIGTERM" in err and "Traceback" not in err, err[-3000:]
+    assert _gone(workers, 10)
+    df = runs(tmp)
+    parent = df[df["tags.sweep_parent"] == "long"].iloc[0]
+    assert parent["status"] == "KILLED"
+    assert parent["tags.failure_reason"] == "stopped by SIGTERM"
+    kids = df[df["tags.run_key"].notna()]
+    assert len(kids) == 2 and set(kids["status"]) == {"KILLED"}  # each saved and recorded
+    assert all(kids["tags.failure_reason"].str.startswith("interrupted by SIGTERM"))
+
+
+@pytest.mark.slow
+def test_workers_end_when_the_sweep_is_killed_with_sigkill(env):
+    tmp, e, corpus = env
+    proc = _start(tmp, e, corpus)
+    try:
+        workers = _wait_until_both_train(proc, tmp)
+        proc.kill()  # the sweep process alone: its workers are orphaned
+        proc.communicate(timeout=30)
+        assert _gone(workers, 90), f"workers {workers} outlived the killed sweep"
+    finally:
+        for pid in pool_workers(proc.pid):
+            os.kill(pid, signal.SIGKILL)
+    kids = runs(tmp).dropna(subset=["tags.run_key"])
+    assert len(kids) == 2 and set(kids["status"]) == {"KILLED"}  # stopped as on SIGTERM

@@ -16,7 +16,7 @@ from typing import Literal
 
 import torch
 from rich.console import Console
-from rich.progress import BarColumn, TaskProgressColumn, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, TaskProgressColumn, TextColumn
 from rich.progress import Progress as RichProgress
 
 from models.values import format_duration
@@ -62,6 +62,13 @@ def format_si(x: float) -> str:
         if abs(x) >= scale:
             return f"{x / scale:.1f}{unit}"
     return f"{x:.0f}"
+
+
+def format_clock(seconds: float) -> str:
+    """An ETA as the bar shows it: 0:42, 12:05, 3:07:40."""
+    s = int(round(seconds))
+    h, m = divmod(s // 60, 60)
+    return f"{h}:{m:02d}:{s % 60:02d}" if h else f"{m}:{s % 60:02d}"
 
 
 NARROW = 110  # below this many terminal columns the bar shows only bar, %, loss and ETA
@@ -111,11 +118,11 @@ class Progress:
                 BarColumn(bar_width=None if not self.narrow else 24),
                 TaskProgressColumn(),
                 TextColumn("{task.fields[stats]}"),
-                TimeRemainingColumn(compact=True),
+                TextColumn("{task.fields[eta]}"),
                 console=console,
             )
             self._task = self._bar.add_task(
-                title, total=total_steps, completed=start_step, stats=""
+                title, total=total_steps, completed=start_step, stats="", eta="-:--"
             )
             self._bar.start()
         elif mode == "plain":
@@ -124,16 +131,25 @@ class Progress:
     def update(self, step: int, tokens: int, stats: dict[str, float]) -> None:
         """`step` optimizer steps done, `tokens` seen; stats: train_loss, lr, tokens_per_sec, ..."""
         if self._bar is not None:
-            self._bar.update(self._task, completed=step, stats=format_stats(stats, self.narrow))
+            stats_text = format_stats(stats, self.narrow)
+            eta = self.eta_s(step)
+            eta_text = "-:--" if eta is None else format_clock(eta)
+            self._bar.update(self._task, completed=step, stats=stats_text, eta=eta_text)
         elif self.mode == "plain":
-            done = step - self.start
-            elapsed = time.perf_counter() - self.t0
-            eta = elapsed / done * (self.total - step) if done else 0.0
+            eta = self.eta_s(step) or 0.0
             print(
                 f"step {step}/{self.total} ({100 * step / max(self.total, 1):.0f}%) | tokens "
                 f"{format_si(tokens)} | {format_stats(stats)} | eta {format_duration(eta)}",
                 flush=True,
             )
+
+    def eta_s(self, step: int) -> float | None:
+        """Seconds left at the mean measured time per step since this process started (None
+        before its first step): known from the first update, however rarely that comes."""
+        done = step - self.start
+        if done <= 0:
+            return None
+        return (time.perf_counter() - self.t0) / done * max(self.total - step, 0)
 
     def message(self, text: str) -> None:
         if self._bar is not None:

@@ -5,6 +5,8 @@ a job will see, through Hydra's own config loader) and a `launch` (the selected 
 joblib processes, submitit local or SLURM). Everything else lives in `sweeps.driver`.
 """
 
+import logging
+import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +20,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
 from sweeps.slurm import SlurmError
+from sweeps.stopping import SweepStopped
 from training.cli import environment_error
 from training.config import ConfigError, as_int
 
@@ -49,6 +52,9 @@ class PlanSweeper(Sweeper):
         except ConfigError as e:  # before any launch: one line, as in sweep() below
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
+        # the sweep prints one line per finished point: not the launcher's override list per
+        # job, its settings line and sweep folder
+        logging.getLogger("hydra_plugins.hydra_joblib_launcher").setLevel(logging.WARNING)
         with open_dict(config):
             launcher = config.hydra.launcher
             if "n_jobs" in launcher:  # joblib: K local worker processes
@@ -61,8 +67,12 @@ class PlanSweeper(Sweeper):
         assert self.hydra_context is not None and self.config is not None
         return self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
 
-    def launch(self, batch: list[list[str]], first_idx: int) -> Sequence[Any]:
+    def launch(self, batch: list[list[str]], first_idx: int, on_submit=None) -> Sequence[Any]:
+        """Run the batch through the launcher; one that submits jobs (SLURM) calls
+        `on_submit(job ids)`, in the batch's order, once they are queued."""
         assert self.launcher is not None
+        if hasattr(self.launcher, "on_submit"):
+            self.launcher.on_submit = on_submit
         return self.launcher.launch(batch, initial_job_idx=first_idx)
 
     def sweep(self, arguments: list[str]) -> Any:
@@ -86,6 +96,21 @@ class PlanSweeper(Sweeper):
             # an Exception, so Hydra passes it through.
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
+        except SweepStopped as e:  # the parent run says KILLED and why; no traceback
+            print(
+                f"sweep {self.config.sweep.name}: {e.reason}; rerun the same command to resume",
+                file=sys.stderr,
+            )
+            sys.exit(128 + signal.SIGTERM)
+        except KeyboardInterrupt as e:  # Ctrl-C; SIGTERM while a point trains in this process
+            signame = getattr(e, "signame", "SIGINT")
+            how = "Ctrl-C" if signame == "SIGINT" else signame
+            print(
+                f"sweep {self.config.sweep.name}: stopped by {how}; rerun the same command "
+                "to resume",
+                file=sys.stderr,
+            )
+            sys.exit(128 + getattr(signal, signame, signal.SIGINT))
         except OSError as e:  # a read-only runs folder or store, a full disk: the path, why
             if (line := environment_error(e)) is None:
                 raise

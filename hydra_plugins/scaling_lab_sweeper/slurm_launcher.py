@@ -14,6 +14,7 @@ What it changes (see sweeps/slurm.py for the cluster queries):
 
 import logging
 import os
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,12 +23,12 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.singleton import Singleton
-from hydra.core.utils import JobReturn, JobStatus, filter_overrides
+from hydra.core.utils import JobReturn, JobStatus
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf, SlurmQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 from omegaconf import OmegaConf
 
-from sweeps.slurm import JobLost, JobStates, check_request, require
+from sweeps.slurm import JobLost, JobStates, cancel, check_request, require
 
 log = logging.getLogger(__name__)
 PREEMPT_SIGNAL = "USR1"  # training.train handles it like SIGTERM; submitit then requeues
@@ -56,6 +57,7 @@ class ClusterSlurmLauncher(SlurmLauncher):
         self.state_timeout_s = float(own.get("state_timeout_s", 300))
         self.poll_s = float(own.get("poll_s", 5))
         self._checked = False
+        self.on_submit = None  # set by the sweep before each launch: called with the job ids
 
     def _executor(self):
         """The submitit executor, configured as hydra-submitit-launcher configures it."""
@@ -102,7 +104,6 @@ class ClusterSlurmLauncher(SlurmLauncher):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         job_params = []
         for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
-            log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
             job_params.append(
                 (
                     list(overrides),
@@ -114,7 +115,16 @@ class ClusterSlurmLauncher(SlurmLauncher):
             )
         jobs = executor.map_array(self, *zip(*job_params))
         log.info("submitted SLURM array %s (%d jobs)", jobs[0].job_id.split("_")[0], len(jobs))
-        return self._wait(jobs, [p[0] for p in job_params])
+        ids = [job.job_id for job in jobs]
+        try:
+            if self.on_submit is not None:
+                self.on_submit(ids)
+            return self._wait(jobs, [p[0] for p in job_params])
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM of the sweep: its jobs go with it
+            cancelled = cancel(ids)
+            what = " ".join(cancelled) if cancelled else "none was still queued or running"
+            print(f"cancelled the sweep's SLURM jobs: {what}", file=sys.stderr, flush=True)
+            raise
 
     def _wait(self, jobs: list, overrides: list[list[str]]) -> list[JobReturn]:
         """Every job's JobReturn: its own when it wrote one, else FAILED with a JobLost."""
