@@ -4,9 +4,11 @@ interrupted run resumes into the same MLflow run and FINISHES."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -483,3 +485,82 @@ def test_kill_9_then_rerun_records_every_metric_once_and_the_same_losses(lab, tm
     assert rerun.status == "FINISHED" and not rerun.reused
     _assert_one_run_every_point_once(lab, rerun.run_id, reference)
     assert not list(runs.glob("*/*.tmp-*"))  # a killed write's temporary is removed
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_server(port: int, folder: Path) -> subprocess.Popen:
+    """A real `mlflow server` on 127.0.0.1:`port` over the SQLite store in `folder`, once it
+    answers /health."""
+    from training.tracking import TrackingUnavailable, check_reachable
+
+    server = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("mlflow")),
+            *("server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
+            *("--backend-store-uri", f"sqlite:///{folder / 'server.db'}"),
+            *("--artifacts-destination", str(folder / "artifacts")),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + HANG_DEADLINE_S
+    while True:
+        try:
+            check_reachable(f"http://127.0.0.1:{port}", timeout_s=1)
+            return server
+        except TrackingUnavailable:
+            assert server.poll() is None and time.monotonic() < deadline, "server did not start"
+            time.sleep(0.5)
+
+
+def _kill_server(server: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.pid, signal.SIGKILL)
+    server.wait()
+
+
+@pytest.mark.slow
+def test_a_tracking_server_dying_mid_run_ends_it_in_one_line_and_a_rerun_finishes_it(lab, tmp_path):
+    """The server is killed (SIGKILL) after the run's first checkpoint: the run waits
+    `tracking.timeout_s` for it, then ends with one `error:` line naming the server and the
+    step, no traceback, exit 2, the checkpoint kept. With the server back, the same command
+    resumes and finishes: one run, every metric once, the losses of an uninterrupted run."""
+    from training.train import train
+
+    port, folder = _free_port(), tmp_path / "server"
+    uri = f"http://127.0.0.1:{port}"
+    cmd = [*lab, f"tracking.uri={uri}", "tracking.timeout_s=5", *LONG]
+    server = _start_server(port, folder)
+    try:
+        reference = _reference(cmd, LONG, tmp_path.parent)
+        output = tmp_path / "lost.log"
+        proc = start(cmd, output)
+        try:
+            wait_for_file(tmp_path / "runs", "*/last.pt", proc, output, HANG_DEADLINE_S)
+        finally:
+            _kill_server(server)
+        lost_at = time.monotonic()
+        rc = finish(proc, output)
+        waited = time.monotonic() - lost_at
+        text = output.read_text(errors="replace")
+        errors = [line for line in text.splitlines() if line.startswith("error:")]
+        assert rc == 2 and "Traceback" not in text, text[-3000:]
+        assert len(errors) == 1 and errors[0].startswith(
+            f"error: tracking server unreachable at {uri} since step "
+        ), text[-3000:]
+        assert errors[0].endswith("the checkpoint is kept and rerunning the same command resumes")
+        assert waited < 60, f"waited {waited:.0f} s for the lost server"
+        assert list((tmp_path / "runs").glob("*/last.pt"))
+
+        server = _start_server(port, folder)
+        rerun = train(compose(*cmd))
+        assert rerun.status == "FINISHED" and not rerun.reused
+        _assert_one_run_every_point_once(cmd, rerun.run_id, reference)
+    finally:
+        _kill_server(server)

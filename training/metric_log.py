@@ -12,7 +12,7 @@
   of a failed batch arrived before sending the rest again), then stops with `TrackingLost`,
   raised on the main thread at its next `add`, `send` or `commit`.
 
-mlflow is imported where first used (see `training.tracking`).
+Imported with the training loop (`training.trainer`), which needs mlflow anyway.
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ import queue
 import threading
 import time
 from collections.abc import Iterable
+
+from mlflow.entities import Metric
+from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
 from training.tracking import TrackingLost, is_remote, unreachable
 
@@ -62,8 +65,6 @@ class MetricLog:
             self._thread.start()
 
     def add(self, step: int, **metrics: float) -> None:
-        from mlflow.entities import Metric
-
         self.check()
         ts, step = int(time.time() * 1000), int(step)
         for key, value in metrics.items():
@@ -158,8 +159,6 @@ def start_system_metrics(uri: str, run_id: str, resumed: bool):
     GPU utilisation and memory where pynvml finds one) for the run, sampled by MLflow's thread
     every `MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL` s (default 10); a resumed run continues
     their steps. Returns the monitor for `stop_system_metrics`."""
-    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
-
     logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)  # no INFO per run
     monitor = SystemMetricsMonitor(run_id, resume_logging=resumed, tracking_uri=uri)
     monitor.start()

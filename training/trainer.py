@@ -416,11 +416,11 @@ class Trainer:
     def save(self, name: str) -> None:
         """Checkpoint the run as it is now to `<run dir>/<name>` (main process)."""
         if self.main:
-            self.metrics.commit()  # what the checkpoint counts as done is in the store first
+            self.metrics.send()  # written while the checkpoint is; committed before its rename
             trained = time.perf_counter() - self.t_run
             model, optimizer, train = self.raw_model, self.optimizer.optimizer, self.spec.train
             state = capture(model, optimizer, self.sampler, self.state, train, trained)
-            checkpoint.save_checkpoint(self.rdir / name, state)
+            checkpoint.save_checkpoint(self.rdir / name, state, self.metrics.commit)
 
     # ------------------------------------------------------------ how a run ends
     def finish(self) -> TrainResult:
