@@ -17,6 +17,8 @@ import pytest
 
 from training import tracking
 from training.keys import run_key
+from training.metric_log import MetricLog, logged_pairs
+from training.ownership import Claim
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,10 +64,10 @@ def test_metric_buffer_batches_and_run_lookup(tmp_path):
     tracking.set_tags(c, run_id, {"run_key": "abc", "skipped": None})
     tracking.log_params(c, run_id, tracking.flatten({"model": {"d_model": 64, "size": None}}))
     tracking.log_params(c, run_id, {"model.d_model": 64, "train.lr": 0.1})  # re-log: no error
-    buf = tracking.MetricBuffer(c, run_id)
+    buf = MetricLog(c, run_id, uri, background=False)
     for step in range(1500):
         buf.add(step * 256, train_loss=1.0 / (step + 1))
-    buf.flush()
+    buf.commit()
     hist = c.get_metric_history(run_id, "train_loss")
     assert len(hist) == 1500 and hist[-1].step == 1499 * 256
     assert tracking.find_run_by_key(c, exp, "abc").info.run_id == run_id
@@ -73,6 +75,85 @@ def test_metric_buffer_batches_and_run_lookup(tmp_path):
     run = c.get_run(run_id)
     assert run.data.params == {"model.d_model": "64", "model.size": "None", "train.lr": "0.1"}
     assert "skipped" not in run.data.tags
+
+
+def test_metric_log_writes_each_key_and_step_once_and_only_what_the_store_lacks(tmp_path):
+    """A reopened run skips the (key, step) pairs the store holds (a gap is filled, not
+    skipped past); a pair added twice is written once; `commit` waits for the writer thread."""
+    uri = f"sqlite:///{tmp_path / 'once.db'}"
+    c = tracking.client(uri)
+    run_id = c.create_run(tracking.ensure_experiment(uri, "once")).info.run_id
+    first = MetricLog(c, run_id, uri)
+    for step in (256, 512, 1024):  # 768 never reached the store (a killed process)
+        first.add(step, train_loss=float(step), lr=1.0)
+    first.add(512, val_loss=2.0)
+    first.close()
+    stored = logged_pairs(c, run_id)
+    assert ("val_loss", 512) in stored and ("train_loss", 768) not in stored
+    again = MetricLog(c, run_id, uri, stored)
+    for step in (256, 512, 768, 1024, 1280):
+        again.add(step, train_loss=float(step), lr=1.0)
+        again.add(step, train_loss=-1.0)  # the same pair again in one process: dropped
+        again.send()
+    again.close()
+    for key in ("train_loss", "lr"):
+        points = [(m.step, m.value) for m in c.get_metric_history(run_id, key)]
+        assert sorted(s for s, _ in points) == [256, 512, 768, 1024, 1280], points
+    assert all(m.value == m.step for m in c.get_metric_history(run_id, "train_loss"))
+
+
+def test_a_metric_writer_failure_is_raised_on_the_main_thread(tmp_path):
+    class Broken:
+        def log_batch(self, run_id, metrics):
+            raise OSError(28, "no space left on device")
+
+    log = MetricLog(Broken(), "r", f"sqlite:///{tmp_path / 'x.db'}")
+    log.add(256, train_loss=1.0)
+    log.send()  # the writer fails in its thread
+    with pytest.raises(OSError, match="no space left"):
+        log.commit()
+
+
+def _claim_of(run_key: str, pid: int, start, host: str | None = None) -> Claim:
+    now = int(time.time() * 1000) - 1000
+    return Claim(run_key, f"t{pid}", host or socket.gethostname(), pid, start, now, now)
+
+
+def test_a_run_key_claimed_by_a_live_process_is_refused_and_a_dead_ones_claim_is_cleared(
+    tmp_path,
+):
+    """The claim is the store's: a live process's claim on the key (same host: its pid runs
+    with the recorded start time) refuses a second claimant with one line naming it; the claim
+    of a process that is gone (kill -9) is removed and the key claimed."""
+    from training.ownership import Ownership, RunKeyTaken, _start_ticks
+
+    uri = f"sqlite:///{tmp_path / 'claims.db'}"
+    exp = tracking.ensure_experiment(uri, "claims")
+    c = tracking.client(uri)
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        live = _claim_of("k1", sleeper.pid, _start_ticks(sleeper.pid))
+        c.set_experiment_tag(exp, live.tag, live.value())
+        owner = Ownership(c, exp, "claims", "k1")
+        with pytest.raises(RunKeyTaken, match=f"k1 is already being trained .* pid {sleeper.pid}"):
+            owner.acquire()
+        tags = c.get_experiment(exp).tags
+        assert [t for t in tags if t.startswith("trainer.")] == [live.tag]  # its own: deleted
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    other = Ownership(c, exp, "claims", "k1")
+    other.acquire()  # the sleeper is gone: its claim is stale
+    other.started("run-1")
+    tags = c.get_experiment(exp).tags
+    (held,) = [t for t in tags if t.startswith("trainer.")]
+    assert held == other.claim.tag and '"run_id": "run-1"' in tags[held]
+    far = _claim_of("k2", 1, None, host="elsewhere")  # another host: live while it beats
+    c.set_experiment_tag(exp, far.tag, far.value())
+    with pytest.raises(RunKeyTaken, match="pid 1 on elsewhere"):
+        Ownership(c, exp, "claims", "k2").acquire()
+    other.release()
+    assert not [t for t in c.get_experiment(exp).tags if t.startswith("trainer.k1")]
 
 
 def _free_port() -> int:
@@ -118,9 +199,9 @@ def test_real_mlflow_server_round_trip(tmp_path):
         c = tracking.client(uri)
         run_id = c.create_run(exp).info.run_id
         tracking.set_tags(c, run_id, {"run_key": "k1"})
-        buf = tracking.MetricBuffer(c, run_id)
+        buf = MetricLog(c, run_id, uri)
         buf.add(512, val_loss=2.5)
-        buf.flush()
+        buf.close()
         c.set_terminated(run_id, "FINISHED")
         req = urllib.request.Request(
             f"{uri}/api/2.0/mlflow/runs/search",

@@ -4,9 +4,11 @@ interrupted run resumes into the same MLflow run and FINISHES."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -118,13 +120,14 @@ def test_resume_after_sigkill_matches_uninterrupted(lab, tmp_path):
 @pytest.mark.slow
 def test_resume_after_sigkill_logs_every_step_once(lab, tmp_path):
     """SIGKILL after the process logged steps past its checkpoint: the resumed run trains those
-    steps again and does not log them a second time."""
+    steps again and does not log them a second time. (Checkpoints every 100 steps: metrics are
+    written off the loop, so they trail the step by a moment.)"""
     from mlflow.tracking import MlflowClient
 
     from training.checkpoint import load_checkpoint
     from training.train import train
 
-    long = [*lab, *LONG]
+    long = [*lab, *LONG, "train.checkpoint_every=100"]
     output = tmp_path / "killed.log"
     proc = start(long, output)
     uri, client = uri_of(lab), MlflowClient(uri_of(lab))
@@ -338,3 +341,227 @@ def test_an_unwritable_folder_is_one_line_naming_it_and_no_run_is_left_running(
     if where != "tracking.uri":
         df = runs_df(lab)
         assert df.empty or "RUNNING" not in set(df["status"])
+
+
+# ---------------------------------------------------------------- kill -9 at every timing
+_REFERENCES: dict[tuple[str, ...], str] = {}
+
+
+def _reference(lab: list[str], extra: list[str], folder: Path) -> str:
+    """The run id of the same command trained without interruption (its own experiment and
+    runs folder in the same store), trained once per `extra` in the session."""
+    from training.train import train
+
+    key = tuple(extra)
+    if key not in _REFERENCES:
+        name = f"reference-{len(_REFERENCES)}-{folder.name}"
+        clean = [*lab, *extra, f"tracking.experiment={name}", f"paths.runs_dir={folder / name}"]
+        result = train(compose(*clean))
+        assert result.status == "FINISHED" and not result.reused
+        _REFERENCES[key] = result.run_id
+    return _REFERENCES[key]
+
+
+def _points(uri: str, run_id: str) -> dict[tuple[str, int], float]:
+    """{(key, step): value} of every metric but MLflow's system samples, asserting that no
+    (key, step) was logged twice."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    out: dict[tuple[str, int], float] = {}
+    for key in client.get_run(run_id).data.metrics:
+        if key.startswith("system/"):
+            continue
+        for m in client.get_metric_history(run_id, key):
+            assert (key, m.step) not in out, f"{key} logged twice at step {m.step}"
+            out[key, m.step] = m.value
+    return out
+
+
+TIMED = ("tokens_per_sec", "mfu", "wall_time_s")  # clocks: differ between any two runs
+
+
+def _assert_one_run_every_point_once(lab: list[str], run_id: str, reference: str) -> None:
+    uri = uri_of(lab)
+    df = runs_df(lab)
+    assert list(df["run_id"]) == [run_id] and list(df["status"]) == ["FINISHED"]
+    got, want = _points(uri, run_id), _points(uri, reference)
+    assert sorted(got) == sorted(want), (
+        f"missing {sorted(set(want) - set(got))}, extra {sorted(set(got) - set(want))}"
+    )
+    differ = {k: (got[k], want[k]) for k in got if k[0] not in TIMED and got[k] != want[k]}
+    assert not differ  # bit-identical: losses, lr, final_val_loss, final_train_loss, epochs
+
+
+def _run_id(client, experiment: str) -> str | None:
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([exp.experiment_id]) if exp is not None else []
+    return runs[0].info.run_id if runs else None
+
+
+def _kill_9_when(proc, output: Path, ready) -> None:
+    """SIGKILL `proc` as soon as `ready()` holds (polled every ~1 ms)."""
+    deadline = time.monotonic() + HANG_DEADLINE_S
+    try:
+        while not ready():
+            if proc.poll() is not None:
+                pytest.fail(
+                    f"exited ({proc.returncode}) before the kill point:\n"
+                    + output.read_text()[-3000:]
+                )
+            if time.monotonic() > deadline:
+                pytest.fail("no kill point reached:\n" + output.read_text()[-3000:])
+            time.sleep(0.001)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _logged_train_losses(lab: list[str], at_least: int):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri_of(lab))
+
+    def ready() -> bool:
+        try:
+            run_id = _run_id(client, value_of(lab, "tracking.experiment"))
+            return (
+                run_id is not None and len(history(uri_of(lab), run_id, "train_loss")) >= at_least
+            )
+        except Exception:  # the store is being created or written by the child
+            return False
+
+    return ready
+
+
+def _exists(folder: Path, pattern: str):
+    return lambda: any(folder.glob(pattern))
+
+
+# (what is killed, overrides, when) -- LONG: 200 steps, log every 4, eval every 50
+KILL_POINTS = {
+    "before_the_first_checkpoint": (["train.checkpoint_every=100"], "logged", 3),
+    "without_checkpoints": (["train.checkpoint_every=0"], "logged", 10),
+    "during_a_checkpoint_write": (["train.checkpoint_every=4"], "file", "*/last.pt.tmp-*"),
+    "mid_window_after_an_eval_checkpoint": (
+        ["train.log_every=8", "train.eval_every=20", "train.checkpoint_every=20"],
+        "file",
+        "*/last.pt",
+    ),
+    "between_the_final_checkpoint_and_finished": (
+        ["train.checkpoint_every=0", "train.save_final_checkpoint=true"],
+        "file",
+        "*/last.pt",
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", list(KILL_POINTS))
+def test_kill_9_then_rerun_records_every_metric_once_and_the_same_losses(lab, tmp_path, point):
+    """A real kill -9 of `python -m training.train` at each timing, then the same command
+    again: one MLflow run, every (metric, step) of an uninterrupted run exactly once (none
+    doubled, none missing), and the losses, lr and final losses bit-identical to it."""
+    from training.checkpoint import load_checkpoint
+    from training.train import train
+
+    extra, kind, arg = KILL_POINTS[point]
+    cmd = [*lab, *LONG, *extra]
+    reference = _reference(lab, [*LONG, *extra], tmp_path.parent)
+    output = tmp_path / "killed.log"
+    proc = start(cmd, output)
+    runs = tmp_path / "runs"
+    ready = _logged_train_losses(lab, arg) if kind == "logged" else _exists(runs, arg)
+    _kill_9_when(proc, output, ready)
+    last = list(runs.glob("*/last.pt"))
+    if point in ("before_the_first_checkpoint", "without_checkpoints"):
+        assert not last, "killed after a checkpoint: not the timing this case is about"
+    if point == "mid_window_after_an_eval_checkpoint":
+        assert load_checkpoint(last[0])["step"] == 20
+    if point == "between_the_final_checkpoint_and_finished":
+        assert load_checkpoint(last[0])["step"] == 200
+    assert list(runs_df(lab)["status"]) == ["RUNNING"]  # killed before FINISHED
+
+    rerun = train(compose(*cmd))
+    assert rerun.status == "FINISHED" and not rerun.reused
+    _assert_one_run_every_point_once(lab, rerun.run_id, reference)
+    assert not list(runs.glob("*/*.tmp-*"))  # a killed write's temporary is removed
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_server(port: int, folder: Path) -> subprocess.Popen:
+    """A real `mlflow server` on 127.0.0.1:`port` over the SQLite store in `folder`, once it
+    answers /health."""
+    from training.tracking import TrackingUnavailable, check_reachable
+
+    server = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("mlflow")),
+            *("server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
+            *("--backend-store-uri", f"sqlite:///{folder / 'server.db'}"),
+            *("--artifacts-destination", str(folder / "artifacts")),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + HANG_DEADLINE_S
+    while True:
+        try:
+            check_reachable(f"http://127.0.0.1:{port}", timeout_s=1)
+            return server
+        except TrackingUnavailable:
+            assert server.poll() is None and time.monotonic() < deadline, "server did not start"
+            time.sleep(0.5)
+
+
+def _kill_server(server: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.pid, signal.SIGKILL)
+    server.wait()
+
+
+@pytest.mark.slow
+def test_a_tracking_server_dying_mid_run_ends_it_in_one_line_and_a_rerun_finishes_it(lab, tmp_path):
+    """The server is killed (SIGKILL) after the run's first checkpoint: the run waits
+    `tracking.timeout_s` for it, then ends with one `error:` line naming the server and the
+    step, no traceback, exit 2, the checkpoint kept. With the server back, the same command
+    resumes and finishes: one run, every metric once, the losses of an uninterrupted run."""
+    from training.train import train
+
+    port, folder = _free_port(), tmp_path / "server"
+    uri = f"http://127.0.0.1:{port}"
+    cmd = [*lab, f"tracking.uri={uri}", "tracking.timeout_s=5", *LONG]
+    server = _start_server(port, folder)
+    try:
+        reference = _reference(cmd, LONG, tmp_path.parent)
+        output = tmp_path / "lost.log"
+        proc = start(cmd, output)
+        try:
+            wait_for_file(tmp_path / "runs", "*/last.pt", proc, output, HANG_DEADLINE_S)
+        finally:
+            _kill_server(server)
+        lost_at = time.monotonic()
+        rc = finish(proc, output)
+        waited = time.monotonic() - lost_at
+        text = output.read_text(errors="replace")
+        errors = [line for line in text.splitlines() if line.startswith("error:")]
+        assert rc == 2 and "Traceback" not in text, text[-3000:]
+        assert len(errors) == 1 and errors[0].startswith(
+            f"error: tracking server unreachable at {uri} since step "
+        ), text[-3000:]
+        assert errors[0].endswith("the checkpoint is kept and rerunning the same command resumes")
+        assert waited < 60, f"waited {waited:.0f} s for the lost server"
+        assert list((tmp_path / "runs").glob("*/last.pt"))
+
+        server = _start_server(port, folder)
+        rerun = train(compose(*cmd))
+        assert rerun.status == "FINISHED" and not rerun.reused
+        _assert_one_run_every_point_once(cmd, rerun.run_id, reference)
+    finally:
+        _kill_server(server)

@@ -177,3 +177,35 @@ def test_a_symlink_planted_as_the_run_key_lock_is_refused_and_its_target_kept(la
         f"error: {lock}: is a symbolic link, not a lock file (not followed); remove it"
     ), lines
     assert not any(line.startswith(("error:", "Traceback")) for line in lines[:-1]), lines
+
+
+@pytest.mark.slow
+def test_the_same_command_twice_at_once_with_two_runs_folders_trains_one_run(lab, tmp_path):
+    """Two runs folders, one store: the run key is claimed in the store, so one process trains
+    and the other ends at once with one `error:` line naming the process that trains it (exit
+    2); one MLflow run with every metric once, and no claim left behind."""
+    from mlflow.tracking import MlflowClient
+
+    from training.train import train
+
+    cfg = [*lab, "train.tokens=102400", "train.checkpoint_every=100", "train.eval_every=100"]
+    train(compose(*cfg, "train.tokens=512", "train.warmup=0", "tracking.experiment=warm"))
+    outputs = [tmp_path / "a.log", tmp_path / "b.log"]
+    procs = [start([*cfg, f"paths.runs_dir={tmp_path / n}"], o) for n, o in zip("ab", outputs)]
+    rcs = [finish(p, o) for p, o in zip(procs, outputs)]
+    texts = [p.read_text(errors="replace") for p in outputs]
+    assert sorted(rcs) == [0, 2], texts
+    winner, loser = (0, 1) if rcs[0] == 0 else (1, 0)
+    errors = [line for line in texts[loser].splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in texts[loser], texts[loser][-3000:]
+    assert "is already being trained in experiment" in errors[0]
+    assert f"pid {procs[winner].pid} " in errors[0]
+    assert "reused=False" in texts[winner]
+    df = runs_df(lab)
+    assert len(df) == 1 and df.iloc[0]["status"] == "FINISHED"
+    steps = steps_once(uri_of(lab), df.iloc[0]["run_id"])
+    assert steps["train_loss"] == [256 * k for k in range(4, 401, 4)]
+    assert steps["val_loss"] == [256 * k for k in (100, 200, 300, 400)]
+    client = MlflowClient(uri_of(lab))
+    tags = client.get_experiment_by_name(value_of(lab, "tracking.experiment")).tags
+    assert not [t for t in tags if t.startswith("trainer.")]

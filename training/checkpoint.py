@@ -60,9 +60,13 @@ def _os_error(e: BaseException) -> OSError | None:
     return e
 
 
-def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
-    """Call `write(file)` on a temporary file next to `path`, fsync, then rename it to `path`.
-    A failing disk (full, read-only) raises OSError naming `path` and the reason."""
+def atomic_write(
+    path: Path, write: Callable[[BinaryIO], None], before_commit: Callable[[], None] | None = None
+) -> None:
+    """Call `write(file)` on a temporary file next to `path`, fsync, call `before_commit()`,
+    then rename it to `path`. A failing disk (full, read-only) raises OSError naming `path`
+    and the reason; an exception from `before_commit` passes through and leaves `path` as it
+    was."""
     path = Path(path)
     tmp = None
     try:
@@ -72,23 +76,42 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+    except BaseException as e:
+        _discard(path, tmp, e)
+    try:
+        if before_commit is not None:
+            before_commit()
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    try:
         os.replace(tmp, path)
     except BaseException as e:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-        cause = _os_error(e)
-        if cause is None:
-            raise
-        reason = (cause.strerror or str(cause)).lower()
-        raise OSError(cause.errno, f"cannot write {path}: {reason}") from e
+        _discard(path, tmp, e)
     _fsync_dir(path.parent)
 
 
-def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """torch.save `state` to `path` atomically."""
+def _discard(path: Path, tmp: str | None, e: BaseException) -> None:
+    """Remove the temporary file of a failed write and raise `e`, an OSError naming `path`
+    where the disk is the cause."""
+    if tmp is not None:
+        Path(tmp).unlink(missing_ok=True)
+    cause = _os_error(e)
+    if cause is None:
+        raise e
+    reason = (cause.strerror or str(cause)).lower()
+    raise OSError(cause.errno, f"cannot write {path}: {reason}") from e
+
+
+def save_checkpoint(
+    path: Path, state: dict[str, Any], before_commit: Callable[[], None] | None = None
+) -> None:
+    """torch.save `state` to `path` atomically; `before_commit` runs once the file is written
+    and before it replaces `path` (the run's metrics are committed there: a checkpoint never
+    records a step whose metrics are not in the store, and the two writes overlap)."""
     import torch
 
-    atomic_write(Path(path), lambda f: torch.save(state, f))
+    atomic_write(Path(path), lambda f: torch.save(state, f), before_commit)
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:

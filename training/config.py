@@ -394,8 +394,16 @@ class TrackingConfig(_Section):
     # Run tags; None ones are not set. sweep: its name (sweeps.run sets it); variant: the
     # ablation variant (base for the baseline). More: +tracking.tags.NAME=value
     tags: dict[str, str | None] = field(default_factory=lambda: {"sweep": None, "variant": None})
+    # how long a run waits for a tracking server that stopped answering before it ends (its
+    # checkpoint kept, a rerun resumes); MLflow's system metrics (CPU, memory, GPU) per run
+    timeout_s: float = 30.0
+    system_metrics: bool = True
 
     def validate(self) -> None:
+        if not (isinstance(self.timeout_s, (int, float)) and 0 < self.timeout_s < math.inf):
+            raise ConfigError(
+                f"tracking.timeout_s: must be a positive number, got {self.timeout_s}"
+            )
         if self.uri:  # null or "": $MLFLOW_TRACKING_URI, else the project's SQLite store
             check_tracking_uri(self.uri)
         elif env := os.environ.get("MLFLOW_TRACKING_URI"):  # what tracking.uri=null resolves to

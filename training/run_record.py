@@ -21,15 +21,18 @@ from training.step import Geometry
 log = logging.getLogger("training.train")
 
 
-def decide(client, spec: RunSpec, experiment_id: str, rdir: Path) -> dict[str, Any]:
+def decide(client, spec: RunSpec, experiment_id: str, rdir: Path, owner) -> dict[str, Any]:
     """Reuse a FINISHED run, resume a checkpoint, or start fresh (and in which MLflow run).
     `train.resume`: auto = resume when a checkpoint of this run exists; true = require one;
-    false = start over in a new MLflow run.
+    false = start over in a new MLflow run. First the key is claimed in the store
+    (`owner`, a `training.ownership.Ownership`): another live process training it raises
+    `RunKeyTaken`.
 
     The run of the key in this experiment (`tracking.find_run_by_key`) decides. The folder
     `<runs_dir>/<run_key>/` is shared by every experiment (and store) that trains the key, so
     `last.pt` is resumed only when it records that MLflow run's id: another experiment's final
     checkpoint is not this run's progress, and resuming it would train nothing."""
+    owner.acquire()
     existing = tracking.find_run_by_key(client, experiment_id, spec.run_key)
     last = rdir / checkpoint.LAST
     resume = spec.train.resume

@@ -19,9 +19,11 @@ so many runs in one process (a Hydra sweep) never leak an active run into each o
   `sweeps.sweep_records` (skip or relaunch); `analysis.load` keeps its own copy of the rule
   (analysis never imports training or sweeps).
 - The logging functions take an `MlflowClient` (`client(uri)`): a run opens one and passes it
-  to everything it logs, instead of one client per call.
-- `MetricBuffer`: collects metrics and writes them with `log_batch` every N steps; on resume it
-  drops the points the interrupted process already logged (`logged_steps`).
+  to everything it logs, instead of one client per call. `client(uri, timeout_s)` on a server
+  is a `BoundedClient`: MLflow's own retries are off (`MLFLOW_HTTP_REQUEST_MAX_RETRIES=0`,
+  `MLFLOW_HTTP_REQUEST_TIMEOUT=10` unless set), and a call that cannot reach the server is
+  retried for `timeout_s`, then raises `TrackingLost` (one line, no traceback in the CLI).
+  Metrics go through `training.metric_log.MetricLog` (each (key, step) once).
 
 mlflow (~2.5 s to import) is imported where it is first used: the CLI and the sweep planner
 import this module long before, or without, recording anything.
@@ -45,7 +47,6 @@ from training.config import ConfigError
 from training.paths import PROJECT_ROOT, default_tracking_uri, open_lock
 
 MAX_PARAMS_PER_BATCH = 100  # MLflow log_batch limits
-MAX_METRICS_PER_BATCH = 1000
 MAX_PARAM_VALUE_CHARS = 6000
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"  # MLflow 3's UI: which view an experiment opens on
 EXPERIMENT_KIND = "custom_model_development"  # "Training runs" (not "genai_development")
@@ -53,6 +54,75 @@ EXPERIMENT_KIND = "custom_model_development"  # "Training runs" (not "genai_deve
 
 class TrackingUnavailable(RuntimeError):
     """The tracking server or store cannot be used; raised before any training starts."""
+
+
+class TrackingLost(TrackingUnavailable):
+    """The tracking server stopped answering during a run for longer than `tracking.timeout_s`.
+    Nothing after the last checkpoint is recorded as done, so rerunning the command resumes."""
+
+    def __init__(self, uri: str, step: int | None):
+        since = f" since step {step}" if step is not None else ""
+        super().__init__(
+            f"tracking server unreachable at {uri}{since}; the checkpoint is kept and rerunning "
+            "the same command resumes"
+        )
+        self.uri, self.step = uri, step
+
+
+def unreachable(e: BaseException) -> bool:
+    """Whether `e` (an MlflowException from a REST call) means the server did not answer:
+    refused or reset connection, timeout, or retries exhausted on 5xx answers."""
+    import requests  # comes with mlflow; loaded only once a call has failed
+
+    lost = (requests.exceptions.ConnectionError, requests.exceptions.Timeout)
+    lost += (requests.exceptions.RetryError, ConnectionError, TimeoutError)
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, lost):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def is_remote(uri: str) -> bool:
+    return uri.startswith(("http://", "https://"))
+
+
+def with_deadline(uri: str, timeout_s: float, call, step: int | None = None):
+    """`call()`, retried with backoff while the server at `uri` does not answer, for at most
+    `timeout_s` after the first failure; then `TrackingLost`. Other errors pass through.
+    Only for calls that may run twice (not `create_run`; metrics: `MetricLog`)."""
+    first, delay = None, 0.5
+    while True:
+        try:
+            return call()
+        except Exception as e:
+            if not is_remote(uri) or not unreachable(e):
+                raise
+            now = time.monotonic()
+            first = now if first is None else first
+            if now - first + delay > timeout_s:
+                raise TrackingLost(uri, step) from None
+            time.sleep(delay)
+            delay = min(2 * delay, 5.0)
+
+
+class BoundedClient:
+    """An `MlflowClient` whose calls wait at most `timeout_s` for a server that stopped
+    answering (`with_deadline`); `create_run` is tried once (a retry could make two runs)."""
+
+    ONCE = frozenset({"create_run"})
+
+    def __init__(self, inner, uri: str, timeout_s: float):
+        self.inner, self.uri, self.timeout_s = inner, uri, timeout_s
+
+    def __getattr__(self, name: str):
+        attr = getattr(self.inner, name)
+        if not callable(attr):
+            return attr
+        timeout_s = 0.0 if name in self.ONCE else self.timeout_s  # 0: no retry, one line if lost
+        return lambda *a, **k: with_deadline(self.uri, timeout_s, lambda: attr(*a, **k))
 
 
 def resolve_tracking_uri(uri: str | None = None) -> str:
@@ -172,11 +242,21 @@ def _create_sqlite_store(db: Path) -> None:
         raise
 
 
-def client(uri: str):
-    """An `MlflowClient` on `uri`; make it after `ensure_experiment` (which creates the store)."""
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+
+
+def client(uri: str, timeout_s: float | None = None):
+    """An `MlflowClient` on `uri`; make it after `ensure_experiment` (which creates the store).
+    With `timeout_s` and a server: a `BoundedClient`, and MLflow's own retries off unless the
+    environment sets them (ours re-check what a failed `log_batch` wrote before re-sending)."""
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=uri)
+    inner = MlflowClient(tracking_uri=uri)
+    if timeout_s is None or not is_remote(uri):
+        return inner
+    for name, value in HTTP_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+    return BoundedClient(inner, uri, timeout_s)
 
 
 def ensure_experiment(uri: str, name: str) -> str:
@@ -274,43 +354,6 @@ def set_tags(client, run_id: str, tags: dict[str, Any]) -> None:
     items = [RunTag(k, str(v)) for k, v in tags.items() if v is not None]
     for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
         client.log_batch(run_id, tags=items[i : i + MAX_PARAMS_PER_BATCH])
-
-
-def logged_steps(client, run_id: str) -> dict[str, int]:
-    """{metric key: the largest step logged for it} of a run (empty for a new run)."""
-    keys = client.get_run(run_id).data.metrics
-    return {k: max(m.step for m in client.get_metric_history(run_id, k)) for k in keys}
-
-
-class MetricBuffer:
-    """Collect metrics in memory; `flush()` writes them with as few log_batch calls as possible.
-
-    `logged` ({key: step}, from `logged_steps`): points at or before those steps are dropped.
-    A run resumed from a checkpoint trains again the steps after it, which the interrupted
-    process may already have logged (with the same values: a resume is bit-identical), so each
-    metric keeps one point per step."""
-
-    def __init__(self, client, run_id: str, logged: dict[str, int] | None = None):
-        self.run_id = run_id
-        self._client = client
-        self._pending: list = []
-        self._logged = dict(logged or {})
-
-    def add(self, step: int, **metrics: float) -> None:
-        from mlflow.entities import Metric
-
-        ts, step = int(time.time() * 1000), int(step)
-        self._pending += [
-            Metric(k, float(v), ts, step)
-            for k, v in metrics.items()
-            if step > self._logged.get(k, -1)
-        ]
-
-    def flush(self) -> None:
-        while self._pending:
-            chunk = self._pending[:MAX_METRICS_PER_BATCH]
-            self._client.log_batch(self.run_id, metrics=chunk)
-            del self._pending[: len(chunk)]
 
 
 def git_commit() -> str:

@@ -5,6 +5,7 @@ where it came from, whose progress it is). The files themselves are written atom
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,7 @@ class TrainState:
     branched_from: str | None = None  # the run key of the checkpoint a branch starts from
     branch_step: int | None = None
     wall_time_s: float = 0.0  # trained before this process (a resume)
+    last_train_loss: float = math.nan  # the last log window's mean: a resume at the end needs it
     # the step losses of the open log window (device tensors while training): an interrupt's
     # checkpoint falls between log steps, and the resumed run averages them with its own
     pending_losses: list = field(default_factory=list)
@@ -54,6 +56,7 @@ def capture(
         "mlflow_run_id": state.mlflow_run_id,
         "mlflow_experiment_id": state.mlflow_experiment_id,
         "wall_time_s": state.wall_time_s + train_time_s,
+        "last_train_loss": state.last_train_loss,
         "pending_losses": [float(v) for v in state.pending_losses],
     }
 

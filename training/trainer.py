@@ -32,10 +32,11 @@ import torch
 from accelerate import Accelerator, PartialState
 
 from models import build_model
-from training import checkpoint, hostmem, objectives, run_record, tracking
+from training import checkpoint, hostmem, metric_log, objectives, run_record, tracking
 from training.config import ConfigError
 from training.data import BatchSampler, prepare_data, val_pairs, val_windows
 from training.monitor import Progress, format_si, measured_peak_flops
+from training.ownership import Ownership
 from training.paths import default_cache_dir, default_runs_dir, resolve_dir
 from training.ranks import broadcast, end_process_group, reset_accelerate_state
 from training.result import TrainResult
@@ -87,8 +88,8 @@ class Trainer:
         self.t_start = time.perf_counter()
         self.signals, self.stack = signals, stack
         self.spec = resolve_config(cfg)
-        self.client = self.experiment_id = self.metrics = None  # main process only
-        self.last_train_loss, self.lr = float("nan"), 0.0
+        self.client = self.experiment_id = self.metrics = self.system = None  # main process only
+        self.lr = 0.0
 
     @property
     def run_id(self) -> str | None:
@@ -160,12 +161,19 @@ class Trainer:
         decision = None
         if self.main:  # the run's one MLflow client; the other processes record nothing
             self.experiment_id = tracking.ensure_experiment(uri, spec.tracking.experiment)
-            self.client = tracking.client(uri)
+            self.client = tracking.client(uri, spec.tracking.timeout_s)
             # One process per run key at a time (held until train returns); a second one waits.
             self.stack.enter_context(checkpoint.run_lock(self.rdir, spec.run_key))
             for tmp in checkpoint.remove_stale_temporaries(self.rdir):
                 log.info("removed %s (left by an interrupted write)", tmp)
-            decision = run_record.decide(self.client, spec, self.experiment_id, self.rdir)
+            # ... and per experiment of the store, whatever the runs folder (released at return)
+            self.owner = Ownership(
+                self.client, self.experiment_id, spec.tracking.experiment, spec.run_key
+            )
+            self.stack.callback(self.owner.release)
+            decision = run_record.decide(
+                self.client, spec, self.experiment_id, self.rdir, self.owner
+            )
         return broadcast(decision, self.accelerator)
 
     def _load_data(self) -> None:
@@ -236,6 +244,7 @@ class Trainer:
                 saved.get("branch_step"),
             )
             state.wall_time_s = saved["wall_time_s"]
+            state.last_train_loss = saved.get("last_train_loss", math.nan)
             state.pending_losses = list(saved.get("pending_losses", []))
         elif tr.init_from:
             saved = checkpoint.load_checkpoint(Path(tr.init_from))
@@ -296,18 +305,29 @@ class Trainer:
             record = run_record.describe(
                 self.spec, self.model_cfg, self.geo, self.data, self.objective, branched_from
             )
+            reopened = run_id is not None
             run_id = run_record.open_run(self.client, self.experiment_id, run_id, record, self.rdir)
-            # A resumed run trains again the steps between its checkpoint and the interruption:
-            # the points the interrupted process logged for them are kept, not logged twice.
-            resumed = decision["action"] == "resume"
-            logged = tracking.logged_steps(self.client, run_id) if resumed else None
-            self.metrics = tracking.MetricBuffer(self.client, run_id, logged=logged)
-            if resumed:
+            self.owner.started(run_id)
+            self._open_metrics(run_id, reopened)
+            if decision["action"] == "resume":
                 log.info("resuming run %s from step %d", self.spec.run_key, self.state.step)
         self.state.mlflow_run_id = broadcast(run_id, self.accelerator)
         self.t_run = time.perf_counter()
         # throughput of the current log window, less the time spent evaluating and saving
         self.t_log, self.step_log, self.overhead = self.t_run, self.state.step, 0.0
+
+    def _open_metrics(self, run_id: str, reopened: bool) -> None:
+        """The run's metric log and system metrics. A reopened run trains again steps the
+        killed process may have logged: the points the store holds are kept, every other one
+        is logged (each (key, step) once)."""
+        tracking_cfg = self.spec.tracking
+        uri = tracking.resolve_tracking_uri(tracking_cfg.uri)
+        logged = metric_log.logged_pairs(self.client, run_id) if reopened else ()
+        self.metrics = metric_log.MetricLog(
+            self.client, run_id, uri, logged, timeout_s=tracking_cfg.timeout_s
+        )
+        if tracking_cfg.system_metrics:
+            self.system = metric_log.start_system_metrics(uri, run_id, reopened)
 
     # ------------------------------------------------------------ the loop
     def step(self) -> None:
@@ -345,7 +365,7 @@ class Trainer:
         bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
         if bad is not None:
             return self._diverged(done - len(losses) + bad + 1, losses[bad])
-        self.last_train_loss = sum(losses) / len(losses)
+        self.state.last_train_loss = sum(losses) / len(losses)
         tokens = done * self.spec.train.batch_tokens
         if due.log:
             self._log(done, tokens)
@@ -379,11 +399,11 @@ class Trainer:
     def _log(self, done: int, tokens: int) -> None:
         tr, now = self.spec.train, time.perf_counter()
         tps = (done - self.step_log) * tr.batch_tokens / max(now - self.t_log - self.overhead, 1e-9)
-        stats = {"train_loss": self.last_train_loss, "lr": self.lr, "tokens_per_sec": tps}
+        stats = {"train_loss": self.state.last_train_loss, "lr": self.lr, "tokens_per_sec": tps}
         stats["mfu"] = self.fl_token * tps / (self.peak * self.world)
         if self.main:
             self.metrics.add(tokens, **stats)
-            self.metrics.flush()
+            self.metrics.send()  # to the writer thread: the step does not wait for the store
         self.progress.update(done, tokens, stats)
         self.t_log, self.step_log, self.overhead = now, done, 0.0
 
@@ -396,10 +416,11 @@ class Trainer:
     def save(self, name: str) -> None:
         """Checkpoint the run as it is now to `<run dir>/<name>` (main process)."""
         if self.main:
+            self.metrics.send()  # written while the checkpoint is; committed before its rename
             trained = time.perf_counter() - self.t_run
             model, optimizer, train = self.raw_model, self.optimizer.optimizer, self.spec.train
             state = capture(model, optimizer, self.sampler, self.state, train, trained)
-            checkpoint.save_checkpoint(self.rdir / name, state)
+            checkpoint.save_checkpoint(self.rdir / name, state, self.metrics.commit)
 
     # ------------------------------------------------------------ how a run ends
     def finish(self) -> TrainResult:
@@ -412,7 +433,7 @@ class Trainer:
             run_id=self.run_id,
             status="FINISHED",
             final_val_loss=val_loss,
-            final_train_loss=self.last_train_loss,
+            final_train_loss=self.state.last_train_loss,
             tokens_consumed=self.geo.total_steps * self.spec.train.batch_tokens,
             steps=self.geo.total_steps,
             wall_time_s=wall,
@@ -438,7 +459,8 @@ class Trainer:
             "epochs": consumed / self.train_tokens,
         }
         self.metrics.add(consumed, val_loss=result.final_val_loss, **final)
-        self.metrics.flush()
+        self.metrics.close()
+        metric_log.stop_system_metrics(self.system)
         if self.spec.train.save_final_checkpoint:
             self.client.log_artifact(result.run_id, str(self.rdir / checkpoint.LAST), "checkpoint")
         run_record.end_run(self.client, result.run_id, "FINISHED")
@@ -453,7 +475,8 @@ class Trainer:
         self.progress.close()
         log.error("run %s %s", self.spec.run_key, reason)
         if self.metrics is not None:
-            self.metrics.flush()
+            self.metrics.close()
+            metric_log.stop_system_metrics(self.system)
             run_record.end_run(self.client, self.run_id, "FAILED", reason)
         return TrainResult(
             run_key=self.spec.run_key,
@@ -471,8 +494,12 @@ class Trainer:
         what was logged is kept."""
         self.signals.deferred = False  # a second signal now interrupts the clean-up
         self.progress.close()
-        if self.main:
-            self.metrics.flush()
+        if self.main and isinstance(e, tracking.TrackingLost):  # the run stays RUNNING
+            self.metrics.abandon()
+            metric_log.stop_system_metrics(self.system, store_lost=True)
+        elif self.main:
+            self.metrics.close()
+            metric_log.stop_system_metrics(self.system)
             status = "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED"
             reason = e.reason if isinstance(e, Interrupted) else f"{type(e).__name__}: {e}"
             run_record.end_run(self.client, self.run_id, status, reason[:1000])
