@@ -13,7 +13,8 @@ so many runs in one process (a Hydra sweep) never leak an active run into each o
   an interrupt during MLflow's ~1.5 s of migrations leaves no store, never a half-migrated one. Sweeps call it
   before launching jobs; `train()` calls it again, which is then a cheap lookup. It tags the
   experiment `mlflow.experimentKind=custom_model_development` (also an existing one without the
-  tag), so MLflow 3's UI opens it on its training runs, not on the GenAI traces overview.
+  tag), which marks it as model training; MLflow 3.17's UI still picks its view from the URL
+  (`workflowType=machine_learning`), which `python -m sweeps.ui` prints.
 - `run_of_key` / `latest_runs_by_key` / `find_run_by_key`: THE run of a run key in an
   experiment (rule below), shared by `training.train` (reuse or resume) and
   `sweeps.sweep_records` (skip or relaunch); `analysis.load` keeps its own copy of the rule
