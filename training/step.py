@@ -43,9 +43,11 @@ def sequences_per_rank(train: TrainConfig, world_size: int) -> int:
 
 
 def batch_geometry(train: TrainConfig, world_size: int, micro_batch: int | None = None) -> Geometry:
-    """`micro_batch`: `train.micro_batch` resolved (`auto_micro_batch`); None: no accumulation."""
+    """`micro_batch`: `train.micro_batch=auto` resolved (`auto_micro_batch`); None: the
+    configured one, or no accumulation."""
     per_rank = sequences_per_rank(train, world_size)
-    micro = micro_batch or per_rank
+    configured = None if train.micro_batch == "auto" else train.micro_batch
+    micro = micro_batch or configured or per_rank
     if per_rank % micro:
         raise ConfigError(
             f"train.micro_batch: {micro} must divide the {per_rank} sequences per process "
