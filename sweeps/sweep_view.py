@@ -58,13 +58,35 @@ def plan_rows(runs: list[plan.PlannedRun]) -> list[dict[str, Any]]:
     return rows
 
 
+def memory_cell(facts: plan.RunFacts | None) -> str:
+    """A point's estimated memory per process in GB, `!` when it exceeds the device's."""
+    if facts is None or facts.memory_gb is None:
+        return ""
+    over = facts.device_memory_gb is not None and facts.memory_gb > facts.device_memory_gb
+    return f"{facts.memory_gb:.2g}G" + ("!" if over else "")
+
+
+def memory_warning(runs) -> str | None:
+    """One line naming the points estimated not to fit their device, if any."""
+    over = [r for r in runs if not r.skip and memory_cell(r.facts).endswith("!")]
+    if not over:
+        return None
+    points = ", ".join(str(r.index) for r in over)
+    device = over[0].facts.device_memory_gb
+    return (
+        f"warning: point(s) {points} are estimated to need more than the {device:.3g} GB of "
+        "device memory (train.device_memory_gb, or the GPU's): lower train.micro_batch or "
+        "set it to auto"
+    )
+
+
 def print_plan(spec: plan.SweepSpec, runs, jobs: int, records_read: bool, plan_s: float) -> None:
     kind = spec.kind
     if spec.budgets:
         kind += f", budgets C in {plan.C_LABEL[spec.budget_flops]} FLOPs"
     t = Table(title=f"sweep '{spec.name}' ({kind}): {len(runs)} points", title_justify="left")
     left = ("run key", "variant", "phase", "arch")
-    cols = ("#", *left, "L", "d", "N", "D", "C (6ND)", "C (exact)", "D/N", "est")
+    cols = ("#", *left, "L", "d", "N", "D", "C (6ND)", "C (exact)", "D/N", "est", "mem")
     for col in cols:
         t.add_column(col, justify="left" if col in left else "right")
     t.add_column("status / skip reason")
@@ -84,10 +106,13 @@ def print_plan(spec: plan.SweepSpec, runs, jobs: int, records_read: bool, plan_s
             f"{r.c_exact:.2e}" if f else "",
             f"{r.d / r.n:.1f}" if f and r.n else "",
             format_duration(r.est_s) if not r.skip else "",
+            memory_cell(r.facts),
             r.skip or ("will run" if records_read else "will run (no store yet)"),
         )
     out = console()
     out.print(t)
+    if warning := memory_warning(runs):
+        out.print(warning)
     todo = [r for r in runs if not r.skip]
     spent = sum(r.c_spent for r in todo)
     spent_exact = sum(r.c_exact_spent for r in todo)

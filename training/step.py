@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from accelerate.utils import DistributedType
 
-from models.accounting import GB, largest_micro_batch
+from models.accounting import GB, MemoryEstimate, largest_micro_batch, memory_estimate
 from training.config import ConfigError, TrainConfig
 
 
@@ -101,6 +101,17 @@ def auto_micro_batch(train: TrainConfig, model_cfg, world_size: int, cuda: bool)
             stacklevel=2,
         )
     return micro or 1
+
+
+def planned_memory(
+    train: TrainConfig, model_cfg, cuda: bool
+) -> tuple[MemoryEstimate, float | None]:
+    """(the memory estimate of one process's step, as the run will train it on this machine:
+    its precision and micro-batch, world size 1; the device's memory, or None if unknown)."""
+    micro = batch_geometry(train, 1, auto_micro_batch(train, model_cfg, 1, cuda)).micro_batch
+    precision, device = resolved_precision(train, cuda), "cuda" if cuda else "cpu"
+    estimate = memory_estimate(model_cfg, train.seq_len, micro, precision, device)
+    return estimate, device_memory_bytes(train)
 
 
 def param_groups(model, weight_decay: float) -> list[dict]:
