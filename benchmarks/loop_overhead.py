@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import io
 import json
 import pstats
 import statistics
@@ -37,10 +38,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
 
 from benchmarks.harness import ROOT, machine
 from benchmarks.interleave import median_ratio, repetitions
 from training.data import BatchSampler, write_bin
+from training.signals import Signals
 from training.step import next_batch
 from training.trainer import Trainer
 
@@ -140,9 +144,6 @@ def overrides(args, folder: Path, shard: Path, prefetch: int | None) -> list[str
 
 
 def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
         return hydra_compose("config", overrides=overrides)
 
@@ -150,8 +151,6 @@ def compose(overrides: list[str]):
 def measure(cfg, step_ms: float, profile: cProfile.Profile | None = None) -> dict:
     """Train `cfg` with `LoopTrainer`: ms per step of host work besides the simulated step and
     MLflow's flush (main thread's CPU time, and wall time), and of the flush."""
-    from training.signals import Signals
-
     with contextlib.ExitStack() as stack:
         trainer = LoopTrainer(cfg, Signals(), stack)
         trainer.step_s, trainer.profile = step_ms / 1000, profile
@@ -219,7 +218,7 @@ def profile_after(args, shard: Path, work: Path) -> str:
     """cProfile of the `after` loop (the main thread, from the first step to the last)."""
     profile = cProfile.Profile()
     measure(compose(overrides(args, work / "profile", shard, None)), args.step_ms, profile)
-    stream = __import__("io").StringIO()
+    stream = io.StringIO()
     stats = pstats.Stats(profile, stream=stream).sort_stats("tottime")
     stats.print_stats(r"^(?!.*(sqlalchemy|mlflow|sqlite))", 25)  # MLflow's flush is timed apart
     return stream.getvalue()

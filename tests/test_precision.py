@@ -13,6 +13,7 @@ from accelerate import Accelerator
 from train_helpers import compose, runs_df
 
 from models import ModelConfig, build_model
+from training.config import TrainConfig
 from training.ranks import reset_accelerate_state
 from training.step import DtypeProbe, Update, loss, make_optimizer, optimizer_step, step_and_clip
 
@@ -56,7 +57,7 @@ def train_steps(axes: dict, precision: str, compile_model: bool = False) -> tupl
     cfg = ModelConfig(vocab_size=VOCAB, max_seq_len=SEQ, n_layers=2, d_model=32, n_heads=4, **axes)
     raw = build_model(cfg)
     model = torch.compile(raw) if compile_model else raw
-    model, optimizer = accelerator.prepare(model, make_optimizer(raw, _train(cfg)))
+    model, optimizer = accelerator.prepare(model, make_optimizer(raw, TrainConfig(lr=3e-3)))
     opt, clip = step_and_clip(accelerator, optimizer)
     update = Update(opt, clip, list(model.parameters()), 1.0)
     probe, batches, dtypes = DtypeProbe(raw), FixedBatches(), ""
@@ -66,12 +67,6 @@ def train_steps(axes: dict, precision: str, compile_model: bool = False) -> tupl
         if step == 0 and not compile_model:
             dtypes = probe.result()
     return last, dtypes
-
-
-def _train(cfg):
-    from training.config import TrainConfig
-
-    return TrainConfig(lr=3e-3)
 
 
 @pytest.mark.parametrize("axes", AXES.values(), ids=AXES.keys())
