@@ -153,6 +153,7 @@ def sweep_part(args, work: Path) -> dict:
         *("tracking.experiment=gpu-check", f"paths.runs_dir={work / 'sweep' / 'runs'}"),
         f"paths.cache_dir={work / 'sweep' / 'cache'}",
         *("data.source=text", f"data.path={small_corpus(work / 'corpus')}"),
+        "data.eval_tokens=1024",  # the small corpus's validation split holds ~3500 tokens
         "train.progress=none",
     ]
     (work / "sweep").mkdir(parents=True, exist_ok=True)
@@ -165,7 +166,8 @@ def sweep_part(args, work: Path) -> dict:
     runs = mlflow.search_runs(experiment_names=["gpu-check"])
     parent = "tags.mlflow.parentRunId"
     points = runs[runs[parent].notna()] if parent in runs else runs.iloc[:0]
-    return {
+    failed = {"error": f"sweeps.run exited {proc.returncode}"} if proc.returncode else {}
+    return failed | {
         "command": " ".join(command[1:]),
         "returncode": proc.returncode,
         "wall_s": wall,
