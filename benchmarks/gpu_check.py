@@ -155,6 +155,7 @@ def sweep_part(args, work: Path) -> dict:
         *("data.source=text", f"data.path={small_corpus(work / 'corpus')}"),
         "data.eval_tokens=1024",  # the small corpus's validation split holds ~3500 tokens
         "train.progress=none",
+        "train.compile=false",  # compiling is the throughput part's; this one checks the pipeline
     ]
     (work / "sweep").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
