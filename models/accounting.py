@@ -208,3 +208,83 @@ def flops_per_sequence(cfg: ModelConfig, seq_len: int, src_len: int | None = Non
     parts["lm_head"] = T * 2 * d * cfg.vocab_size
     pc = count_params(cfg)
     return _flop_count(cfg, parts, 6 * (pc.encoder * S + pc.decoder * T))
+
+
+# Rows of the chunked loss's logits buffer: models.loss.CHUNK_ELEMENTS_DEFAULT (CUDA and other
+# devices with caching allocators) and CHUNK_ELEMENTS["cpu"], restated here so that planning
+# needs no torch (tests check they agree).
+LOSS_CHUNK_ELEMENTS = {"cuda": 1 << 26, "cpu": 1 << 21}
+ACT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}  # a matmul's saved input under that precision
+GB = 1024**3
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes one process holds at the peak of a training step (an upper estimate: gradients
+    are counted whole although the first step's fill while activations are freed)."""
+
+    params: int  # fp32 weights (autocast keeps fp32 masters)
+    grads: int  # fp32, one per parameter
+    optimizer: int  # AdamW's two fp32 moments
+    activations: int  # saved for backward, all layers + head; autocast's weight copies
+
+    @property
+    def total(self) -> int:
+        return self.params + self.grads + self.optimizer + self.activations
+
+
+def _layer_activations(cfg: ModelConfig, s: int, b: int, e: int, fused: bool) -> int:
+    """Bytes one block saves for backward: Korthikanti et al. 2022 (eq. 1, table 2),
+    s b h (34 + 5 a s / h) in 16-bit with dropout and the T x T attention kept, term by term,
+    for `e`-byte matmul inputs, fp32 norm inputs (the residual stream under autocast), GQA's
+    narrower K/V, the MLP's width and kind, dropout masks only when dropout > 0, and a fused
+    SDPA kernel (flash / memory-efficient) that keeps a log-sum-exp instead of T x T."""
+    h, a, f = cfg.d_model, cfg.n_heads, cfg.ffn_dim
+    sbh, kv = s * b * h, cfg.kv_heads / cfg.n_heads
+    mask = 1 if cfg.dropout > 0 else 0  # bool masks, one byte per element
+    attn = e * sbh * (1 + 1 + 2 * kv + 1)  # qkv input; q; k, v; output-projection input
+    attn += mask * sbh  # residual dropout
+    if fused:
+        attn += 4 * a * s * b  # the kernel's fp32 log-sum-exp per query and head
+    else:  # softmax output (also the probabilities x V input without dropout) + dropout's
+        attn += a * s * s * b * (e + mask * (1 + e))
+    hidden = 2 * f if cfg.mlp == "gelu" else 4 * f  # gelu: in, out; swiglu: gate|up, silu, product
+    mlp = e * s * b * (h + hidden) + mask * sbh
+    norms = 2 * 4 * sbh  # two norms' fp32 inputs
+    return int(attn + mlp + norms)
+
+
+def memory_estimate(
+    cfg: ModelConfig, seq_len: int, micro_batch: int, precision: str, device: str = "cuda"
+) -> MemoryEstimate:
+    """The memory of one training step of ``micro_batch`` sequences of ``seq_len`` (known
+    before building): parameters, gradients and AdamW's state at 4 + 4 + 8 bytes per
+    parameter, and activations by ``_layer_activations`` per block plus the head. ``precision``
+    is resolved (fp32 | bf16 | fp16); ``device`` picks the attention kernel (fused on CUDA,
+    the T x T math kernel elsewhere) and the chunked loss's buffer. An encoder-decoder counts
+    its cross-attention as one more attention block per decoder layer over ``seq_len``."""
+    _check_len("seq_len", seq_len)
+    _check_len("micro_batch", micro_batch)
+    e, fused, n = ACT_BYTES[precision], device == "cuda", count_params(cfg).total
+    s, b, h, V = seq_len, micro_batch, cfg.d_model, cfg.vocab_size
+    acts = (cfg.encoder_layers + cfg.decoder_layers) * _layer_activations(cfg, s, b, e, fused)
+    if cfg.family == "encoder_decoder":
+        cross = e * s * b * h * (2 + 2 * cfg.kv_heads / cfg.n_heads) + 4 * s * b * h
+        acts += cfg.decoder_layers * int(cross)
+    rows = min(s * b, max(1, LOSS_CHUNK_ELEMENTS.get(device, 1 << 26) // V))
+    acts += 4 * s * b * h * 2  # the final norm's input, the loss's saved d loss / d h (fp32)
+    acts += 4 * V * h + 4 * rows * V  # the loss's saved head gradient and one logits chunk
+    if e < 4:
+        acts += e * (n - count_params(cfg).norms)  # autocast's low-precision weight copies
+    return MemoryEstimate(params=4 * n, grads=4 * n, optimizer=8 * n, activations=acts)
+
+
+def largest_micro_batch(
+    cfg: ModelConfig, seq_len: int, per_rank: int, precision: str, memory_bytes: float
+) -> int | None:
+    """The largest divisor of ``per_rank`` sequences whose ``memory_estimate`` fits
+    ``memory_bytes`` (with 10% left for the allocator and the CUDA context); None if none."""
+    for micro in sorted((m for m in range(1, per_rank + 1) if per_rank % m == 0), reverse=True):
+        if memory_estimate(cfg, seq_len, micro, precision).total <= 0.9 * memory_bytes:
+            return micro
+    return None

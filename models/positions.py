@@ -132,6 +132,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> 
     written as flip + addcmul, faster on CPU than cat([-x2, x1]) (docs/performance.md).
     """
     swapped = x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)  # [x2, x1]
+    # in x's dtype: fp32 tables would promote bf16 q and k, and attention would run in fp32
+    cos, signed_sin = cos.to(x.dtype), signed_sin.to(x.dtype)
     return torch.addcmul(x * cos, swapped, signed_sin)
 
 

@@ -28,6 +28,7 @@ from hydra.core.utils import JobStatus
 from omegaconf import DictConfig, OmegaConf
 
 from models import count_params
+from models.accounting import GB
 from sweeps import plan, slurm, sweep_records, tuning, ui
 from sweeps.job import ENV_GPU_LOCKS, ENV_GPU_POOL, PointInterrupted, training_config
 from sweeps.names import RunNames
@@ -40,6 +41,7 @@ from training.config import ConfigError, DataConfig
 from training.data import prepare_data
 from training.paths import default_cache_dir, default_runs_dir, resolve_dir
 from training.spec import resolve_config
+from training.step import planned_memory
 
 Compose = Callable[[Sequence[str]], DictConfig]
 # (override lists, first job index, on_submit(job ids) or None) -> hydra JobReturn per job
@@ -104,6 +106,7 @@ def facts(cfg: DictConfig) -> plan.RunFacts:
     seq_len = spec.train.seq_len  # per token as the family's objective counts tokens
     per_token = objectives.for_model(spec.model, seq_len, spec.data).accounting(seq_len)
     six_n = None if spec.model.family == "decoder" else per_token.flops_6nd / seq_len
+    memory, device_memory = planned_memory(spec.train, spec.model, torch.cuda.is_available())
     return plan.RunFacts(
         run_key=spec.run_key,
         arch=spec.model.arch,
@@ -115,6 +118,8 @@ def facts(cfg: DictConfig) -> plan.RunFacts:
         flops_6nd_per_token=six_n,
         tokens=float(spec.train.tokens),
         batch_tokens=spec.train.batch_tokens,
+        memory_gb=memory.total / GB,
+        device_memory_gb=device_memory / GB if device_memory else None,
     )
 
 

@@ -533,6 +533,8 @@ class RunFacts:
     # 6N FLOPs per token where that is not 6 x n_params_nonembed: encoder_decoder, whose stacks
     # see different token counts (6 (N_enc S + N_dec T) per sequence of seq_len text tokens)
     flops_6nd_per_token: float | None = None
+    memory_gb: float | None = None  # models.accounting.memory_estimate of one process's step
+    device_memory_gb: float | None = None  # what it must fit: train.device_memory_gb or CUDA's
 
     @property
     def six_n(self) -> float:

@@ -62,6 +62,28 @@ def plan_rows(runs: list[plan.PlannedRun]) -> list[dict[str, Any]]:
     return rows
 
 
+def memory_cell(facts: plan.RunFacts | None) -> str:
+    """A point's estimated memory per process in GB, `!` when it exceeds the device's."""
+    if facts is None or facts.memory_gb is None:
+        return ""
+    over = facts.device_memory_gb is not None and facts.memory_gb > facts.device_memory_gb
+    return f"{facts.memory_gb:.2g}G" + ("!" if over else "")
+
+
+def memory_warning(runs) -> str | None:
+    """One line naming the points estimated not to fit their device, if any."""
+    over = [r for r in runs if not r.skip and memory_cell(r.facts).endswith("!")]
+    if not over:
+        return None
+    points = ", ".join(str(r.index) for r in over)
+    device = over[0].facts.device_memory_gb
+    return (
+        f"warning: point(s) {points} are estimated to need more than the {device:.3g} GB of "
+        "device memory (train.device_memory_gb, or the GPU's): lower train.micro_batch or "
+        "set it to auto"
+    )
+
+
 WIDE = 150  # from this many columns the plan shows every column in full
 
 
@@ -102,6 +124,7 @@ def plan_columns(runs, wide: bool, block_of: Callable) -> list[tuple[str, str, C
         cols.append(("C (exact)", "right", lambda r: _c(r.c_exact, wide) if f(r) else ""))
     cols.append(("D/N", "right", lambda r: f"{r.d / r.n:.1f}" if f(r) and r.n else ""))
     cols.append(("est", "right", lambda r: format_duration(r.est_s) if not r.skip else ""))
+    cols.append(("mem", "right", lambda r: memory_cell(r.facts)))
     return cols
 
 
@@ -125,6 +148,8 @@ def print_plan(
         status = r.skip or ("will run" if records_read or not wide else "will run (no store yet)")
         t.add_row(*(cell(r) for _, _, cell in cols), status)
     out.print(t)
+    if warning := memory_warning(runs):
+        out.print(warning, highlight=False)
     if not wide:
         arch = {block_of(r): r.facts.arch for r in runs if r.facts}
         out.print("blocks: " + "; ".join(f"{b} = {a}" for b, a in arch.items()), highlight=False)

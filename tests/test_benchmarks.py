@@ -108,3 +108,28 @@ def test_interleaved_order_flips_every_repetition_and_ratios_pair_repetitions():
     assert median_ratio([2.0, 4.0, 9.0], [1.0, 4.0, 3.0]) == 2.0  # ratios 2, 1, 3; not 5/3
     with pytest.raises(ValueError):  # a repetition without its pair is a bug, not a shorter median
         median_ratio([1.0, 2.0], [1.0])
+
+
+def test_gpu_check_smoke_estimates_memory_of_both_presets(tmp_path):
+    from benchmarks.gpu_check import main as gpu_check
+
+    result = gpu_check(["--cpu-smoke", "--parts", "memory", "--out", str(tmp_path)])
+    rows = json.loads((tmp_path / "gpu_check_cpu_smoke.json").read_text())["parts"]["memory"][
+        "rows"
+    ]
+    assert rows == result["parts"]["memory"]["rows"]
+    assert [r["family"] for r in rows] == ["llama", "gpt2"]
+    assert all(r["estimate_gb"] > 0 and r["max_memory_allocated_gb"] is None for r in rows)
+
+
+@pytest.mark.slow
+def test_gpu_check_cpu_smoke_runs_every_part(tmp_path):
+    """Every part of benchmarks/gpu_check.sh at tiny shapes (~3 minutes on a quiet machine)."""
+    from benchmarks.gpu_check import PARTS
+    from benchmarks.gpu_check import main as gpu_check
+
+    parts = gpu_check(["--cpu-smoke", "--out", str(tmp_path)])["parts"]
+    assert list(parts) == list(PARTS) and not any("error" in p for p in parts.values())
+    assert parts["sweep"]["returncode"] == 0 and parts["sweep"]["runs"] == {"FINISHED": 4}
+    assert {r["impl"] for r in parts["throughput"]["rows"]} == {"ours", "hf"}
+    assert parts["loop_overhead"]["loop"]["after"]["host_cpu_ms"] > 0

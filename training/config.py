@@ -300,7 +300,9 @@ class TrainConfig(_Section):
     tokens: int = 2_000_000  # training budget D (tokens)
     batch_tokens: int = 16384  # tokens per optimizer step, all processes and micro-batches
     seq_len: int = 256  # context length (sets model.max_seq_len)
-    micro_batch: int | None = None  # sequences per forward per process; None: no accumulation
+    # sequences per forward per process; None: no accumulation; auto: the largest that the
+    # memory estimate fits in train.device_memory_gb (models.accounting; None without CUDA)
+    micro_batch: Union[int, Literal["auto"], None] = None  # noqa: UP007
     lr: float = 1e-3  # peak learning rate
     min_lr_ratio: float = 0.1  # final lr = lr * min_lr_ratio
     warmup: float = 0.02  # < 1: fraction of the run's steps; >= 1: steps
@@ -332,10 +334,18 @@ class TrainConfig(_Section):
     progress: Literal["auto", "bar", "plain", "none"] = "auto"  # auto: bar on a terminal
     peak_flops: float | None = None  # per device, for MFU; None: measured matmul peak
     save_final_checkpoint: bool = False  # log the final weights as an MLflow artifact
+    prefetch: int = 2  # batches made ahead by a background thread while a step runs; 0: none
+    # per device, for the memory estimate (dry-run warning, micro_batch=auto); None: the CUDA
+    # device's total memory, unknown on the CPU
+    device_memory_gb: float | None = None
 
     def validate(self) -> None:
-        _positive("train", self, "tokens", "batch_tokens", "seq_len", "micro_batch", "lr")
-        _positive("train", self, "eval_every", "log_every", "peak_flops", "eps")
+        _positive("train", self, "tokens", "batch_tokens", "seq_len", "lr")
+        _positive("train", self, "eval_every", "log_every", "peak_flops", "eps", "device_memory_gb")
+        if self.micro_batch != "auto":
+            _positive("train", self, "micro_batch")
+        if self.prefetch < 0:
+            raise ConfigError(f"train.prefetch: must be >= 0, got {self.prefetch}")
         # the ranges where AdamW and the schedules mean something (a negative weight decay or
         # eps trains, silently wrong)
         _in_range("train", self, "beta1", 0.0, 1.0, "[)")

@@ -3,8 +3,8 @@
 The same config always gives the same key, so a rerun finds its MLflow run and checkpoint and
 resumes instead of duplicating work. Knobs that change where results go, how progress is shown
 or how fast it runs (tracking, paths, logging/eval/checkpoint cadence, progress bars, compile,
-the host allocator, `train.micro_batch`: gradient accumulation splits the same global batch)
-are excluded: changing them must not start a different run.
+the host allocator, batch prefetch, device memory, `train.micro_batch`: gradient accumulation
+splits the same global batch) are excluded: changing them must not start a different run.
 
 Inputs that name data by where it is are keyed by what it is (`training.spec.resolve_config`
 fills both in before hashing):
@@ -40,6 +40,8 @@ EXCLUDED_TRAIN_KEYS = {
     "compile",
     "keep_host_memory",
     "micro_batch",
+    "prefetch",
+    "device_memory_gb",
 }
 # data.* fields that say where the corpus is, or which part of it (`max_bytes`: the files it
 # selects are hashed into `data.fingerprint`), or how it is read (`streaming`: the same tokens);

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from accelerate.utils import DistributedType
 
+from models.accounting import GB, MemoryEstimate, largest_micro_batch, memory_estimate
 from training.config import ConfigError, TrainConfig
 
 
@@ -29,15 +31,23 @@ class Geometry:
     total_steps: int  # ceil(tokens / batch_tokens)
 
 
-def batch_geometry(train: TrainConfig, world_size: int) -> Geometry:
+def sequences_per_rank(train: TrainConfig, world_size: int) -> int:
+    """Sequences each process computes per optimizer step (all its micro-batches)."""
     seqs = train.batch_tokens // train.seq_len  # sequences per optimizer step, all ranks
     if seqs % world_size:
         raise ConfigError(
             f"train.batch_tokens: {train.batch_tokens} tokens = {seqs} sequences cannot be "
             f"split over {world_size} processes"
         )
-    per_rank = seqs // world_size
-    micro = train.micro_batch or per_rank
+    return seqs // world_size
+
+
+def batch_geometry(train: TrainConfig, world_size: int, micro_batch: int | None = None) -> Geometry:
+    """`micro_batch`: `train.micro_batch=auto` resolved (`auto_micro_batch`); None: the
+    configured one, or no accumulation."""
+    per_rank = sequences_per_rank(train, world_size)
+    configured = None if train.micro_batch == "auto" else train.micro_batch
+    micro = micro_batch or configured or per_rank
     if per_rank % micro:
         raise ConfigError(
             f"train.micro_batch: {micro} must divide the {per_rank} sequences per process "
@@ -48,14 +58,60 @@ def batch_geometry(train: TrainConfig, world_size: int) -> Geometry:
     )
 
 
-def mixed_precision(train: TrainConfig, cuda: bool) -> str:
-    """Accelerate's `mixed_precision` for `train.precision` (auto: bf16 on CUDA, fp32 on CPU)."""
+def resolved_precision(train: TrainConfig, cuda: bool) -> str:
+    """fp32 | bf16 | fp16: `train.precision` with auto resolved (bf16 on CUDA, fp32 on CPU)."""
     precision = train.precision
     if precision == "auto":
         precision = "bf16" if cuda else "fp32"
     if precision == "fp16" and not cuda:
         raise ConfigError("train.precision: fp16 needs a GPU; use fp32 or bf16 on CPU")
-    return {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision]
+    return precision
+
+
+def mixed_precision(train: TrainConfig, cuda: bool) -> str:
+    """Accelerate's `mixed_precision` for `train.precision` (auto: bf16 on CUDA, fp32 on CPU)."""
+    return {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[resolved_precision(train, cuda)]
+
+
+def device_memory_bytes(train: TrainConfig) -> float | None:
+    """Memory of one device: `train.device_memory_gb`, else the CUDA device's, else None."""
+    if train.device_memory_gb is not None:
+        return train.device_memory_gb * GB
+    if torch.cuda.is_available():
+        return float(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
+    return None
+
+
+def auto_micro_batch(train: TrainConfig, model_cfg, world_size: int, cuda: bool) -> int | None:
+    """`train.micro_batch` resolved: as given unless `auto`; auto is None (no accumulation)
+    without CUDA, as before it existed, and on CUDA the largest micro-batch whose
+    `models.accounting.memory_estimate` fits the device (`device_memory_bytes`), else 1."""
+    if train.micro_batch != "auto":
+        return train.micro_batch
+    memory = device_memory_bytes(train)
+    if not cuda or memory is None:
+        return None
+    per_rank = sequences_per_rank(train, world_size)
+    precision = resolved_precision(train, cuda)
+    micro = largest_micro_batch(model_cfg, train.seq_len, per_rank, precision, memory)
+    if micro is None:
+        warnings.warn(
+            f"train.micro_batch=auto: even 1 sequence of {train.seq_len} tokens is estimated "
+            f"not to fit {memory / GB:.1f} GB; trying 1",
+            stacklevel=2,
+        )
+    return micro or 1
+
+
+def planned_memory(
+    train: TrainConfig, model_cfg, cuda: bool
+) -> tuple[MemoryEstimate, float | None]:
+    """(the memory estimate of one process's step, as the run will train it on this machine:
+    its precision and micro-batch, world size 1; the device's memory, or None if unknown)."""
+    micro = batch_geometry(train, 1, auto_micro_batch(train, model_cfg, 1, cuda)).micro_batch
+    precision, device = resolved_precision(train, cuda), "cuda" if cuda else "cpu"
+    estimate = memory_estimate(model_cfg, train.seq_len, micro, precision, device)
+    return estimate, device_memory_bytes(train)
 
 
 def param_groups(model, weight_decay: float) -> list[dict]:
@@ -159,6 +215,34 @@ def loss(model, x, y, label_smoothing: float):
     )
 
 
+class DtypeProbe:
+    """The dtypes `model`'s layers ran in during the forward passes until `result()`: forward
+    hooks that record, per role (the last two parts of a module's name, e.g. ``attn.proj``),
+    the dtype of its input and of its output ("attn.proj=bfloat16>bfloat16 ...": the input of
+    the attention's output projection is what scaled_dot_product_attention computed in)."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.seen: dict[str, set[str]] = {}
+        self.handles = [
+            module.register_forward_hook(
+                functools.partial(self._record, ".".join(name.split(".")[-2:]))
+            )
+            for name, module in model.named_modules()
+            if name and not any(True for _ in module.children())  # layers, not containers
+        ]
+
+    def _record(self, role: str, module, args, out) -> None:
+        dtype_in = next((str(a.dtype)[6:] for a in args if torch.is_tensor(a)), "-")
+        dtype_out = str(out.dtype)[6:] if torch.is_tensor(out) else "-"
+        self.seen.setdefault(role.lstrip("0123456789."), set()).add(f"{dtype_in}>{dtype_out}")
+
+    def result(self) -> str:
+        """Stop recording; what was seen, one ``role=in>out`` per role, sorted."""
+        for handle in self.handles:
+            handle.remove()
+        return " ".join(f"{r}={'|'.join(sorted(v))}" for r, v in sorted(self.seen.items()))
+
+
 @dataclass(frozen=True)
 class Update:
     """What ends an optimizer step: clip the gradients of `params` to `max_norm` (none when
@@ -176,6 +260,12 @@ class Update:
         self.optimizer.zero_grad(set_to_none=True)
 
 
+def next_batch(sampler, device) -> list[torch.Tensor]:
+    """The sampler's next micro-batch on `device`: a copy that does not wait for the host when
+    the batch is in pinned memory (`training.data.Prefetcher` pins on CUDA)."""
+    return [t.to(device, non_blocking=True) for t in sampler.next()]
+
+
 def optimizer_step(model, sampler, accelerator, update: Update, micro_loss: Callable):
     """One optimizer step over the accelerator's `gradient_accumulation_steps` micro-batches
     from `sampler`: backward on each, `update` on the last. `micro_loss(model, *batch)` is the
@@ -184,7 +274,7 @@ def optimizer_step(model, sampler, accelerator, update: Update, micro_loss: Call
     grad_accum = accelerator.gradient_accumulation_steps
     step_loss = torch.zeros((), device=accelerator.device)
     for _ in range(grad_accum):
-        batch = [t.to(accelerator.device, non_blocking=True) for t in sampler.next()]
+        batch = next_batch(sampler, accelerator.device)
         with accelerator.accumulate(model):
             micro = micro_loss(model, *batch)
             accelerator.backward(micro)

@@ -34,7 +34,7 @@ from accelerate import Accelerator, PartialState
 from models import build_model
 from training import checkpoint, hostmem, metric_log, objectives, run_record, tracking
 from training.config import ConfigError
-from training.data import BatchSampler, prepare_data, val_pairs, val_windows
+from training.data import BatchSampler, Prefetcher, prepare_data, val_pairs, val_windows
 from training.monitor import Progress, format_si, measured_peak_flops
 from training.ownership import Ownership
 from training.paths import default_cache_dir, default_runs_dir, resolve_dir
@@ -44,7 +44,9 @@ from training.schedules import Schedule, warmup_steps, wsd_decay_start
 from training.signals import Interrupted, Signals
 from training.spec import build_model_config, preflight, resolve_config
 from training.step import (
+    DtypeProbe,
     Update,
+    auto_micro_batch,
     batch_geometry,
     loss,
     make_optimizer,
@@ -83,6 +85,11 @@ class Trainer:
     `signals` defers SIGTERM/SIGINT/SIGUSR1 to the next step once the MLflow run is open;
     `stack` holds what the run gives back when `train()` returns (the run-key lock, the
     thread count)."""
+
+    # One optimizer step (training.step.optimizer_step's arguments and result): a class
+    # attribute so that benchmarks/loop_overhead.py can time the loop around a step that does
+    # nothing; training never replaces it.
+    take_step = staticmethod(optimizer_step)
 
     def __init__(self, cfg: Any, signals: Signals, stack: contextlib.ExitStack):
         self.t_start = time.perf_counter()
@@ -133,8 +140,10 @@ class Trainer:
         if self.world > 1:  # whatever way this process exits, the group goes first (once)
             atexit.unregister(end_process_group)
             atexit.register(end_process_group)
-        self.geo = batch_geometry(tr, self.world)
-        precision = mixed_precision(tr, torch.cuda.is_available())
+        cuda = torch.cuda.is_available()
+        micro = auto_micro_batch(tr, self.spec.model, self.world, cuda)
+        self.geo = batch_geometry(tr, self.world, micro)
+        precision = mixed_precision(tr, cuda)
         preflight(self.spec)  # what the disk and the store hold: before anything is written
         runs_dir = resolve_dir(self.spec.paths.runs_dir, default_runs_dir())
         self.cache_dir = resolve_dir(self.spec.paths.cache_dir, default_cache_dir())
@@ -211,6 +220,9 @@ class Trainer:
                 self.data.train, tr.seq_len, self.geo.micro_batch, tr.seed, rank, self.world
             )
             self.sampler = self.objective.wrap(windows)
+        # the next batches made while a step runs, pinned for non-blocking copies to a GPU
+        self.sampler = Prefetcher(self.sampler, tr.prefetch, pin=device.type == "cuda")
+        self.stack.callback(self.sampler.close)
         self.state = self._starting_point(decision, optimizer)
         self.state.pending_losses = [
             torch.tensor(v, device=device) for v in self.state.pending_losses
@@ -222,6 +234,7 @@ class Trainer:
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         opt, clip = step_and_clip(self.accelerator, self.optimizer)
         self.update = Update(opt, clip, list(self.model.parameters()), tr.grad_clip)
+        self.probe = None if use else DtypeProbe(self.raw_model)  # hooks would recompile
         if self.model_cfg.family == "decoder":
             self.micro_loss = partial(loss, label_smoothing=tr.label_smoothing)
         else:
@@ -340,9 +353,18 @@ class Trainer:
         self.lr = tr.lr * self.schedule.multiplier(state.step)
         set_lr(self.optimizer, self.lr)
         state.pending_losses.append(
-            optimizer_step(self.model, self.sampler, self.accelerator, self.update, self.micro_loss)
+            self.take_step(self.model, self.sampler, self.accelerator, self.update, self.micro_loss)
         )
         state.step += 1
+        if self.probe is not None:
+            self._log_dtypes()
+
+    def _log_dtypes(self) -> None:
+        """The dtypes the first step computed in (`DtypeProbe`): the run's `dtypes` tag."""
+        dtypes, self.probe = self.probe.result(), None
+        log.info("run %s computed in: %s", self.spec.run_key, dtypes)
+        if self.main:
+            tracking.set_tags(self.client, self.run_id, {"dtypes": dtypes})
 
     def cadence(self, done: int) -> Boundary:
         """The work due after `done` steps (the last step logs, and evaluates in `finish`)."""

@@ -6,11 +6,11 @@
 - cache, store: the prepared token cache (streamed build, lock, atomic publish, integrity)
 - shards: pre-tokenized shards (data.source=tokens: llm.c .bin, .npy), memory-mapped
 - pairs, stdlib_pairs: paired corpora for encoder_decoder
-- batches: validation windows and the training BatchSampler
+- batches: validation windows, the training BatchSampler and its Prefetcher
 - `python -m training.data prepare data=...`: build a cache ahead of a sweep (__main__)
 """
 
-from training.data.batches import BatchSampler, val_pairs, val_windows
+from training.data.batches import BatchSampler, Prefetcher, val_pairs, val_windows
 from training.data.cache import (
     CACHE_FORMAT,
     Corpus,
@@ -42,6 +42,7 @@ __all__ = [
     "SITEPACKAGES_MAX_FILE_BYTES",
     "STDLIB_EXCLUDED_DIRS",
     "BatchSampler",
+    "Prefetcher",
     "BPETokenizer",
     "ByteTokenizer",
     "PairCorpus",

@@ -1,0 +1,232 @@
+"""The prepared GPU check's parts, one process, one JSON (what benchmarks/gpu_check.sh runs).
+
+    python -m benchmarks.gpu_check                 # one CUDA device: GPT-2-small shapes
+    python -m benchmarks.gpu_check --cpu-smoke     # the same code at tiny shapes on the CPU
+
+Parts, each timed and recorded even when another fails:
+- `throughput`: MFU and tokens/s in bf16, torch.compile off and on, of our llama and gpt2
+  presets and transformers' LlamaForCausalLM and GPT2LMHeadModel of the same shape (d_model
+  768, 12 layers, T 1024, 8 sequences), `benchmarks.throughput` in this process.
+- `loop_overhead`: `benchmarks.loop_overhead` on the device (64 x 1024 tokens, log_every 10).
+- `memory`: `models.accounting.memory_estimate` of a training step against
+  `torch.cuda.max_memory_allocated` over three steps of `training.step.optimizer_step`.
+- `sweep`: `python -m sweeps.run sweep=tiny` (2 sizes x 2 token budgets) end to end into a
+  temporary store; its exit status, wall time and the runs' states.
+
+Writes `gpu_check_<cuda|cpu_smoke>.json` to `--out`; exits 1 if a part failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import mlflow
+import torch
+from accelerate import Accelerator
+
+from benchmarks import loop_overhead, throughput
+from benchmarks.harness import ROOT, Shape, machine, preset_config
+from models import build_model
+from models.accounting import GB, memory_estimate
+from training.config import TrainConfig
+from training.data import stdlib_files
+from training.ranks import reset_accelerate_state
+from training.step import Update, loss, make_optimizer, optimizer_step, step_and_clip
+
+GPU_SHAPE = Shape(vocab=50304, d_model=768, layers=12, seq=1024, batch=8)
+SMOKE_SHAPE = Shape(vocab=64, d_model=32, layers=1, seq=16, batch=2)
+
+
+def throughput_part(args, work: Path) -> dict:
+    shape = SMOKE_SHAPE if args.cpu_smoke else GPU_SHAPE
+    argv = [
+        *("--d-models", str(shape.d_model), "--layers", str(shape.layers)),
+        *("--seq", str(shape.seq), "--batch", str(shape.batch), "--vocab", str(shape.vocab)),
+        *("--out", str(work / "throughput")),
+    ]
+    if args.cpu_smoke:  # compiling on the CPU takes minutes: the smoke run checks the code
+        argv += ["--device", "cpu", "--dtype", "fp32", "--compile", "eager", "--no-memory"]
+        argv += ["--reps", "1", "--steps", "1", "--warmup", "1"]
+    else:  # flash only: a silent fallback to the math kernel fails instead of skewing numbers
+        argv += ["--device", "cuda", "--dtype", "bf16", "--compile", "both", "--sdpa", "flash"]
+        argv += ["--reps", "3", "--steps", "5", "--warmup", "3"]
+        argv += ["--peak-tflops", str(args.peak_tflops)]
+    return throughput.main(argv)
+
+
+def loop_part(args, work: Path) -> dict:
+    if args.cpu_smoke:
+        argv = ["--steps", "20", "--batch", "4", "--seq", "64", "--vocab", "512"]
+        argv += ["--corpus-tokens", "100000", "--reps", "1", "--sampler-batches", "5"]
+    else:
+        argv = ["--steps", "200", "--reps", "2"]
+    return loop_overhead.main(argv)
+
+
+class RandomBatches:
+    """Seeded random (x, y) token batches already on `device`."""
+
+    def __init__(self, shape: Shape, device):
+        self.shape, self.device = shape, device
+        self.g = torch.Generator(device=device).manual_seed(0)
+
+    def next(self):
+        s = self.shape
+        w = torch.randint(0, s.vocab, (s.batch, s.seq + 1), generator=self.g, device=self.device)
+        return w[:, :-1], w[:, 1:]
+
+
+def measured_peak(cfg, shape: Shape, precision: str, device) -> int | None:
+    """Peak bytes allocated by building `cfg`, its AdamW and three training steps (CUDA;
+    None elsewhere, after running the same steps)."""
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.empty_cache()
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    reset_accelerate_state()
+    accelerator = Accelerator(
+        cpu=not cuda, mixed_precision="no" if precision == "fp32" else precision
+    )
+    torch.manual_seed(0)
+    raw = build_model(cfg).to(device)
+    model, optimizer = accelerator.prepare(raw, make_optimizer(raw, TrainConfig()))
+    update = Update(*step_and_clip(accelerator, optimizer), list(model.parameters()), 1.0)
+    batches = RandomBatches(shape, device)
+    for _ in range(3):
+        optimizer_step(model, batches, accelerator, update, lambda m, x, y: loss(m, x, y, 0.0))
+    peak = torch.cuda.max_memory_allocated(device) - base if cuda else None
+    del model, optimizer, raw, update
+    reset_accelerate_state()
+    return peak
+
+
+def memory_part(args, work: Path) -> dict:
+    device = torch.device("cpu" if args.cpu_smoke else "cuda")
+    shape = SMOKE_SHAPE if args.cpu_smoke else GPU_SHAPE
+    precision = "fp32" if args.cpu_smoke else "bf16"
+    rows = []
+    for family in ("llama", "gpt2"):
+        cfg = preset_config(family, shape)
+        est = memory_estimate(cfg, shape.seq, shape.batch, precision, device.type)
+        peak = measured_peak(cfg, shape, precision, device)
+        rows.append(
+            {
+                "family": family,
+                "precision": precision,
+                "micro_batch": shape.batch,
+                "estimate_gb": est.total / GB,
+                "estimate_parts_gb": {
+                    k: getattr(est, k) / GB for k in ("params", "grads", "optimizer", "activations")
+                },
+                "max_memory_allocated_gb": None if peak is None else peak / GB,
+                "estimate_over_measured": None if peak is None else est.total / peak,
+            }
+        )
+    return {"rows": rows}
+
+
+def small_corpus(folder: Path) -> Path:
+    """60 small stdlib files as a text corpus (~300 KB): the sweep checks the pipeline, not
+    the data preparation of the whole stdlib."""
+    folder.mkdir(parents=True, exist_ok=True)
+    small = [p for _, p in stdlib_files() if 2_000 < p.stat().st_size < 8_000][:60]
+    for i, p in enumerate(small):
+        (folder / f"doc{i:03d}.txt").write_text(p.read_text(encoding="utf-8"), encoding="utf-8")
+    return folder
+
+
+def sweep_part(args, work: Path) -> dict:
+    """`sweeps.run sweep=tiny` in a fresh process, into a store and runs folder of its own."""
+    uri = f"sqlite:///{work / 'sweep' / 'mlruns.db'}"
+    command = [
+        sys.executable,
+        *("-m", "sweeps.run", "sweep=tiny", f"tracking.uri={uri}"),
+        *("tracking.experiment=gpu-check", f"paths.runs_dir={work / 'sweep' / 'runs'}"),
+        f"paths.cache_dir={work / 'sweep' / 'cache'}",
+        *("data.source=text", f"data.path={small_corpus(work / 'corpus')}"),
+        "data.eval_tokens=1024",  # the small corpus's validation split holds ~3500 tokens
+        "train.progress=none",
+        "train.compile=false",  # compiling is the throughput part's; this one checks the pipeline
+    ]
+    (work / "sweep").mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=args.sweep_timeout
+    )
+    wall = time.perf_counter() - t0
+    mlflow.set_tracking_uri(uri)
+    runs = mlflow.search_runs(experiment_names=["gpu-check"])
+    parent = "tags.mlflow.parentRunId"
+    points = runs[runs[parent].notna()] if parent in runs else runs.iloc[:0]
+    failed = {"error": f"sweeps.run exited {proc.returncode}"} if proc.returncode else {}
+    return failed | {
+        "command": " ".join(command[1:]),
+        "returncode": proc.returncode,
+        "wall_s": wall,
+        "runs": {str(k): int(v) for k, v in points["status"].value_counts().items()},
+        "final_val_loss": sorted(points.get("metrics.final_val_loss", []).dropna().tolist())
+        if len(points)
+        else [],
+        "output_tail": (proc.stdout + proc.stderr)[-2000:],
+    }
+
+
+# memory first (seconds), the sweep last: its time limit is what the deadline leaves
+PARTS = {
+    "memory": memory_part,
+    "throughput": throughput_part,
+    "loop_overhead": loop_part,
+    "sweep": sweep_part,
+}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--cpu-smoke", action="store_true", help="tiny shapes on the CPU")
+    p.add_argument("--parts", default=",".join(PARTS), help="comma-separated subset of the parts")
+    p.add_argument("--peak-tflops", type=float, default=989.0, help="H100/H200 dense bf16")
+    p.add_argument("--deadline-s", type=float, default=460.0, help="the sweep stops by then")
+    p.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "results" / "benchmarks"))
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    if not args.cpu_smoke and not torch.cuda.is_available():
+        raise SystemExit("error: no CUDA device; run with --cpu-smoke on a CPU")
+    start, device = time.perf_counter(), torch.device("cpu" if args.cpu_smoke else "cuda")
+    result: dict = {"machine": machine(device, torch.get_num_threads(), "system"), "parts": {}}
+    command = argv if argv is not None else sys.argv[1:]
+    result["command"] = "python -m benchmarks.gpu_check " + " ".join(command)
+    out = Path(args.out) / f"gpu_check_{'cpu_smoke' if args.cpu_smoke else 'cuda'}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.parts.split(","):
+            args.sweep_timeout = max(30.0, args.deadline_s - (time.perf_counter() - start))
+            t0 = time.perf_counter()
+            try:
+                part = PARTS[name](args, Path(tmp))
+            except Exception:  # the other parts still run; the JSON says what failed
+                part = {"error": traceback.format_exc()[-3000:]}
+            part["seconds"] = round(time.perf_counter() - t0, 1)
+            result["parts"][name] = part
+            status = "FAILED" if "error" in part else "ok"
+            print(f"[gpu_check] {name}: {status} in {part['seconds']} s", flush=True)
+            out.write_text(json.dumps(result, indent=1, default=str) + "\n")  # after each part
+    print(f"[gpu_check] wrote {out}")
+    if any("error" in p for p in result["parts"].values()):
+        sys.exit(1)
+    return result
+
+
+if __name__ == "__main__":
+    main()
