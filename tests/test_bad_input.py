@@ -117,6 +117,7 @@ TRAIN_ROWS = [
     ("train.seed=-1", "train.seed: must be in [0, 2**63 - 1]"),
     ("train.seed=1e30", "train.seed: must be in [0, 2**63 - 1]"),
     ("train.warmup=1e6", "train.warmup: 1000000 steps is more than the run's 123 steps"),
+    ("train.warmup=2.5", "train.warmup: 2.5 is neither a fraction (< 1) of the run's steps"),
     ("train.decay_start_tokens=-4096", "train.decay_start_tokens: must be >= 0"),
     ("data.doc_separator=''", "data.doc_separator: must not be empty"),
     # tracking URIs MLflow cannot open (a 41-line traceback before)

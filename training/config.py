@@ -417,6 +417,11 @@ class TrainConfig(_Section):
     def _check_schedule_steps(self) -> None:
         """Warmup within the run's steps; a WSD decay start at a token count >= 0."""
         total_steps = -(-self.tokens // self.batch_tokens)
+        if self.warmup >= 1 and self.warmup != int(self.warmup):  # int() would cut it silently
+            raise ConfigError(
+                f"train.warmup: {self.warmup} is neither a fraction (< 1) of the run's steps nor "
+                "a whole number of steps"
+            )
         if self.warmup >= 1 and self.warmup > total_steps:
             raise ConfigError(
                 f"train.warmup: {int(self.warmup)} steps is more than the run's {total_steps} steps "
