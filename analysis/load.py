@@ -568,6 +568,9 @@ def resolve_tracking_uri(uri: str | None) -> str:
         path = Path(uri.removeprefix("sqlite:///"))
         if not path.is_file():
             raise InputError(f"--tracking-uri: no MLflow store at {path} (run a sweep first)")
+        with open(path, "rb") as f:  # MLflow would write its tables into any other file
+            if f.read(16) != b"SQLite format 3\0":
+                raise InputError(f"--tracking-uri: {path} is not a SQLite database")
     elif uri.startswith(("http://", "https://")):
         check_server(uri)
     elif "://" in uri and uri.split("://", 1)[0].lower().split("+", 1)[0] not in URI_SCHEMES:
@@ -579,9 +582,11 @@ def resolve_tracking_uri(uri: str | None) -> str:
     return uri
 
 
-def check_out_dir(folder: Path, flag: str = "--out") -> None:
+def check_out_dir(folder: str | Path, flag: str = "--out") -> None:
     """InputError unless `folder` exists as a writable folder or can be made (its nearest
     existing ancestor is one), so a read-only or misnamed output fails before any fitting."""
+    if not str(folder).strip():  # Path("") is the current folder
+        raise InputError(f"{flag}: empty; give the folder to write")
     probe = Path(folder).resolve()
     while not probe.exists():
         probe = probe.parent
@@ -671,12 +676,22 @@ def load_selected(args: argparse.Namespace) -> Runs:
         prefix = len(csvs) > 1  # distinct generated ids for CSVs without a run_id column
         return combine([read_csv(p, f"csv{k}-" if prefix else "") for k, p in enumerate(csvs, 1)])
     args.tracking_uri = resolve_tracking_uri(args.tracking_uri)  # curves read the same store
+    from mlflow.exceptions import MlflowException  # lazy: mlflow ~2.5 s
+
+    try:
+        return _load_experiments(experiments, sweeps, args.tracking_uri)
+    except MlflowException as e:  # a store MLflow refuses (a file store it no longer writes)
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(f"--tracking-uri: {args.tracking_uri}: {why}") from None
+
+
+def _load_experiments(experiments: list[str], sweeps: list[str], tracking_uri: str) -> Runs:
     if len(experiments) == 1 and not sweeps:
-        return load_mlflow(experiments[0], None, args.tracking_uri)
-    holder = _sweep_experiments(sweeps, experiments, args.tracking_uri)
+        return load_mlflow(experiments[0], None, tracking_uri)
+    holder = _sweep_experiments(sweeps, experiments, tracking_uri)
     parts = []
     for name in experiments:
         mine = [s for s in sweeps if holder[s] == name]
         for sweep in mine or [None]:
-            parts.append(load_mlflow(name, sweep, args.tracking_uri))
+            parts.append(load_mlflow(name, sweep, tracking_uri))
     return combine(parts)

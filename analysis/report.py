@@ -947,7 +947,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         check_fit_args(args)
-        check_out_dir(Path(args.out))
+        check_out_dir(args.out)
         loaded = load_selected(args)
         if args.group == "family":
             return families_main(args, loaded)
