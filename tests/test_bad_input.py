@@ -170,6 +170,8 @@ TRAIN_ROWS = [
         "tracking.uri=sqlite:///{corpus}/a_file/mlruns.db",
         "tracking.uri: {corpus}/a_file is a file, not a folder",
     ),
+    # MLflow 3 refuses a file store: a traceback after the data cache was built
+    ("tracking.uri={corpus}", "tracking.uri: {corpus} is an MLflow file store"),
 ]
 # several overrides each (the data.path rows above choose data=text themselves)
 TRAIN_MULTI_ROWS = [
@@ -387,6 +389,37 @@ def test_analysis_bad_tracking_uri_fails_in_seconds(tmp_path, capsys, tool, uri)
     message = one_error_line(capsys.readouterr().err)
     assert message.startswith("--tracking-uri:") and uri in message
     assert not out.parent.exists()
+
+
+@pytest.mark.parametrize(
+    "uri, message",
+    [
+        ("sqlite:///{t}/a_file", "--tracking-uri: {t}/a_file is not a SQLite database"),
+        ("{t}/folder", "--tracking-uri: {t}/folder: The filesystem tracking backend"),
+    ],
+)
+def test_analysis_a_store_mlflow_cannot_open_is_one_line(tmp_path, capsys, uri, message):
+    """MLflow wrote its tables into the file (3 lines), or a 36-line traceback."""
+    from analysis import fit
+
+    (tmp_path / "a_file").write_text("keep me")
+    (tmp_path / "folder").mkdir()
+    out = tmp_path / "result" / "fit.json"
+    argv = ["--experiment", "x", "--tracking-uri", uri.format(t=tmp_path), "--out", str(out)]
+    assert fit.main(argv) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith(message.format(t=tmp_path)), line
+    assert (tmp_path / "a_file").read_text() == "keep me" and not out.parent.exists()
+
+
+def test_analysis_empty_out_is_refused(tmp_path, capsys, monkeypatch):
+    """`--out ''` wrote the report into the current folder."""
+    (tmp_path / "runs.csv").write_text(GOOD_CSV)
+    monkeypatch.chdir(tmp_path)
+    argv = ["--csv", str(tmp_path / "runs.csv"), "--bootstrap", "10", "--out", ""]
+    assert _run_cli("report", argv) == 2
+    assert one_error_line(capsys.readouterr().err) == "--out: empty; give the folder to write"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.csv"]
 
 
 def test_analysis_server_check_times_out_on_a_silent_server(tmp_path, capsys):

@@ -194,6 +194,19 @@ def preflight(spec: RunSpec) -> None:
     if (db := tracking.sqlite_path(uri)) is not None:
         _check_folder("tracking.uri", db.parent)
     tracking.check_store(uri, spec.tracking.parent_run_id)
+    if "://" not in uri or uri.startswith("file://"):
+        _check_file_store(uri)
+
+
+def _check_file_store(uri: str) -> None:
+    """MLflow 3 refuses its file store unless told otherwise: a traceback once data was built."""
+    from mlflow.environment_variables import MLFLOW_ALLOW_FILE_STORE  # lazy: mlflow ~2.5 s
+
+    if not MLFLOW_ALLOW_FILE_STORE.get():
+        raise ConfigError(
+            f"tracking.uri: {uri} is an MLflow file store, which MLflow no longer opens; use "
+            "sqlite:///path/to/mlruns.db (or set MLFLOW_ALLOW_FILE_STORE=true)"
+        )
 
 
 def _check_memory(model: ModelConfig) -> None:
