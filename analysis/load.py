@@ -174,6 +174,8 @@ def read_csv(path: str | Path, id_prefix: str = "") -> Runs:
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
         raise InputError(f"--csv: cannot read {path} as CSV: {err}".splitlines()[0]) from None
     _check_header(path, df)
+    if df.empty:  # a header alone: every check below passes on no rows
+        raise InputError(f"--csv: {path} has a header but no rows")
     df = complete_axes(df)
     generated = "run_id" not in df.columns
     if generated:
@@ -196,7 +198,7 @@ def check_text(path: Path, flag: str) -> None:
             except UnicodeDecodeError as err:
                 byte = line[err.start]
                 raise InputError(
-                    f"{flag}: cannot read {path}:{lineno} as CSV: not UTF-8 text (byte "
+                    f"{flag}: cannot read {path}:{lineno}: not UTF-8 text (byte "
                     f"0x{byte:02x} at column {err.start + 1})"
                 ) from None
 

@@ -493,7 +493,7 @@ CSV_ROWS = [  # (file name, bytes, message after `error: `, {path} = the file)
     (
         "latin1.csv",
         GOOD_CSV.encode() + b"caf\xe9,1,2\n",
-        "--csv: cannot read {path}:11 as CSV: not UTF-8 text (byte 0xe9 at column 4)",
+        "--csv: cannot read {path}:11: not UTF-8 text (byte 0xe9 at column 4)",
     ),
     # an IndexError traceback
     (
