@@ -46,6 +46,7 @@ from analysis.load import (
     add_selection_args,
     check_fittable,
     check_out_dir,
+    check_text,
     load_curves,
     load_selected,
 )
@@ -1071,6 +1072,7 @@ def _curves(args, runs: pd.DataFrame) -> pd.DataFrame | None:
         for path in args.curves:
             if not Path(path).is_file():
                 raise InputError(f"--curves: no such file: {path}")
+            check_text(Path(path), "--curves")
             curves = pd.read_csv(path)
             missing = {"run_id", "tokens", "val_loss"} - set(curves.columns)
             if missing:
