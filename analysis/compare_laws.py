@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"--holdout-above must be a positive C (got {args.holdout_above})")
         if args.seed < 0:
             raise InputError(f"--seed must be a non-negative integer (got {args.seed})")
-        check_out_dir(Path(args.out))
+        check_out_dir(args.out)
         runs = load_selected(args).frame
         laws = [LAWS[k] for k in dict.fromkeys(args.law)] if args.law else applicable(runs)
         for law in laws:

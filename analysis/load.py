@@ -11,6 +11,7 @@ Several sources (CSVs, or experiments and sweeps) are concatenated by `combine`.
 from __future__ import annotations
 
 import argparse
+import csv
 import os
 import re
 import tempfile
@@ -54,6 +55,7 @@ class Runs:
     frame: pd.DataFrame  # one row per usable run
     excluded: pd.DataFrame = field(default_factory=pd.DataFrame)  # run_id, status, reason
     source: str = ""
+    ids_generated: bool = False  # a CSV without run_id: its rows are told apart by value only
 
 
 # ---------------------------------------------------------------- validation
@@ -102,6 +104,14 @@ def complete_axes(df: pd.DataFrame) -> pd.DataFrame:
         df["D"] = df["C"] / (six * df["N"])
     if "C" not in df.columns:
         df["C"] = six * df["N"] * df["D"]
+    for col in AXES:  # derived from the other two: may overflow to inf or underflow to 0
+        bad = ~((df[col] > 0) & np.isfinite(df[col]))
+        if bad.any():
+            rows = ", ".join(str(i) for i in df.index[bad][:5])
+            raise InputError(
+                f"column '{col}' computed from C = k 6 N D is zero or infinite in "
+                f"{int(bad.sum())} row(s) (rows {rows}); the other two columns are out of range"
+            )
     return df
 
 
@@ -154,21 +164,86 @@ def with_total_params(df: pd.DataFrame) -> pd.DataFrame:
 def read_csv(path: str | Path, id_prefix: str = "") -> Runs:
     """Runs from a CSV; rows without a `run_id` column get ids `{id_prefix}row{i}`."""
     path = Path(path)
+    if path.is_dir():
+        raise InputError(f"--csv: {path} is a folder, not a CSV file")
     if not path.is_file():
         raise InputError(f"--csv: no such file: {path}")
+    check_text(path, "--csv")
     try:
         df = pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
         raise InputError(f"--csv: cannot read {path} as CSV: {err}".splitlines()[0]) from None
+    _check_header(path, df)
+    if df.empty:  # a header alone: every check below passes on no rows
+        raise InputError(f"--csv: {path} has a header but no rows")
     df = complete_axes(df)
-    if "run_id" not in df.columns:
+    generated = "run_id" not in df.columns
+    if generated:
         df.insert(0, "run_id", [f"{id_prefix}row{i}" for i in range(len(df))])
-    return Runs(frame=df, source=str(path))
+    elif (blank := df["run_id"].isna() | (df["run_id"].astype(str).str.strip() == "")).any():
+        rows = ", ".join(str(i) for i in df.index[blank][:5])
+        raise InputError(
+            f"--csv: {path}: column 'run_id' is empty in {int(blank.sum())} row(s) (rows "
+            f"{rows}); give every run an id, or drop the column"
+        )
+    return Runs(frame=df, source=str(path), ids_generated=generated)
+
+
+def check_text(path: Path, flag: str) -> None:
+    """UTF-8 text, else one line naming `path:line` (pandas names a byte of its buffer)."""
+    with open(path, "rb") as f:
+        for lineno, line in enumerate(f, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as err:
+                byte = line[err.start]
+                raise InputError(
+                    f"{flag}: cannot read {path}:{lineno}: not UTF-8 text (byte "
+                    f"0x{byte:02x} at column {err.start + 1})"
+                ) from None
+
+
+def _check_header(path: Path, df: pd.DataFrame) -> None:
+    """A column named twice (pandas renames the second `N.1` and the fit reads the first)."""
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        header = next(csv.reader(f), [])
+    seen = set()
+    for name in header:
+        if name in seen:
+            raise InputError(f"--csv: {path}:1: column '{name}' appears twice in the header")
+        seen.add(name)
+
+
+def _check_identical_rows(parts: list[Runs]) -> None:
+    """Rows of CSVs without run_id (or run_key) that are equal in every column they share: the
+    same run given twice, within one file or across files."""
+    parts = [p for p in parts if p.ids_generated and "run_key" not in p.frame.columns]
+    if not parts:
+        return
+    shared = sorted(set.intersection(*(set(p.frame.columns) for p in parts)) - {"run_id"})
+    rows = pd.concat(
+        [p.frame[shared].assign(_src=p.source, _row=p.frame.index) for p in parts],
+        ignore_index=True,
+    )
+    dup = rows.duplicated(subset=shared, keep=False)
+    if not dup.any():
+        return
+    first = rows[dup].iloc[0]
+    same = rows[(rows[shared] == first[shared]).all(axis=1)]
+    where = ", ".join(f"{src} row {i}" for src, i in list(zip(same["_src"], same["_row"]))[:3])
+    extra = int(rows.duplicated(subset=shared).sum())
+    raise InputError(
+        f"the same row appears {len(same)} times ({where}); {extra} row(s) repeat another and "
+        "no run_id column tells them apart; each run may be selected only once (give distinct "
+        "runs a run_id column)"
+    )
 
 
 def check_unique(parts: list[Runs]) -> None:
     """No run counted twice: a run_id, or a non-empty run_key, found twice within one source or
-    across sources is an error (a doubled run narrows every interval)."""
+    across sources is an error (a doubled run narrows every interval); so is a row repeated in
+    CSVs without run ids."""
+    _check_identical_rows(parts)
     for col in ("run_id", "run_key"):
         keys = [p.frame[col] if col in p.frame.columns else pd.Series(dtype=object) for p in parts]
         labels = pd.concat([pd.Series(p.source, index=k.index) for p, k in zip(parts, keys)])
@@ -495,6 +570,9 @@ def resolve_tracking_uri(uri: str | None) -> str:
         path = Path(uri.removeprefix("sqlite:///"))
         if not path.is_file():
             raise InputError(f"--tracking-uri: no MLflow store at {path} (run a sweep first)")
+        with open(path, "rb") as f:  # MLflow would write its tables into any other file
+            if f.read(16) != b"SQLite format 3\0":
+                raise InputError(f"--tracking-uri: {path} is not a SQLite database")
     elif uri.startswith(("http://", "https://")):
         check_server(uri)
     elif "://" in uri and uri.split("://", 1)[0].lower().split("+", 1)[0] not in URI_SCHEMES:
@@ -506,9 +584,11 @@ def resolve_tracking_uri(uri: str | None) -> str:
     return uri
 
 
-def check_out_dir(folder: Path, flag: str = "--out") -> None:
+def check_out_dir(folder: str | Path, flag: str = "--out") -> None:
     """InputError unless `folder` exists as a writable folder or can be made (its nearest
     existing ancestor is one), so a read-only or misnamed output fails before any fitting."""
+    if not str(folder).strip():  # Path("") is the current folder
+        raise InputError(f"{flag}: empty; give the folder to write")
     probe = Path(folder).resolve()
     while not probe.exists():
         probe = probe.parent
@@ -598,12 +678,22 @@ def load_selected(args: argparse.Namespace) -> Runs:
         prefix = len(csvs) > 1  # distinct generated ids for CSVs without a run_id column
         return combine([read_csv(p, f"csv{k}-" if prefix else "") for k, p in enumerate(csvs, 1)])
     args.tracking_uri = resolve_tracking_uri(args.tracking_uri)  # curves read the same store
+    from mlflow.exceptions import MlflowException  # lazy: mlflow ~2.5 s
+
+    try:
+        return _load_experiments(experiments, sweeps, args.tracking_uri)
+    except MlflowException as e:  # a store MLflow refuses (a file store it no longer writes)
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(f"--tracking-uri: {args.tracking_uri}: {why}") from None
+
+
+def _load_experiments(experiments: list[str], sweeps: list[str], tracking_uri: str) -> Runs:
     if len(experiments) == 1 and not sweeps:
-        return load_mlflow(experiments[0], None, args.tracking_uri)
-    holder = _sweep_experiments(sweeps, experiments, args.tracking_uri)
+        return load_mlflow(experiments[0], None, tracking_uri)
+    holder = _sweep_experiments(sweeps, experiments, tracking_uri)
     parts = []
     for name in experiments:
         mine = [s for s in sweeps if holder[s] == name]
         for sweep in mine or [None]:
-            parts.append(load_mlflow(name, sweep, args.tracking_uri))
+            parts.append(load_mlflow(name, sweep, tracking_uri))
     return combine(parts)

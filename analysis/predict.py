@@ -28,7 +28,7 @@ import pandas as pd
 
 from analysis.bootstrap import percentile_interval
 from analysis.laws import Law, law_of, replicates_path
-from analysis.load import ArgumentParser, InputError, check_out_file
+from analysis.load import ArgumentParser, InputError, check_out_file, check_text
 
 
 def load_fit(path: str, group: str | None = None) -> dict:
@@ -37,10 +37,13 @@ def load_fit(path: str, group: str | None = None) -> dict:
     p = Path(path)
     if not p.is_file():
         raise InputError(f"--fit: no such file: {p}")
+    check_text(p, "--fit")
     try:
         data = json.loads(p.read_text())
     except json.JSONDecodeError as err:
         raise InputError(f"--fit: {p} is not JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"--fit: {p} holds a JSON {type(data).__name__}, not a fit.json object")
     if "groups" in data:
         names = sorted(data["groups"])
         if group is None or group not in data["groups"]:
@@ -74,6 +77,7 @@ def load_replicates(path: str | None, law: Law, group: str | None) -> np.ndarray
     """(R, P) thetas of the bootstrap replicates, or None when there are none."""
     if path is None or not Path(path).is_file():
         return None
+    check_text(Path(path), "--replicates")
     reps = pd.read_csv(path)
     if group is not None and "group" in reps.columns:
         reps = reps[reps["group"].astype(str) == group]
@@ -93,6 +97,7 @@ def read_points(path: str, law: Law, k: float = 1.0) -> tuple[pd.DataFrame, bool
     p = Path(path)
     if not p.is_file():
         raise InputError(f"--csv: no such file: {p}")
+    check_text(p, "--csv")
     try:
         df = pd.read_csv(p)
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as err:

@@ -47,6 +47,7 @@ from analysis.load import (
     add_selection_args,
     check_fittable,
     check_out_dir,
+    check_text,
     load_curves,
     load_selected,
 )
@@ -979,7 +980,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         check_fit_args(args)
-        check_out_dir(Path(args.out))
+        check_out_dir(args.out)
         loaded = load_selected(args)
         for note in fill_defaults(args, loaded.frame):
             print(f"note: {note}")
@@ -1105,6 +1106,7 @@ def _curves(args, runs: pd.DataFrame) -> pd.DataFrame | None:
         for path in args.curves:
             if not Path(path).is_file():
                 raise InputError(f"--curves: no such file: {path}")
+            check_text(Path(path), "--curves")
             curves = pd.read_csv(path)
             missing = {"run_id", "tokens", "val_loss"} - set(curves.columns)
             if missing:

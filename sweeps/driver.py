@@ -25,7 +25,9 @@ from typing import Any
 import torch
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobStatus
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from models import count_params
 from models.accounting import GB
@@ -37,6 +39,7 @@ from sweeps.stopping import SweepStopped, stop_on_sigterm
 from sweeps.sweep_view import Closing, SweepProgress, plan_rows, print_plan, print_summary
 from training import objectives, tracking
 from training.checkpoint import branch_checkpoint_path, run_dir
+from training.cli import explain
 from training.config import ConfigError, DataConfig
 from training.data import prepare_data
 from training.paths import default_cache_dir, default_runs_dir, resolve_dir
@@ -307,7 +310,10 @@ def cached_compose(compose: Compose) -> Compose:
         ]
         groups = tuple(o.input_line for o in parsed if o not in values)
         if groups not in cache:
-            cache[groups] = compose(list(groups))
+            try:
+                cache[groups] = compose(list(groups))
+            except (HydraException, OmegaConfBaseException) as e:  # e.g. `model: [nope]` in axes
+                raise plan.PlanError(explain(e, list(groups))) from None
         cfg = cache[groups].copy()
         for o in values:
             try:

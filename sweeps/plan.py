@@ -65,6 +65,20 @@ BUDGET_FLOPS = ("6nd", "exact")
 C_LABEL = {"6nd": "6ND", "exact": "exact"}
 
 
+# ValueErrors of a point's model that no shape or size explains (a bad value in an axis or a
+# variant): the sweep fails; other model errors (a size the ladder cannot reach, heads that do
+# not divide d_model) skip the point.
+NOT_A_VALUE = (
+    "must be a positive number",
+    "must be a positive integer",
+    "expected a finite number",
+    "must be one of",
+    "must be true or false",
+    "must be a number in",
+    "must be in [0, 1)",
+)
+
+
 class PlanError(ValueError):
     """A sweep config that cannot be planned (conflicting axes, bad field); raised before any work."""
 
@@ -157,8 +171,12 @@ class TuneSpec:
             raise PlanError(
                 f"sweep.tune_halving.{sorted(unknown)[0]}: unknown field; allowed: rungs, decay"
             )
-        rungs = tuple(float(r) for r in halving.get("rungs", DEFAULT_RUNGS))
-        return cls(grid, at, True, rungs, float(halving.get("decay", 0.2)))
+        rungs = tuple(
+            _numbers(halving.get("rungs", list(DEFAULT_RUNGS)), "sweep.tune_halving.rungs")
+        )
+        return cls(
+            grid, at, True, rungs, _number(halving.get("decay", 0.2), "sweep.tune_halving.decay")
+        )
 
 
 @dataclass(frozen=True)
@@ -256,12 +274,40 @@ def check_settings(sweep: Mapping[str, Any]) -> None:
     throughput = _mapping(
         sweep.get("throughput") or {}, "sweep.throughput", "flops_per_sec, overhead_s"
     )
+    _known(throughput, "sweep.throughput", ("flops_per_sec", "overhead_s"))
     for key, low in (("flops_per_sec", "> 0"), ("overhead_s", ">= 0")):
         name = f"sweep.throughput.{key}"
         if key in throughput:
             value = _number(throughput[key], name)
             if value < 0 or (value == 0 and low == "> 0"):
                 raise PlanError(f"{name}: must be {low}, got {throughput[key]!r}")
+    # the plan fields the driver reads before SweepSpec checks them (it merges command-line axes)
+    _mapping(sweep.get("axes") or {}, "sweep.axes", "override key -> values")
+    _check_report(sweep.get("report"))
+
+
+def _known(d: Mapping, name: str, allowed: Sequence[str]) -> None:
+    unknown = sorted(set(d) - set(allowed))
+    if unknown:
+        raise PlanError(f"{name}.{unknown[0]}: unknown field; allowed: {', '.join(allowed)}")
+
+
+def _check_report(report: Any) -> None:
+    """`sweep.report`, read only after the last point trained: its shape is checked first."""
+    if report is None:
+        return
+    report = _mapping(report, "sweep.report", "out: FOLDER, args: [...]")
+    _known(report, "sweep.report", ("out", "args"))
+    out = report.get("out")
+    if not isinstance(out, str) or not out.strip():
+        raise PlanError(f"sweep.report.out: expected the report's folder, got {out!r}")
+    if Path(out).expanduser().exists() and not Path(out).expanduser().is_dir():
+        raise PlanError(f"sweep.report.out: {out} is a file, not a folder")
+    args = report.get("args") or []
+    if not isinstance(args, (list, tuple)) or any(isinstance(a, (list, dict)) for a in args):
+        raise PlanError(
+            f"sweep.report.args: expected a list of analysis.report arguments, got {args!r}"
+        )
 
 
 @dataclass(frozen=True)
@@ -298,6 +344,12 @@ class SweepSpec:
                 raise PlanError(
                     f"sweep.axes.{key}: expected a non-empty list of values, got {values!r}"
                 )
+        if len(set(self.wsd_tokens)) != len(self.wsd_tokens):  # a branch as long as its stable run
+            raise PlanError(f"sweep.wsd.tokens: a value is listed twice in {self.wsd_tokens}")
+        if any(t <= 0 for t in self.wsd_tokens):
+            raise PlanError(
+                f"sweep.wsd.tokens: token budgets must be positive, got {self.wsd_tokens}"
+            )
         if any(c <= 0 for c in self.budgets):
             raise PlanError(
                 f"sweep.budgets: compute budgets must be positive FLOPs, got {self.budgets}"
@@ -334,7 +386,7 @@ class SweepSpec:
     def from_dict(cls, name: str, d: Mapping[str, Any]) -> SweepSpec:
         """Build from the plan fields of `cfg.sweep` (a plain dict); unknown fields are ignored
         here because execution settings (jobs, dry_run...) live next to them."""
-        wsd = dict(d.get("wsd") or {})
+        wsd = _mapping(d.get("wsd") or {}, "sweep.wsd", "tokens: [...], decay: f")
         unknown = set(wsd) - {"tokens", "decay"}
         if unknown:
             raise PlanError(
@@ -660,7 +712,10 @@ def _resolve_one(
     except PlanError:
         raise  # a config error that no point can avoid: stop before anything starts
     except ValueError as e:
-        return replace(run, skip=str(e).splitlines()[0])
+        reason = str(e).splitlines()[0]
+        if any(m in reason for m in NOT_A_VALUE):  # a value no model has, not a shape
+            raise PlanError(f"{reason} (point #{i}: {' '.join(p.overrides)})") from None
+        return replace(run, skip=reason)
     if p.phase == "stable" and p.branch_tokens:
         saves = [branch_start(d, spec.wsd_decay, facts.batch_tokens) for d in p.branch_tokens]
         saves = [t for t in saves if t > 0]  # a branch below one batch is skipped instead

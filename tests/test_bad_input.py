@@ -52,6 +52,7 @@ def place(tmp_path, monkeypatch) -> dict:
     (corpus / "not_a_checkpoint.pt").write_text("hello")
     (corpus / "not_sqlite.db").write_text("hello")
     (corpus / "a_file").write_text("a file, not a folder")
+    (corpus / "doc.txt").write_text("hello world. " * 400)
     overrides = [
         f"tracking.uri=sqlite:///{out / 'store' / 'mlruns.db'}",
         f"paths.runs_dir={out / 'runs'}",
@@ -116,6 +117,7 @@ TRAIN_ROWS = [
     ("train.seed=-1", "train.seed: must be in [0, 2**63 - 1]"),
     ("train.seed=1e30", "train.seed: must be in [0, 2**63 - 1]"),
     ("train.warmup=1e6", "train.warmup: 1000000 steps is more than the run's 123 steps"),
+    ("train.warmup=2.5", "train.warmup: 2.5 is neither a fraction (< 1) of the run's steps"),
     ("train.decay_start_tokens=-4096", "train.decay_start_tokens: must be >= 0"),
     ("data.doc_separator=''", "data.doc_separator: must not be empty"),
     # tracking URIs MLflow cannot open (a 41-line traceback before)
@@ -147,6 +149,40 @@ TRAIN_ROWS = [
     ),
     ("train.resume=true", "train.resume=true: no checkpoint at "),  # true requires one
     ("tracking.parent_run_id=deadbeef", "tracking.parent_run_id: no run deadbeef"),
+    # huge counts: 64-bit steps in MLflow and numpy (a 1e30-token run started)
+    ("train.tokens=1e30", "train.tokens: must be at most 2**63 - 1, got 1e+30"),
+    ("train.batch_tokens=1e30", "train.batch_tokens: must be at most 2**63 - 1"),
+    ("data.eval_tokens=1e30", "data.eval_tokens: must be at most 2**63 - 1"),
+    ("train.save_at_tokens=[1e30]", "train.save_at_tokens[0]: must be at most 2**63 - 1"),
+    # ignored silently before: a field the schedule or the corpus never reads
+    ("train.decay_start_tokens=1024", "train.decay_start_tokens: applies to train.schedule=wsd"),
+    ("data.eot_id=5", "data.eot_id: applies to data.source=tokens only, got data.source=stdlib"),
+    ("data.max_bytes=10", "data.max_bytes: applies to data.source=sitepackages only"),
+    ("data.name=foo", "data.name: applies to data.source=hf or data.source=tokens only"),
+    # AdamW multiplies the weights by 1 - lr x weight_decay <= 0 each step
+    ("train.weight_decay=1e30", "train.weight_decay: lr x weight_decay = 1e+27 >= 1"),
+    # fields training sets itself, given a value that is no size at all
+    ("model.max_seq_len=abc", "model.max_seq_len: expected a positive integer, got 'abc'"),
+    ("model.vocab_size=-1", "model.vocab_size: expected a positive integer, got -1"),
+    # a model whose fp32 weights cannot fit: a traceback after the store and cache were made
+    ("model.n_layers=1e30", "model: 1.8e+35 parameters need 6.72e+26 GiB for their fp32"),
+    (
+        "tracking.uri=sqlite:///{corpus}/a_file/mlruns.db",
+        "tracking.uri: {corpus}/a_file is a file, not a folder",
+    ),
+    # MLflow 3 refuses a file store: a traceback after the data cache was built
+    ("tracking.uri={corpus}", "tracking.uri: {corpus} is an MLflow file store"),
+]
+# several overrides each (the data.path rows above choose data=text themselves)
+TRAIN_MULTI_ROWS = [
+    (
+        ("data.path={corpus}/doc.txt",),  # the stdlib corpus would train, not doc.txt
+        "data.path: applies to data.source=text or data.source=tokens only, got data.source=stdlib",
+    ),
+    (  # larger than any tokenization of the corpus could give: before the cache is built
+        ("data=text", "data.tokenizer=byte", "data.path={corpus}/doc.txt", "data.eval_tokens=1e6"),
+        "data.eval_tokens=1000000: the whole corpus is 5200 bytes (at most 20800 tokens)",
+    ),
 ]
 
 
@@ -164,6 +200,83 @@ def test_train_bad_input_is_one_line_exit_2_and_writes_nothing(place, capsys, ov
     message = one_error_line(capsys.readouterr().err)
     assert message.startswith(field.format(corpus=place["corpus"])), message
     assert_nothing_written(place)
+
+
+@pytest.mark.parametrize("overrides, field", TRAIN_MULTI_ROWS)
+def test_train_bad_combinations_are_one_line_exit_2_and_write_nothing(
+    place, capsys, overrides, field
+):
+    from training.train import _main
+
+    cfg = compose(*place["overrides"], *(o.format(corpus=place["corpus"]) for o in overrides))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        _main(cfg)
+    assert exit_.value.code == 2
+    message = one_error_line(capsys.readouterr().err)
+    assert message.startswith(field.format(corpus=place["corpus"])), message
+    assert_nothing_written(place)
+
+
+TRAIN_WARNING_ROWS = [  # legal, but not what they seem: one `warning:` line, then the run
+    (
+        ("train.schedule=wsd", "train.decay_start_tokens=1e9"),
+        "train.decay_start_tokens=1000000000 is not before the end of the run "
+        "(train.tokens=2000000): the lr never decays",
+    ),
+    (
+        ("train.tokens=1000",),
+        "train.batch_tokens=16384 is more than train.tokens=1000: the run trains one batch, "
+        "16384 tokens",
+    ),
+    (
+        ("model.vocab_size=10",),
+        "model.vocab_size=10 is replaced by the tokenizer's 4096 (data.tokenizer=bpe)",
+    ),
+    (
+        ("model.max_seq_len=1e3",),
+        "model.max_seq_len=1000 is replaced by train.seq_len=256 (the context length)",
+    ),
+]
+
+
+@pytest.mark.parametrize("overrides, warning", TRAIN_WARNING_ROWS)
+def test_train_surprising_values_are_one_warning_line(
+    place, capsys, monkeypatch, overrides, warning
+):
+    """The run goes on after the warning (here to the resume error, before any work)."""
+    import training.spec as spec
+    from training.train import _main
+
+    monkeypatch.setattr(spec, "_WARNED", set())  # once per process: this test's process
+    cfg = compose(*place["overrides"], *overrides, "train.resume=true")
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        _main(cfg)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[0] == f"warning: {warning}", lines
+    assert lines[1].startswith("error: train.resume=true: no checkpoint at "), lines
+    assert len(lines) == 2
+    assert_nothing_written(place)
+
+
+def test_a_tuning_segment_ending_before_its_decay_does_not_warn(place, capsys, monkeypatch):
+    """Successive halving's segments stop before the decay on purpose."""
+    import training.spec as spec
+    from training.train import _main
+
+    monkeypatch.setattr(spec, "_WARNED", set())
+    cfg = compose(
+        *place["overrides"],
+        "train.schedule=wsd",
+        "train.decay_start_tokens=1e9",
+        "++tracking.tags.tune_role=candidate",
+        "train.resume=true",
+    )
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        _main(cfg)
+    assert one_error_line(capsys.readouterr().err).startswith("train.resume=true: no checkpoint")
 
 
 def test_train_range_messages_name_the_allowed_values(place, capsys):
@@ -278,6 +391,37 @@ def test_analysis_bad_tracking_uri_fails_in_seconds(tmp_path, capsys, tool, uri)
     assert not out.parent.exists()
 
 
+@pytest.mark.parametrize(
+    "uri, message",
+    [
+        ("sqlite:///{t}/a_file", "--tracking-uri: {t}/a_file is not a SQLite database"),
+        ("{t}/folder", "--tracking-uri: {t}/folder: The filesystem tracking backend"),
+    ],
+)
+def test_analysis_a_store_mlflow_cannot_open_is_one_line(tmp_path, capsys, uri, message):
+    """MLflow wrote its tables into the file (3 lines), or a 36-line traceback."""
+    from analysis import fit
+
+    (tmp_path / "a_file").write_text("keep me")
+    (tmp_path / "folder").mkdir()
+    out = tmp_path / "result" / "fit.json"
+    argv = ["--experiment", "x", "--tracking-uri", uri.format(t=tmp_path), "--out", str(out)]
+    assert fit.main(argv) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith(message.format(t=tmp_path)), line
+    assert (tmp_path / "a_file").read_text() == "keep me" and not out.parent.exists()
+
+
+def test_analysis_empty_out_is_refused(tmp_path, capsys, monkeypatch):
+    """`--out ''` wrote the report into the current folder."""
+    (tmp_path / "runs.csv").write_text(GOOD_CSV)
+    monkeypatch.chdir(tmp_path)
+    argv = ["--csv", str(tmp_path / "runs.csv"), "--bootstrap", "10", "--out", ""]
+    assert _run_cli("report", argv) == 2
+    assert one_error_line(capsys.readouterr().err) == "--out: empty; give the folder to write"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.csv"]
+
+
 def test_analysis_server_check_times_out_on_a_silent_server(tmp_path, capsys):
     """A port that accepts connections but never answers: the 5 s /health timeout, one line."""
     from analysis import load
@@ -327,6 +471,74 @@ def test_analysis_runs_given_twice_are_refused(tmp_path, capsys, tool, how):
         or str(LADDER.relative_to(ROOT)) in message
         or str(LADDER) in message
     )
+    assert not out.parent.exists()
+
+
+def _rows(*extra: str) -> str:
+    return GOOD_CSV + "".join(f"{line}\n" for line in extra)
+
+
+GOOD_ROW = GOOD_CSV.splitlines()[1]
+CSV_ROWS = [  # (file name, bytes, message after `error: `, {path} = the file)
+    # a CSV without run ids holding a run twice: fitted as two runs
+    ("repeat.csv", _rows(GOOD_ROW), "the same row appears 2 times ({path} row 0, {path} row 9)"),
+    ("twice.csv", GOOD_CSV + GOOD_CSV.split("\n", 1)[1], "the same row appears 2 times"),
+    # pandas renames the second `N` to `N.1` and the fit read the first
+    (
+        "dupcol.csv",
+        "N,N,D,loss\n1,2,3,4\n",
+        "--csv: {path}:1: column 'N' appears twice in the header",
+    ),
+    # pandas named a byte of its buffer, not the line
+    (
+        "latin1.csv",
+        GOOD_CSV.encode() + b"caf\xe9,1,2\n",
+        "--csv: cannot read {path}:11: not UTF-8 text (byte 0xe9 at column 4)",
+    ),
+    # an IndexError traceback
+    (
+        "blank_ids.csv",
+        "run_id," + GOOD_CSV.replace("\n", "\n,", 9)[:-1],
+        "--csv: {path}: column 'run_id' is empty",
+    ),
+    # C = 6 N D overflows to inf: fitted with RuntimeWarnings, exit 0
+    (
+        "overflow.csv",
+        GOOD_CSV.replace("1000000,", "1e300,", 1),
+        "column 'C' computed from C = k 6 N D is zero or infinite",
+    ),
+    ("folder", None, "--csv: {path} is a folder, not a CSV file"),
+]
+
+
+@pytest.mark.parametrize("name, content, message", CSV_ROWS, ids=[r[0] for r in CSV_ROWS])
+@pytest.mark.parametrize("tool", ["fit", "report"])
+def test_analysis_bad_csv_is_one_line_before_any_output(
+    tmp_path, capsys, tool, name, content, message
+):
+    path = tmp_path / name
+    if content is None:
+        path.mkdir()
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    out = tmp_path / "result" / ("fit.json" if tool == "fit" else "report")
+    assert _run_cli(tool, ["--csv", str(path), "--out", str(out), "--bootstrap", "10"]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith(message.format(path=path)), line
+    assert not out.parent.exists()
+
+
+def test_analysis_a_row_repeated_across_csvs_without_ids_is_refused(tmp_path, capsys):
+    """A copy of a CSV without run ids (its rows get distinct generated ids) is the same runs."""
+    (tmp_path / "a.csv").write_text(GOOD_CSV)
+    (tmp_path / "b.csv").write_text(GOOD_CSV)
+    out = tmp_path / "result" / "fit.json"
+    argv = ["--csv", str(tmp_path / "a.csv"), "--csv", str(tmp_path / "b.csv"), "--out", str(out)]
+    assert _run_cli("fit", argv) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith(f"the same row appears 2 times ({tmp_path / 'a.csv'} row 0, "), line
     assert not out.parent.exists()
 
 
@@ -550,6 +762,22 @@ SWEEP_ROWS = [
         "sweep.throughput.flops_per_sec: expected a finite",
     ),
     (["sweep=tiny", "sweep.dry_run=maybe"], "sweep.dry_run: expected true or false, got 'maybe'"),
+    # tracebacks before (iterating or merging a value of the wrong shape)
+    (["sweep=list_axes"], "sweep.axes: expected a mapping (override key -> values), got"),
+    (["sweep=list_wsd"], "sweep.wsd: expected a mapping (tokens: [...], decay: f), got [1, 2]"),
+    (["sweep=bad_rungs"], "sweep.tune_halving.rungs[0]: expected a finite number, got 'a'"),
+    (["sweep=list_decay"], "sweep.tune_halving.decay: expected a finite number, got [0.2]"),
+    (["sweep=bad_group"], "model=nope: unknown model; available: gpt2, llama"),
+    # a value no model has was a skipped point (the sweep trained nothing, exit 0)
+    (["sweep=bad_size"], "model: size must be a positive number of non-embedding params"),
+    (["sweep=bad_variant"], "model: norm must be one of 'layernorm', 'rmsnorm'; got 'bogus'"),
+    # a branch as long as its stable run, a negative budget
+    (["sweep=dup_wsd"], "sweep.wsd.tokens: a value is listed twice in [32768.0, 32768.0]"),
+    (["sweep=neg_wsd"], "sweep.wsd.tokens: token budgets must be positive"),
+    # read only after the last point trained, or not at all
+    (["sweep=scalar_report"], "sweep.report: expected a mapping (out: FOLDER, args: [...])"),
+    (["sweep=report_no_out"], "sweep.report.out: expected the report's folder, got None"),
+    (["sweep=typo_throughput"], "sweep.throughput.flop_per_sec: unknown field; allowed:"),
 ]
 SWEEP_FILES = {  # my_sweeps/sweep/NAME.yaml
     "malformed": "grid: [1, 2\n",
@@ -563,6 +791,20 @@ SWEEP_FILES = {  # my_sweeps/sweep/NAME.yaml
     "list_variants": "axes:\n  model.size: [2e4]\nvariants: [a, b]\n",
     "list_fixed": "axes:\n  model.size: [2e4]\nfixed: [data.tokenizer=byte]\n",
     "no_axes": "axes: {}\nfixed:\n  data.tokenizer: byte\n",
+    "list_axes": "axes: [model.size]\n",
+    "list_wsd": "axes:\n  model.size: [2e4]\nwsd: [1, 2]\n",
+    "bad_rungs": "axes:\n  model.size: [2e4]\ntune:\n  train.lr: [1e-3, 2e-3]\n"
+    "tune_halving:\n  rungs: [a]\n",
+    "list_decay": "axes:\n  model.size: [2e4]\ntune:\n  train.lr: [1e-3, 2e-3]\n"
+    "tune_halving:\n  decay: [0.2]\n",
+    "bad_group": "axes:\n  model: [nope]\n",
+    "bad_size": "axes:\n  model.size: [abc]\n",
+    "bad_variant": "axes:\n  model.size: [2e4]\nvariants:\n  base: {}\n  v: {model.norm: bogus}\n",
+    "dup_wsd": "axes:\n  model.size: [2e4]\nwsd:\n  tokens: [32768, 32768]\n",
+    "neg_wsd": "axes:\n  model.size: [2e4]\nwsd:\n  tokens: [-32768]\n",
+    "scalar_report": "axes:\n  model.size: [2e4]\nreport: 5\n",
+    "report_no_out": "axes:\n  model.size: [2e4]\nreport: {args: [--bootstrap, '10']}\n",
+    "typo_throughput": "axes:\n  model.size: [2e4]\nthroughput:\n  flop_per_sec: 1.0e+9\n",
 }
 
 
@@ -610,14 +852,14 @@ def test_a_data_error_found_after_tokenizing_comes_before_the_store(place, capsy
         "data=text",
         f"data.path={corpus}",
         "data.tokenizer=byte",
-        "data.eval_tokens=1e6",
+        "data.eval_tokens=5e4",  # within the corpus size: found once tokenized
     )
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_:
         _main(cfg)
     assert exit_.value.code == 2
     message = one_error_line(capsys.readouterr().err)
-    assert message.startswith("data.eval_tokens=1000000: the validation split has only"), message
+    assert message.startswith("data.eval_tokens=50000: the validation split has only"), message
     assert sorted(p.name for p in place["out"].iterdir()) == ["cache"]  # no store, no runs/
     assert list(place["cwd"].iterdir()) == []
 
@@ -639,7 +881,7 @@ def test_eval_tokens_is_checked_against_a_prepared_cache_before_any_work(
         "data=text",
         f"data.path={corpus}",
         "data.tokenizer=byte",
-        "data.eval_tokens=1e6",
+        "data.eval_tokens=5e4",  # within the corpus size: found once tokenized
     )
     with pytest.raises(SystemExit):
         _main(cfg)  # builds the cache, then fails
@@ -649,7 +891,7 @@ def test_eval_tokens_is_checked_against_a_prepared_cache_before_any_work(
         _main(cfg)
     assert exit_.value.code == 2
     message = one_error_line(capsys.readouterr().err)
-    assert message.startswith("data.eval_tokens=1000000: the validation split has only"), message
+    assert message.startswith("data.eval_tokens=50000: the validation split has only"), message
     assert sorted(p.name for p in place["out"].iterdir()) == ["cache"]
 
 
@@ -667,7 +909,7 @@ def test_a_replaced_max_seq_len_is_said_in_one_line(place, capsys):
     lines = capsys.readouterr().err.strip().splitlines()
     assert (
         lines[0]
-        == "note: model.max_seq_len=16 is replaced by train.seq_len=64 (the context length)"
+        == "warning: model.max_seq_len=16 is replaced by train.seq_len=64 (the context length)"
     )
     assert lines[1].startswith("error: train.resume=true: no checkpoint at "), lines
     assert len(lines) == 2

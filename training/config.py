@@ -141,6 +141,19 @@ def _positive(section: str, obj: Any, *names: str) -> None:
             raise ConfigError(f"{section}.{n}: must be > 0, got {getattr(obj, n)!r}")
 
 
+INT64_MAX = 2**63 - 1
+
+
+def _at_most_int64(section: str, obj: Any, *names: str) -> None:
+    """Counts that become 64-bit integers (token steps in MLflow and numpy, step counters)."""
+    for n in names:
+        v = getattr(obj, n)
+        for i, x in enumerate(v if isinstance(v, list) else [v]):
+            if x is not None and x > INT64_MAX:
+                where = f"{n}[{i}]" if isinstance(v, list) else n
+                raise ConfigError(f"{section}.{where}: must be at most 2**63 - 1, got {x:.3g}")
+
+
 def _in_range(section: str, obj: Any, name: str, lo: float, hi: float, closed: str = "[]") -> None:
     """`section.name` within lo..hi; `closed` says which ends are included ("[]", "[)", ...)."""
     v = getattr(obj, name)
@@ -257,6 +270,8 @@ class DataConfig(_Section):
             )
         _positive("data", self, "eval_tokens", "tokenizer_train_chars", "max_bytes", "src_len")
         _positive("data", self, "max_tokens")
+        _at_most_int64("data", self, "eval_tokens", "tokenizer_train_chars", "max_bytes")
+        _at_most_int64("data", self, "max_tokens", "vocab_size", "src_len")
         if not self.doc_separator:
             raise ConfigError(
                 "data.doc_separator: must not be empty (it splits a .txt file into documents)"
@@ -286,9 +301,33 @@ class DataConfig(_Section):
             raise ConfigError("data.eot_id: required when data.source=tokens (GPT-2's is 50256)")
         if self.streaming and (self.source not in ("hf", "tokens") or self.from_disk):
             raise ConfigError("data.streaming: applies to hub or data_files datasets (data=hf)")
+        self._check_unused()
+
+    def _check_unused(self) -> None:
+        """A field set for a source that never reads it (data.path with the stdlib: the run
+        would train on the stdlib, not on the files named)."""
+        for name, sources in SOURCE_FIELDS.items():
+            value = getattr(self, name)
+            if value is not None and self.source not in sources:
+                choose = " or ".join(f"data.source={s}" for s in sources)
+                raise ConfigError(
+                    f"data.{name}: applies to {choose} only, got data.source={self.source} "
+                    f"(choose the corpus with data={sources[0]})"
+                )
 
 
 PAIR_FIELDS = ("kind", "source_field", "target_field", "src_len")  # DataConfig, pairs only
+# Optional DataConfig fields -> the sources that read them; set for another source: an error.
+SOURCE_FIELDS = {
+    "path": ("text", "tokens"),
+    "name": ("hf", "tokens"),
+    "config": ("hf", "tokens"),
+    "data_files": ("hf", "tokens"),
+    "from_disk": ("hf", "tokens"),
+    "max_bytes": ("sitepackages",),
+    "val_path": ("tokens",),
+    "eot_id": ("tokens",),
+}
 CORPUS_FIELDS = ("streaming", "max_tokens", "val_path", "eot_id")  # omitted at their defaults
 
 
@@ -344,8 +383,12 @@ class TrainConfig(_Section):
         _positive("train", self, "eval_every", "log_every", "peak_flops", "eps", "device_memory_gb")
         if self.micro_batch != "auto":
             _positive("train", self, "micro_batch")
+            _at_most_int64("train", self, "micro_batch")
         if self.prefetch < 0:
             raise ConfigError(f"train.prefetch: must be >= 0, got {self.prefetch}")
+        _at_most_int64("train", self, "tokens", "batch_tokens", "seq_len", "prefetch")
+        _at_most_int64("train", self, "eval_every", "log_every", "checkpoint_every")
+        _at_most_int64("train", self, "decay_start_tokens", "save_at_tokens")
         # the ranges where AdamW and the schedules mean something (a negative weight decay or
         # eps trains, silently wrong)
         _in_range("train", self, "beta1", 0.0, 1.0, "[)")
@@ -363,6 +406,12 @@ class TrainConfig(_Section):
             raise ConfigError(f"train.min_lr_ratio: must be in [0, 1], got {self.min_lr_ratio}")
         if not 0.0 <= self.decay_fraction <= 1.0:
             raise ConfigError(f"train.decay_fraction: must be in [0, 1], got {self.decay_fraction}")
+        if self.lr * self.weight_decay >= 1:  # AdamW scales weights by 1 - lr wd each step
+            raise ConfigError(
+                f"train.weight_decay: lr x weight_decay = {self.lr * self.weight_decay:g} >= 1 "
+                "turns every weight to zero or flips its sign each step (AdamW multiplies "
+                "weights by 1 - lr x weight_decay); lower train.weight_decay or train.lr"
+            )
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(
                 f"train.label_smoothing: must be in [0, 1), got {self.label_smoothing}"
@@ -379,6 +428,11 @@ class TrainConfig(_Section):
     def _check_schedule_steps(self) -> None:
         """Warmup within the run's steps; a WSD decay start at a token count >= 0."""
         total_steps = -(-self.tokens // self.batch_tokens)
+        if self.warmup >= 1 and self.warmup != int(self.warmup):  # int() would cut it silently
+            raise ConfigError(
+                f"train.warmup: {self.warmup} is neither a fraction (< 1) of the run's steps nor "
+                "a whole number of steps"
+            )
         if self.warmup >= 1 and self.warmup > total_steps:
             raise ConfigError(
                 f"train.warmup: {int(self.warmup)} steps is more than the run's {total_steps} steps "
@@ -388,6 +442,11 @@ class TrainConfig(_Section):
         if self.decay_start_tokens is not None and self.decay_start_tokens < 0:
             raise ConfigError(
                 f"train.decay_start_tokens: must be >= 0, got {self.decay_start_tokens}"
+            )
+        if self.decay_start_tokens is not None and self.schedule != "wsd":
+            raise ConfigError(
+                f"train.decay_start_tokens: applies to train.schedule=wsd only, got "
+                f"train.schedule={self.schedule}"
             )
 
 

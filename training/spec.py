@@ -7,21 +7,23 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
+from models.accounting import count_params
 from models.config import ModelConfig
 from models.ladder import model_config
 from training import objectives as objective
 from training import tracking
 from training.checkpoint import LAST, identity, run_dir
-from training.config import SECTIONS, ConfigError, DataConfig, RunSpec, TrainConfig
+from training.config import SECTIONS, ConfigError, DataConfig, RunSpec, TrainConfig, as_int
 from training.data import source_fingerprint
 from training.data.cache import cache_key
-from training.data.sources import text_files
+from training.data.sources import source_bytes, text_files
 from training.keys import run_key
 from training.paths import default_cache_dir, default_runs_dir, resolve_dir
 
@@ -91,7 +93,7 @@ def resolve_config(cfg: Any) -> RunSpec:
     sections = _sections(cfg)
     data, train = sections["data"], sections["train"]
     model_section = dict(cfg.get("model") or {})
-    _note_max_seq_len(model_section.get("max_seq_len"), train.seq_len)
+    lines = _replaced(model_section, planned_vocab_size(data), train.seq_len, data)
     model = build_model_config(model_section, planned_vocab_size(data), train.seq_len, data)
     objective.check(model, train, data)  # the family's objective: its fields, before any work
     size = model_section.get("size")
@@ -103,6 +105,7 @@ def resolve_config(cfg: Any) -> RunSpec:
     }
     if model.family != "decoder":  # the other families key their objective's fields too
         payload["objective"] = objective.key_fields(model.family, train.seq_len, data)
+    _warn([*lines, *_surprises(train, sections["tracking"])])  # the config is valid: say them
     return RunSpec(
         model=model,
         model_size=None if size is None else float(size),
@@ -112,18 +115,61 @@ def resolve_config(cfg: Any) -> RunSpec:
     )
 
 
-_NOTED: set[str] = set()
+_WARNED: set[str] = set()
 
 
-def _note_max_seq_len(asked: Any, seq_len: int) -> None:
-    """`model.max_seq_len` is train.seq_len's: one stderr line (once per process) when a
-    different value was set, instead of replacing it silently."""
-    if asked in (None, seq_len, ModelConfig.max_seq_len):
-        return
-    line = f"note: model.max_seq_len={asked} is replaced by train.seq_len={seq_len} (the context length)"
-    if line not in _NOTED:
-        _NOTED.add(line)
-        print(line, file=sys.stderr)
+def _warn(lines: list[str]) -> None:
+    """One stderr line per surprising but legal value, once per process (a sweep resolves
+    every point)."""
+    for line in lines:
+        if line not in _WARNED:
+            _WARNED.add(line)
+            print(f"warning: {line}", file=sys.stderr)
+
+
+def _replaced(model_section: dict, vocab_size: int, seq_len: int, data: DataConfig) -> list[str]:
+    """`model.max_seq_len` is train.seq_len's and `model.vocab_size` the tokenizer's: a value
+    the user set is named (it was replaced silently); one that is no size at all is an error."""
+    lines = []
+    for name, value, by in (
+        ("max_seq_len", seq_len, f"train.seq_len={seq_len} (the context length)"),
+        (
+            "vocab_size",
+            vocab_size,
+            f"the tokenizer's {vocab_size} (data.tokenizer={data.tokenizer})",
+        ),
+    ):
+        asked = model_section.get(name)
+        if asked in (None, value, getattr(ModelConfig, name)):
+            continue
+        try:
+            asked = as_int(asked, f"model.{name}")
+        except ConfigError:
+            asked = 0
+        if asked <= 0:
+            raise ConfigError(
+                f"model.{name}: expected a positive integer, got {model_section[name]!r}; "
+                f"{by} sets it"
+            )
+        lines.append(f"model.{name}={asked} is replaced by {by}")
+    return lines
+
+
+def _surprises(train: TrainConfig, tracking_cfg: Any) -> list[str]:
+    """Legal settings that do something other than they seem to."""
+    lines = []
+    if train.batch_tokens > train.tokens:
+        lines.append(
+            f"train.batch_tokens={train.batch_tokens} is more than train.tokens={train.tokens}: "
+            f"the run trains one batch, {train.batch_tokens} tokens"
+        )
+    late = train.decay_start_tokens is not None and train.decay_start_tokens >= train.tokens
+    if late and "tune_role" not in tracking_cfg.tags:  # a tuning segment stops before it
+        lines.append(
+            f"train.decay_start_tokens={train.decay_start_tokens} is not before the end of the "
+            f"run (train.tokens={train.tokens}): the lr never decays"
+        )
+    return lines
 
 
 # ---------------------------------------------------------------- pre-flight
@@ -143,8 +189,36 @@ def preflight(spec: RunSpec) -> None:
     if spec.data.source == "text":
         _check_text_files(spec.data)
     _check_eval_tokens(spec, cache_dir)
+    _check_memory(spec.model)
     uri = tracking.resolve_tracking_uri(spec.tracking.uri)
+    if (db := tracking.sqlite_path(uri)) is not None:
+        _check_folder("tracking.uri", db.parent)
     tracking.check_store(uri, spec.tracking.parent_run_id)
+    if "://" not in uri or uri.startswith("file://"):
+        _check_file_store(uri)
+
+
+def _check_file_store(uri: str) -> None:
+    """MLflow 3 refuses its file store unless told otherwise: a traceback once data was built."""
+    from mlflow.environment_variables import MLFLOW_ALLOW_FILE_STORE  # lazy: mlflow ~2.5 s
+
+    if not MLFLOW_ALLOW_FILE_STORE.get():
+        raise ConfigError(
+            f"tracking.uri: {uri} is an MLflow file store, which MLflow no longer opens; use "
+            "sqlite:///path/to/mlruns.db (or set MLFLOW_ALLOW_FILE_STORE=true)"
+        )
+
+
+def _check_memory(model: ModelConfig) -> None:
+    """The fp32 weights alone fit in this machine's memory (the model is built on the host):
+    else building it fails with a traceback after the store and the data cache were made."""
+    need = 4 * count_params(model).total
+    have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > have:
+        raise ConfigError(
+            f"model: {need / 4:.3g} parameters need {need / 2**30:.3g} GiB for their fp32 "
+            f"weights alone, more than this machine's {have / 2**30:.3g} GiB of memory"
+        )
 
 
 def _check_folder(name: str, folder: Path) -> None:
@@ -171,12 +245,23 @@ def _check_eval_tokens(spec: RunSpec, cache_dir: Path) -> None:
     data, seq_len = spec.data, spec.train.seq_len
     if data.source == "tokens" or data.kind != "text":
         return
+    needed = (data.eval_tokens // seq_len) * seq_len + 1
+    if data.source in ("stdlib", "text"):  # their files are listed already; cheap
+        # a byte (or replacement character, 3 bytes) per token at most, plus one end-of-text
+        # per document: the whole corpus has at most 4 tokens per byte
+        size = source_bytes(data)
+        if needed > 4 * size:
+            raise ConfigError(
+                f"data.eval_tokens={data.eval_tokens}: the whole corpus is {size} bytes (at "
+                f"most {4 * size} tokens), less than the validation windows need; lower "
+                "data.eval_tokens"
+            )
     meta = cache_dir / cache_key(data, spec.data_source) / "meta.json"
     try:
         n_val = int(json.loads(meta.read_text())["n_val_tokens"])
     except (OSError, ValueError, KeyError, TypeError):
         return  # no cache yet, or one the loader rebuilds
-    if (data.eval_tokens // seq_len) * seq_len + 1 > n_val:
+    if needed > n_val:
         raise ConfigError(
             f"data.eval_tokens={data.eval_tokens}: the validation split has only {n_val} tokens; "
             "lower data.eval_tokens or raise data.val_fraction"
