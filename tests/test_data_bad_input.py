@@ -180,3 +180,31 @@ def test_a_token_id_beyond_the_vocabulary_is_one_line_naming_the_shard(tmp_path,
 def test_a_shard_glob_matching_nothing_is_one_line(tmp_path, capsys):
     message = _error_line(tmp_path, capsys, "data=tokens", f"data.path={tmp_path}/none_*.bin")
     assert message == f"data.path: {tmp_path}/none_*.bin matches no .bin or .npy token shards"
+
+
+def _prepare_error(capsys, *overrides: str) -> str:
+    """The one stderr line of `python -m training.data prepare` (in process) that must exit 2."""
+    from training.data.__main__ import main
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main(["prepare", *overrides])
+    assert exit_.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    return lines[0].removeprefix("error: ")
+
+
+def test_prepare_checks_the_cache_folder_and_text_files_before_any_work(tmp_path, capsys):
+    binary = tmp_path / "corpus.txt"
+    binary.write_bytes(bytes(range(256)) * 20)
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    text = tmp_path / "text.txt"
+    text.write_text("hello world " * 100)
+    msg = _prepare_error(capsys, "data=text", f"data.path={text}", f"paths.cache_dir={a_file}")
+    assert msg == f"paths.cache_dir: {a_file} is a file, not a folder"
+    cache = tmp_path / "cache"
+    msg = _prepare_error(capsys, "data=text", f"data.path={binary}", f"paths.cache_dir={cache}")
+    assert msg == f"data.path: {binary} is not a text file (it holds NUL bytes)"
+    assert not cache.exists()

@@ -182,12 +182,10 @@ def preflight(spec: RunSpec) -> None:
     runs_dir = resolve_dir(paths.runs_dir, default_runs_dir())
     _check_folder("paths.runs_dir", runs_dir)
     cache_dir = resolve_dir(paths.cache_dir, default_cache_dir())
-    _check_folder("paths.cache_dir", cache_dir)
     last = run_dir(runs_dir, spec.run_key) / LAST
     if tr.resume is True and not last.exists():  # true: require one (auto: resume if any)
         raise ConfigError(f"train.resume=true: no checkpoint at {last}")
-    if spec.data.source == "text":
-        _check_text_files(spec.data)
+    preflight_data(spec.data, cache_dir)
     _check_eval_tokens(spec, cache_dir)
     _check_memory(spec.model)
     uri = tracking.resolve_tracking_uri(spec.tracking.uri)
@@ -196,6 +194,14 @@ def preflight(spec: RunSpec) -> None:
     tracking.check_store(uri, spec.tracking.parent_run_id)
     if "://" not in uri or uri.startswith("file://"):
         _check_file_store(uri)
+
+
+def preflight_data(data: DataConfig, cache_dir: Path) -> None:
+    """The checks of `preflight` that preparing a corpus needs too (`python -m training.data
+    prepare`): the cache folder, and the text files of data=text."""
+    _check_folder("paths.cache_dir", cache_dir)
+    if data.source == "text":
+        _check_text_files(data)
 
 
 def _check_file_store(uri: str) -> None:

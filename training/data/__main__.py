@@ -19,6 +19,7 @@ from training.config import ConfigError, DataConfig
 from training.data.cache import prepare_data
 from training.data.fingerprint import source_fingerprint
 from training.paths import PROJECT_ROOT, default_cache_dir, resolve_dir
+from training.spec import preflight_data
 
 USAGE = (
     "usage: python -m training.data prepare data=NAME [data.FIELD=VALUE ...] [paths.cache_dir=DIR]"
@@ -35,6 +36,7 @@ def prepare(argv: list[str]) -> str:
         cfg = OmegaConf.to_container(compose("config", overrides=argv), resolve=True)
     data = DataConfig.from_dict(cfg["data"])
     cache_root = resolve_dir((cfg.get("paths") or {}).get("cache_dir"), default_cache_dir())
+    preflight_data(data, cache_root)
     t0 = time.perf_counter()
     fingerprint = source_fingerprint(data)
     tokens = prepare_data(data, cache_root, progress=sys.stderr.isatty())
