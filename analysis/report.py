@@ -22,7 +22,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import compare_laws, compute_factor, epochs, families_report, tuning, tuning_report
+from analysis import (
+    compare_laws,
+    compute_factor,
+    decision,
+    epochs,
+    families_report,
+    tuning,
+    tuning_report,
+    wallclock,
+)
 from analysis import summary as headline
 from analysis.ablation import compare_variants
 from analysis.estimate import cell, est, fmt
@@ -109,7 +118,8 @@ def build_blocks(an: Analysis, excluded, figures, title, source="") -> list[tupl
             )
         )
     if ablation:
-        b.extend(_ablation_blocks(ablation))
+        b.extend(_ablation_blocks(ablation) + wallclock.detail_blocks(ablation))
+        b.extend(decision.detail_blocks(ablation))
         b.extend(_matched_loss_blocks(runs, ablation["baseline"]))
     if "training_curves" in figs:
         b.append(("h2", "Training curves"))
@@ -151,6 +161,7 @@ def _summary_blocks(an: Analysis, figs: dict) -> list[tuple]:
     b: list[tuple] = [("h2", SUMMARY)]
     if ablation:
         b.extend(headline.ablation_summary(ablation))
+        b.extend(wallclock.summary_blocks(ablation) + decision.summary_blocks(ablation))
         if "forest" in figs:
             b.append(("fig", "forest", figs.pop("forest")))
     if result is not None:
@@ -650,7 +661,7 @@ def make_figures(an: Analysis, fig_dir: Path, compute: str = "6nd") -> list[tupl
     loss vs the first tuned key over every run of the grid."""
     runs, curves, fits, ablation = an.base, an.curves, an.fits, an.ablation
     all_runs, tuned, tuned_runs = an.runs, an.tuned, an.grid_runs
-    from analysis import plots  # lazy: seaborn ~3 s
+    from analysis import decision_plot, plots  # lazy: seaborn ~3 s
 
     plots.setup()
     figures = []
@@ -670,6 +681,12 @@ def make_figures(an: Analysis, fig_dir: Path, compute: str = "6nd") -> list[tupl
         )
     if ablation:
         _ablation_figures(add, plots, ablation, compute)
+        if ablation["decision"]["n_smaller"]:
+            add(
+                "agreement",
+                decision_plot.agreement(ablation["decision"], ablation["baseline"]),
+                decision.CAPTION,
+            )
     return figures
 
 
@@ -837,6 +854,7 @@ def _parser() -> argparse.ArgumentParser:
         "--title", help="report title (default: experiment name(s) or CSV folder name(s))"
     )
     parser.add_argument("--out", required=True, help="output folder")
+    decision.add_args(parser)
     return parser
 
 
@@ -915,6 +933,10 @@ def analyse(
             runs, baseline=args.baseline, n_boot=args.bootstrap, seed=args.seed
         )
         ablation["compute"] = args.compute
+        ablation["time"] = wallclock.section(runs, ablation, args.bootstrap, args.seed)
+        ablation["decision"] = decision.section(
+            runs, ablation, args.target_compute, args.bootstrap, args.seed
+        )
     return Analysis(
         runs=runs,
         grid_runs=grid_runs,
