@@ -72,7 +72,9 @@ def as_counted(runs: pd.DataFrame, counts_head: bool) -> pd.DataFrame:
 
 def exponent_table(runs: pd.DataFrame, n_boot: int = 1000, seed: int = 0, column: str = "step"):
     """One row per step present: a with its 95% interval (or why it is not identified), the
-    budgets used, the runs, Porian's value."""
+    budgets used, the runs, Porian's value. Tuning candidates (`tune_role`) are left out."""
+    if "tune_role" in runs.columns:  # a tuned step: each arm's result, not its candidates
+        runs = runs[~runs["tune_role"].isin(["candidate"])].reset_index(drop=True)
     steps = steps_of(runs, column)
     rows = []
     for name, what, published, counts_head in STEPS:

@@ -75,3 +75,14 @@ def test_steps_come_from_the_sweep_names_or_fail_in_one_line(tmp_path, capsys):
     assert (
         err.startswith("error: column 'step': unknown step(s) ['warmup2']") and err.count("\n") == 1
     )
+
+
+def test_tuning_candidates_are_left_out():
+    runs = ladder()
+    worse = runs[runs["step"] == "tuned"].assign(
+        loss=lambda r: r["loss"] * 1.5, tune_role="candidate"
+    )
+    worse = worse.assign(run_id="cand" + worse["run_id"])
+    both = pd.concat([runs.assign(tune_role="chosen"), worse], ignore_index=True)
+    rows = porian.exponent_table(both, n_boot=100, seed=0)
+    assert rows[-1]["n_runs"] == len(runs[runs["step"] == "tuned"])
