@@ -26,6 +26,7 @@ import argparse
 import numpy as np
 import pandas as pd
 
+from analysis import wallclock
 from analysis.ablation import multiplier_draws
 from analysis.bootstrap import percentile_interval
 from analysis.estimate import est, fmt
@@ -170,6 +171,15 @@ def section(runs, ablation: dict, target: float | None, n_boot: int, seed: int) 
             t = out["target"]["variants"][cell["variant"]]["direction"]
             cell["agrees_with_target"] = None if t is None else cell["verdict"] == DIRECTION[t]
     return out
+
+
+def sections(runs, ablation: dict, args) -> dict:
+    """fit.json's `ablation.time` (`wallclock.section`) and `ablation.decision` of a report's
+    --bootstrap, --seed and --target-compute."""
+    return {
+        "time": wallclock.section(runs, ablation, args.bootstrap, args.seed),
+        "decision": section(runs, ablation, args.target_compute, args.bootstrap, args.seed),
+    }
 
 
 # ---------------------------------------------------------------- report blocks

@@ -933,10 +933,7 @@ def analyse(
             runs, baseline=args.baseline, n_boot=args.bootstrap, seed=args.seed
         )
         ablation["compute"] = args.compute
-        ablation["time"] = wallclock.section(runs, ablation, args.bootstrap, args.seed)
-        ablation["decision"] = decision.section(
-            runs, ablation, args.target_compute, args.bootstrap, args.seed
-        )
+        ablation.update(decision.sections(runs, ablation, args))  # time, decision accuracy
     return Analysis(
         runs=runs,
         grid_runs=grid_runs,
