@@ -120,3 +120,17 @@ def test_load_exports_steady_throughput_and_hardware(tmp_path):
     assert row["tokens_per_sec"] == 100.0 and row["mfu"] == pytest.approx(0.1)
     assert (row["device"], row["threads"], row["precision"]) == ("cpu: Test CPU", 2.0, "fp32")
     assert row["compile"] == "False"
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_trained_run_exports_its_hardware_and_throughput(lab):
+    from train_helpers import compose, uri_of, value_of
+
+    from training.train import train
+
+    result = train(compose(*lab))
+    frame = load_mlflow(value_of(lab, "tracking.experiment"), tracking_uri=uri_of(lab)).frame
+    row = frame.set_index("run_id").loc[result.run_id]
+    assert row["device"].startswith("cpu: ") and row["threads"] == 1.0
+    assert (row["precision"], row["compile"]) == ("fp32", "False")
+    assert row["tokens_per_sec"] > 0 and row["mfu"] > 0
