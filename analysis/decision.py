@@ -204,6 +204,8 @@ def summary_blocks(ablation: dict) -> list[tuple]:
     if d["disagreements"]:
         b.append(("p", "The small budgets disagree with the largest:"))
         b.append(("list", d["disagreements"]))
+    elif d["verdict_agreement"] != d["verdict_agreement"]:  # nan: nothing to compare
+        b.append(("p", "No smaller budget has an identified verdict to compare with the largest."))
     else:
         b.append(("p", "Every smaller budget agrees with its pair's largest measured verdict."))
     b.extend(_target_blocks(d["target"]))

@@ -49,6 +49,7 @@ from analysis.fit import (
     summary,
 )
 from analysis.load import (
+    PARAMETRIC_PARAMS,
     ArgumentParser,
     InputError,
     Runs,
@@ -798,6 +799,9 @@ def choose_variants(
     # An ablation at one token budget (sizes x variants) has no L(N, D) to fit, but its
     # compute multipliers only need each variant's L(C): report those alone.
     law_fit = len(variants) == 1 or (base["N"].nunique() > 1 and base["D"].nunique() > 1)
+    law_fit = law_fit and (
+        len(variants) == 1 or len(base) > PARAMETRIC_PARAMS
+    )  # else: ablation only
     if law_fit:
         check_fittable(base, f"baseline variant '{baseline}'")
     return Comparison(runs=runs, base=base, variants=variants, law_fit=law_fit)
