@@ -115,7 +115,10 @@ def build_blocks(an: Analysis, excluded, figures, title, source="") -> list[tupl
             (
                 "p",
                 "The baseline has one token budget, so no L(N, D) law is fitted: this is "
-                "an ablation report.",
+                "an ablation report."
+                if an.base["D"].nunique() == 1
+                else f"The baseline has {len(an.base)} runs, too few for the 5 parameters of "
+                "L(N, D), so no law is fitted: this is an ablation report.",
             )
         )
     if ablation:
