@@ -214,3 +214,26 @@ def _holm_verdicts(cells: list[tuple[dict, int]], n_boot: int) -> np.ndarray:
             row["verdict"] = "cannot tell"
         row["separable"] = None if not np.isfinite(p_holm) else bool(p_holm < FAMILY_LEVEL)
     return adjusted
+
+
+def multiplier_draws(
+    runs: pd.DataFrame,
+    budgets: dict[str, np.ndarray],
+    *,
+    baseline: str = "base",
+    n_boot: int = 1000,
+    seed: int = 0,
+    irreducible: bool = False,
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{variant: (m at its budgets (K,), bootstrap replicates (R, K))}: the laws and resamples
+    of `compare_variants` (same runs, seed and n_boot: the same replicates), at any budgets, for
+    what is derived from m (time multipliers, extrapolated verdicts)."""
+    variants = sorted(runs["variant"].unique())
+    per_variant = {v: runs[runs["variant"] == v].reset_index(drop=True) for v in variants}
+    laws, reps = _fit_variants(per_variant, n_boot, seed, irreducible)
+    out = {}
+    for v, C in budgets.items():
+        C = np.asarray(C, dtype=float)
+        point = _multiplier(laws[baseline], laws[v], C)[0]
+        out[v] = (point, _multiplier(reps[baseline], reps[v], C))
+    return out

@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis import wallclock
+
 AXES = ("N", "D", "C")
 # config params that become columns: the model's shape, and the training hyperparameters a
 # tuned sweep varies (train.lr, train.warmup, ...); --tune names one of these columns
@@ -382,7 +384,7 @@ def load_mlflow(experiment: str, sweep: str | None = None, tracking_uri: str | N
                 {"run_id": run.info.run_id, "status": run.info.status, "reason": reason}
             )
         else:
-            rows.append(_row(run, budget_keys))
+            rows.append({**_row(run, budget_keys), **_throughput(client, run)})
     where = f"experiment '{experiment}'" + (f", sweep parent run {sweep}" if sweep else "")
     if not rows:
         raise InputError(
@@ -449,10 +451,23 @@ def _row(run, budget_keys: dict | None) -> dict:
     if "data_train_tokens" in p:
         row["data_train_tokens"] = float(p["data_train_tokens"])
     row.update({k: _number(v) for k, v in sorted(p.items()) if k.startswith(CONFIG_COLUMNS)})
+    # what its throughput was measured on (runs logged before these params: no columns)
+    row.update({col: _number(p[k]) for k, col in wallclock.HARDWARE.items() if k in p})
     # a tuned run's tuned keys as the sweep's grid wrote them: halving hands a fractional
     # warmup to its segments as steps (train.warmup=10 for 0.02), and a grid is one scale
     row.update(written_values(t.get("tune_values", "")))
     return row
+
+
+def _throughput(client, run) -> dict[str, float]:
+    """A run's steady throughput: the median `tokens_per_sec` and `mfu` after warm-up
+    (`wallclock.steady_median`); {} for a run that logged none. One history call per metric."""
+    out = {}
+    for metric in (wallclock.THROUGHPUT, "mfu"):
+        if metric in run.data.metrics:
+            hist = client.get_metric_history(run.info.run_id, metric)
+            out[metric] = wallclock.steady_median([h.step for h in hist], [h.value for h in hist])
+    return out
 
 
 def _plan_run_keys(sweep: str, tracking_uri: str | None) -> dict[str, str] | None:

@@ -22,7 +22,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import compare_laws, compute_factor, epochs, families_report, tuning, tuning_report
+from analysis import (
+    compare_laws,
+    compute_factor,
+    decision,
+    epochs,
+    families_report,
+    tuning,
+    tuning_report,
+    wallclock,
+)
 from analysis import summary as headline
 from analysis.ablation import compare_variants
 from analysis.curve_report import blocks as curve_blocks
@@ -41,6 +50,7 @@ from analysis.fit import (
     summary,
 )
 from analysis.load import (
+    PARAMETRIC_PARAMS,
     ArgumentParser,
     InputError,
     Runs,
@@ -107,11 +117,15 @@ def build_blocks(an: Analysis, excluded, figures, title, source="") -> list[tupl
             (
                 "p",
                 "The baseline has one token budget, so no L(N, D) law is fitted: this is "
-                "an ablation report.",
+                "an ablation report."
+                if an.base["D"].nunique() == 1
+                else f"The baseline has {len(an.base)} runs, too few for the 5 parameters of "
+                "L(N, D), so no law is fitted: this is an ablation report.",
             )
         )
     if ablation:
-        b.extend(_ablation_blocks(ablation))
+        b.extend(_ablation_blocks(ablation) + wallclock.detail_blocks(ablation))
+        b.extend(decision.detail_blocks(ablation))
         b.extend(_matched_loss_blocks(runs, ablation["baseline"]))
     if "training_curves" in figs:
         b.append(("h2", "Training curves"))
@@ -153,6 +167,7 @@ def _summary_blocks(an: Analysis, figs: dict) -> list[tuple]:
     b: list[tuple] = [("h2", SUMMARY)]
     if ablation:
         b.extend(headline.ablation_summary(ablation))
+        b.extend(wallclock.summary_blocks(ablation) + decision.summary_blocks(ablation))
         if "forest" in figs:
             b.append(("fig", "forest", figs.pop("forest")))
     if result is not None:
@@ -652,7 +667,7 @@ def make_figures(an: Analysis, fig_dir: Path, compute: str = "6nd") -> list[tupl
     loss vs the first tuned key over every run of the grid."""
     runs, curves, fits, ablation = an.base, an.curves, an.fits, an.ablation
     all_runs, tuned, tuned_runs = an.runs, an.tuned, an.grid_runs
-    from analysis import plots  # lazy: seaborn ~3 s
+    from analysis import decision_plot, plots  # lazy: seaborn ~3 s
 
     plots.setup()
     figures = []
@@ -672,6 +687,12 @@ def make_figures(an: Analysis, fig_dir: Path, compute: str = "6nd") -> list[tupl
         )
     if ablation:
         _ablation_figures(add, plots, ablation, compute)
+        if ablation["decision"]["n_smaller"]:
+            add(
+                "agreement",
+                decision_plot.agreement(ablation["decision"], ablation["baseline"]),
+                decision.CAPTION,
+            )
     return figures
 
 
@@ -783,6 +804,9 @@ def choose_variants(
     # An ablation at one token budget (sizes x variants) has no L(N, D) to fit, but its
     # compute multipliers only need each variant's L(C): report those alone.
     law_fit = len(variants) == 1 or (base["N"].nunique() > 1 and base["D"].nunique() > 1)
+    law_fit = law_fit and (
+        len(variants) == 1 or len(base) > PARAMETRIC_PARAMS
+    )  # else: ablation only
     if law_fit:
         check_fittable(base, f"baseline variant '{baseline}'")
     return Comparison(runs=runs, base=base, variants=variants, law_fit=law_fit)
@@ -869,6 +893,7 @@ def _parser() -> argparse.ArgumentParser:
         "--title", help="report title (default: experiment name(s) or CSV folder name(s))"
     )
     parser.add_argument("--out", required=True, help="output folder")
+    decision.add_args(parser)
     return parser
 
 
@@ -947,6 +972,7 @@ def analyse(
             runs, baseline=args.baseline, n_boot=args.bootstrap, seed=args.seed
         )
         ablation["compute"] = args.compute
+        ablation.update(decision.sections(runs, ablation, args))  # time, decision accuracy
     return Analysis(
         runs=runs,
         grid_runs=grid_runs,

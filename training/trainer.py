@@ -21,6 +21,7 @@ import contextlib
 import logging
 import math
 import os
+import platform
 import time
 import warnings
 from dataclasses import dataclass
@@ -230,6 +231,7 @@ class Trainer:
         self.schedule = self._schedule()
 
         use = use_compile(tr.compile, device)
+        self.hardware = hardware_params(device, self.accelerator.mixed_precision, use)
         model = compiled(self.raw_model) if use else self.raw_model
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         opt, clip = step_and_clip(self.accelerator, self.optimizer)
@@ -319,6 +321,7 @@ class Trainer:
                 self.spec, self.model_cfg, self.geo, self.data, self.objective, branched_from
             )
             reopened = run_id is not None
+            record.params.update(self.hardware)  # where its tokens_per_sec was measured
             run_id = run_record.open_run(self.client, self.experiment_id, run_id, record, self.rdir)
             self.owner.started(run_id)
             self._open_metrics(run_id, reopened)
@@ -569,6 +572,35 @@ def use_recorded_threads(recorded: str | None, run_key: str, stack: contextlib.E
     )
     stack.callback(torch.set_num_threads, now)
     torch.set_num_threads(int(recorded))
+
+
+def hardware_params(device, mixed_precision: str, compile_on: bool) -> dict[str, Any]:
+    """What a run's throughput was measured on: the device's name, the precision and compile
+    actually used (`train.precision` / `train.compile` may say auto) and the host's CPUs."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    else:
+        name = next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in _read_lines("/proc/cpuinfo")
+                if line.startswith("model name")
+            ),
+            platform.processor() or platform.machine(),
+        )
+    return {
+        "hardware.device": f"{device.type}: {name}",
+        "hardware.precision": {"no": "fp32"}.get(mixed_precision, mixed_precision),
+        "hardware.compile": bool(compile_on),
+        "hardware.cpus": os.cpu_count(),
+    }
+
+
+def _read_lines(path: str) -> list[str]:
+    try:
+        return Path(path).read_text().splitlines()
+    except OSError:
+        return []
 
 
 def compiled(raw_model):

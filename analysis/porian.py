@@ -1,0 +1,158 @@
+"""Porian et al. 2024 step by step: the exponent a of N_opt ~ C^a at each correction.
+
+    python -m analysis.porian --csv runs.csv [--csv more.csv] [--out table.md]
+
+Porian, Wortsman, Jitsev, Schmidt, Carmon, "Resolving Discrepancies in Compute-Optimal Scaling
+of Language Models" (arXiv 2406.19146) move a from Kaplan's value towards Chinchilla's by
+correcting one setting at a time. The runs carry a `step` column (else their `sweep`, one of
+conf/sweep/porian_*.yaml, names it); each step's runs are an IsoFLOP ladder, and a is approach
+2's (`analysis.isoflop`: the parabola minimum per budget, a power law through them, a bootstrap
+over the budgets for its interval). From step `head` on, N counts the last layer (N +
+vocab_size x d_model, from the `model.*` columns) and C is the runs' exact training FLOPs
+(`C_exact`, as those sweeps plan their budgets); step `kaplan` counts non-embedding N and
+C = 6 N D. The published column is Porian's RefinedWeb value for the step as issue 29 lists
+them; a here comes from far smaller models (1e4-7e5 parameters) and budgets.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.estimate import fmt, interval
+from analysis.isoflop import isoflop_report
+from analysis.load import ArgumentParser, InputError, check_out_file, combine, read_csv
+
+# (step, what it changes, Porian et al.'s a on RefinedWeb, counts the last layer)
+STEPS = (
+    (
+        "kaplan",
+        "Kaplan-style: N without the head, C = 6ND, long fixed warmup, no matched decay",
+        0.835,
+        False,
+    ),
+    ("head", "+ the last layer counted in N and C", 0.706, True),
+    ("warmup", "+ warmup short relative to each run", 0.602, True),
+    ("decay", "+ cosine decay matched to each budget", 0.571, True),
+    ("tuned", "+ per-size lr, batch size and AdamW beta2", 0.497, True),
+)
+SWEEPS = {f"porian_{i}_{name}": name for i, (name, *_) in enumerate(STEPS, 1)}
+
+
+def steps_of(runs: pd.DataFrame, column: str = "step") -> pd.Series:
+    """Each run's step: its `column`, else the step its sweep's name stands for."""
+    if column in runs.columns:
+        steps = runs[column].astype(str)
+    elif "sweep" in runs.columns:
+        steps = runs["sweep"].astype(str).map(SWEEPS)
+    else:
+        raise InputError(f"no '{column}' column and no 'sweep' column to name each run's step")
+    known = {name for name, *_ in STEPS}
+    unknown = sorted(set(steps.dropna()) - known)
+    if unknown or steps.isna().any():
+        raise InputError(
+            f"column '{column}': unknown step(s) {unknown or ['(empty)']}; steps: {sorted(known)}"
+        )
+    return steps
+
+
+def as_counted(runs: pd.DataFrame, counts_head: bool) -> pd.DataFrame:
+    """N and C as the step counts them: with the head, N + vocab_size x d_model and C_exact."""
+    if not counts_head:
+        return runs
+    need = ["model.vocab_size", "model.d_model", "C_exact"]
+    missing = [c for c in need if c not in runs.columns]
+    if missing:
+        raise InputError(f"counting the last layer needs column(s) {missing}")
+    head = runs["model.vocab_size"].astype(float) * runs["model.d_model"].astype(float)
+    return runs.assign(N=runs["N"] + head, C=runs["C_exact"].astype(float))
+
+
+def exponent_table(runs: pd.DataFrame, n_boot: int = 1000, seed: int = 0, column: str = "step"):
+    """One row per step present: a with its 95% interval (or why it is not identified), the
+    budgets used, the runs, Porian's value. Tuning candidates (`tune_role`) are left out."""
+    if "tune_role" in runs.columns:  # a tuned step: each arm's result, not its candidates
+        runs = runs[~runs["tune_role"].isin(["candidate"])].reset_index(drop=True)
+    steps = steps_of(runs, column)
+    rows = []
+    for name, what, published, counts_head in STEPS:
+        mine = runs[steps == name].reset_index(drop=True)
+        if mine.empty:
+            continue
+        section = isoflop_report(as_counted(mine, counts_head), n_boot, seed) or {}
+        rows.append(_row(name, what, published, len(mine), section))
+    return rows
+
+
+def _row(name: str, what: str, published: float, n_runs: int, section: dict) -> dict:
+    why = section.get("skipped") or section.get("why_not_identified", {}).get("a")
+    if "a" not in section and not why:
+        why = "no IsoFLOP profiles among these runs"
+    return {
+        "step": name,
+        "what": what,
+        "n_runs": n_runs,
+        "n_budgets": section.get("n_budgets", 0),
+        "a": None if why else section["a"],
+        "ci95": None if why else section["ci95"].get("a"),
+        "why_not_identified": why,
+        "porian_refinedweb": published,
+    }
+
+
+def render(rows: list[dict]) -> str:
+    """The table as markdown, one line under it on what it is."""
+    lines = [
+        "| step | what changes | runs | budgets used | a here [95% CI] | Porian et al. (RefinedWeb) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        a = (
+            f"not identified ({r['why_not_identified']})"
+            if r["a"] is None
+            else (f"{fmt(r['a'], '.3f')} {interval(r['ci95'], '.3f')}")
+        )
+        lines.append(
+            f"| {r['step']} | {r['what']} | {r['n_runs']} | {r['n_budgets']} | {a} | "
+            f"{r['porian_refinedweb']:.3f} |"
+        )
+    lines.append("")
+    lines.append(
+        "a: exponent of N_opt ~ C^a from IsoFLOP minima (approach 2), bootstrap over budgets. "
+        "Porian et al.'s values come from models of 5M-901M parameters; compare the direction "
+        "of each step, not the level."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="python -m analysis.porian", description=__doc__)
+    parser.add_argument("--csv", action="append", required=True, help="runs.csv; repeatable")
+    parser.add_argument("--step-column", default="step", help="column naming each run's step")
+    parser.add_argument("--bootstrap", type=int, default=1000, help="replicates (default 1000)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", help="also write the table to this markdown file")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.out:
+            check_out_file(args.out)
+        runs = combine([read_csv(p, f"csv{k}-") for k, p in enumerate(args.csv, 1)]).frame
+        text = render(exponent_table(runs, args.bootstrap, args.seed, args.step_column))
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(text, end="")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""analysis.porian on a synthetic ladder whose exponent a is known at every step."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from analysis import porian
+from analysis.laws.chinchilla import Parametric
+from analysis.synthetic import isoflop_runs
+
+BUDGETS = (1e17, 3e17, 1e18, 3e18, 1e19)
+# a = beta / (alpha + beta): 0.8, 0.6, 0.5
+LAWS = {
+    "kaplan": Parametric(E=1.8, A=400.0, B=400.0, alpha=0.1, beta=0.4),
+    "head": Parametric(E=1.8, A=400.0, B=400.0, alpha=0.2, beta=0.3),
+    "tuned": Parametric(E=1.8, A=400.0, B=400.0, alpha=0.3, beta=0.3),
+}
+
+
+def ladder() -> pd.DataFrame:
+    parts = []
+    for i, (step, law) in enumerate(LAWS.items()):
+        runs = isoflop_runs(law, budgets=BUDGETS, sizes_per_budget=7, noise=0.002, seed=i)
+        # a negligible head (vocab 1 x d_model 1) and exact C = 6ND: the law's own a
+        parts.append(
+            runs.assign(step=step, run_id=step + runs["run_id"], C_exact=runs["C"]).assign(
+                **{"model.vocab_size": 1, "model.d_model": 1}
+            )
+        )
+    return pd.concat(parts, ignore_index=True)
+
+
+def test_each_step_recovers_its_exponent_beside_porians(tmp_path):
+    csv = tmp_path / "runs.csv"
+    ladder().to_csv(csv, index=False)
+    rows = porian.exponent_table(pd.read_csv(csv), n_boot=200, seed=0)
+    assert [r["step"] for r in rows] == ["kaplan", "head", "tuned"]  # in the paper's order
+    for r, truth in zip(rows, (0.8, 0.6, 0.5)):
+        assert r["a"] == pytest.approx(truth, abs=0.02)
+        lo, hi = r["ci95"]
+        assert lo <= r["a"] <= hi and r["n_budgets"] == 5
+    assert [r["porian_refinedweb"] for r in rows] == [0.835, 0.706, 0.497]
+    out = tmp_path / "table.md"
+    assert porian.main(["--csv", str(csv), "--bootstrap", "200", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| kaplan | Kaplan-style" in text and "| 0.835 |" in text and "| 0.497 |" in text
+
+
+def test_steps_after_kaplan_count_the_head_and_exact_flops():
+    runs = pd.DataFrame(
+        {
+            "N": [1e4],
+            "C": [6e10],
+            "C_exact": [9e10],
+            "model.vocab_size": [1024],
+            "model.d_model": [32],
+        }
+    )
+    counted = porian.as_counted(runs, counts_head=True)
+    assert counted["N"].iloc[0] == 1e4 + 1024 * 32 and counted["C"].iloc[0] == 9e10
+    assert porian.as_counted(runs, counts_head=False) is runs
+    with pytest.raises(porian.InputError, match=r"needs column\(s\) \['C_exact'\]"):
+        porian.as_counted(runs.drop(columns="C_exact"), counts_head=True)
+
+
+def test_steps_come_from_the_sweep_names_or_fail_in_one_line(tmp_path, capsys):
+    runs = pd.DataFrame({"sweep": ["porian_1_kaplan", "porian_5_tuned"]})
+    assert list(porian.steps_of(runs)) == ["kaplan", "tuned"]
+    bad = ladder().assign(step="warmup2")
+    csv = tmp_path / "bad.csv"
+    bad.to_csv(csv, index=False)
+    assert porian.main(["--csv", str(csv)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("error: column 'step': unknown step(s) ['warmup2']") and err.count("\n") == 1
+    )
+
+
+def test_tuning_candidates_are_left_out():
+    runs = ladder()
+    worse = runs[runs["step"] == "tuned"].assign(
+        loss=lambda r: r["loss"] * 1.5, tune_role="candidate"
+    )
+    worse = worse.assign(run_id="cand" + worse["run_id"])
+    both = pd.concat([runs.assign(tune_role="chosen"), worse], ignore_index=True)
+    rows = porian.exponent_table(both, n_boot=100, seed=0)
+    assert rows[-1]["n_runs"] == len(runs[runs["step"] == "tuned"])
