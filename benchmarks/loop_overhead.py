@@ -10,8 +10,9 @@ syncs every `log_every` steps, the final evaluation), except that its one optimi
 (`Trainer.take_step`) is `noop_step`: it takes the step's micro-batches from the sampler and
 copies them to the device, then waits `--step-ms` (a stand-in for the accelerator's step, during
 which a prefetching thread makes the next batches) and returns a zero loss. The host time per
-step is the loop's wall time less the waits, over the steps. MLflow's `flush` at each log
-boundary is timed on its own (logging's cost is measured with a real server elsewhere).
+step is the loop's wall time less the waits, over the steps. The hand-over of each log window
+to MLflow (`MetricLog.send`: a queue put, the write is the writer thread's) is timed on its own
+(logging's cost is measured with a real server in `benchmarks.logging_overhead`).
 
 Variants, interleaved in one process (`benchmarks.interleave`):
 - `before`: the loop as it was: batches made on demand (`train.prefetch=0`) by `reference_next`,
@@ -92,16 +93,16 @@ class LoopTrainer(Trainer):
         self.cpu_start = time.thread_time()  # the loop starts here, as `t_run`
         if self.profile is not None:
             self.profile.enable()
-        if self.metrics is not None:  # the MLflow write at each log boundary, timed apart
-            flush = self.metrics.flush
+        if self.metrics is not None:  # the loop's hand-over to MLflow at each boundary, timed apart
+            send = self.metrics.send
 
-            def timed_flush():
+            def timed_send():
                 t0, c0 = time.perf_counter(), time.thread_time()
-                flush()
+                send()
                 self.flushed[0] += time.perf_counter() - t0
                 self.flushed[1] += time.thread_time() - c0
 
-            self.metrics.flush = timed_flush
+            self.metrics.send = timed_send
 
     def finish(self):
         if self.profile is not None:
@@ -275,7 +276,7 @@ def report(result: dict) -> None:
         f"{a['step_ms']} ms simulated step, {result['device']}"
     )
     print(
-        "| variant | host CPU ms/step | host wall ms/step | MLflow flush wall ms/step "
+        "| variant | host CPU ms/step | host wall ms/step | MLflow hand-over wall ms/step "
         "| speed-up (CPU) | sampler tokens/CPU s |"
     )
     print("|---|---|---|---|---|---|")

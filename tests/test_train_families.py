@@ -87,7 +87,7 @@ def test_resumed_run_is_bit_identical(lab, tmp_path, monkeypatch, family):
     import training.trainer as trainer
 
     overrides = [*lab, *FAMILIES[family], "train.checkpoint_every=8"]
-    real_step, calls = trainer.optimizer_step, []
+    real_step, calls = trainer.Trainer.take_step, []
 
     def interrupted_step(*args, **kwargs):
         calls.append(1)
@@ -95,10 +95,10 @@ def test_resumed_run_is_bit_identical(lab, tmp_path, monkeypatch, family):
             raise KeyboardInterrupt
         return real_step(*args, **kwargs)
 
-    monkeypatch.setattr(trainer, "optimizer_step", interrupted_step)
+    monkeypatch.setattr(trainer.Trainer, "take_step", staticmethod(interrupted_step))
     with pytest.raises(KeyboardInterrupt):
         loop.train(compose(*overrides))
-    monkeypatch.setattr(trainer, "optimizer_step", real_step)
+    monkeypatch.setattr(trainer.Trainer, "take_step", staticmethod(real_step))
     assert list(runs_df(lab)["status"]) == ["KILLED"]
     resumed = loop.train(compose(*overrides))
     clean = [*overrides, "tracking.experiment=clean", f"paths.runs_dir={tmp_path / 'clean'}"]

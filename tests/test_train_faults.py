@@ -162,7 +162,9 @@ def test_resume_after_sigkill_logs_every_step_once(lab, tmp_path):
 def test_nan_loss_fails_run_and_keeps_metrics(lab):
     from training.train import train
 
-    result = train(compose(*lab, "train.lr=1e9", "train.grad_clip=0", "train.warmup=0"))
+    result = train(
+        compose(*lab, "train.lr=1e9", "train.weight_decay=0", "train.grad_clip=0", "train.warmup=0")
+    )
     assert result.status == "FAILED" and result.failure_reason.startswith("diverged at step ")
     row = runs_df(lab).iloc[0]
     assert row["status"] == "FAILED" and row["tags.failure_reason"] == result.failure_reason
@@ -174,7 +176,14 @@ def test_diverged_run_logs_the_non_finite_loss_at_its_step(lab):
     from training.train import train
 
     result = train(
-        compose(*lab, "train.lr=1e9", "train.grad_clip=0", "train.warmup=0", "train.log_every=8")
+        compose(
+            *lab,
+            "train.lr=1e9",
+            "train.weight_decay=0",
+            "train.grad_clip=0",
+            "train.warmup=0",
+            "train.log_every=8",
+        )
     )
     assert result.status == "FAILED"
     k = int(result.failure_reason.removeprefix("diverged at step "))
@@ -202,7 +211,7 @@ def test_sweep_whose_points_all_failed_before_stays_failed_on_rerun(tmp_path):
         "SCALING_LAB_CACHE_DIR": str(tmp_path / "cache"),
         "OMP_NUM_THREADS": "1",
     }
-    diverging = "  train.lr: 1e9\n  train.grad_clip: 0\n  train.warmup: 0"
+    diverging = "  train.lr: 1e9\n  train.weight_decay: 0\n  train.grad_clip: 0\n  train.warmup: 0"
     sweep = tiny_sweep("  model.size: [1e4]\n  train.tokens: [4096]", diverging)
     (tmp_path / "sweep" / "diverge.yaml").write_text(sweep)
     cmd = sweep_cmd(tmp_path, corpus, "diverge")

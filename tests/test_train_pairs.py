@@ -233,7 +233,7 @@ def test_a_resumed_pairs_run_is_bit_identical(lab, tmp_path, monkeypatch):
     import training.trainer as trainer
 
     overrides = [*lab, "train.checkpoint_every=8", "train.tokens=8192"]
-    real_step, calls = trainer.optimizer_step, []
+    real_step, calls = trainer.Trainer.take_step, []
 
     def interrupted_step(*args, **kwargs):
         calls.append(1)
@@ -241,10 +241,10 @@ def test_a_resumed_pairs_run_is_bit_identical(lab, tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return real_step(*args, **kwargs)
 
-    monkeypatch.setattr(trainer, "optimizer_step", interrupted_step)
+    monkeypatch.setattr(trainer.Trainer, "take_step", staticmethod(interrupted_step))
     with pytest.raises(KeyboardInterrupt):
         loop.train(compose(*overrides))
-    monkeypatch.setattr(trainer, "optimizer_step", real_step)
+    monkeypatch.setattr(trainer.Trainer, "take_step", staticmethod(real_step))
     resumed = loop.train(compose(*overrides))
     clean = [*overrides, "tracking.experiment=clean", f"paths.runs_dir={tmp_path / 'clean'}"]
     uninterrupted = loop.train(compose(*clean))
