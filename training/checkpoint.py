@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from training.paths import open_lock
+from training.paths import fsync_dir, open_lock
 
 LAST = "last.pt"
 BRANCH_PREFIX, SUFFIX = "tokens_", ".pt"
@@ -37,14 +37,6 @@ BRANCH_PREFIX, SUFFIX = "tokens_", ".pt"
 
 def branch_name(tokens: int) -> str:
     return f"{BRANCH_PREFIX}{tokens}{SUFFIX}"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _open_new(fd: int, path: Path) -> BinaryIO:
@@ -88,7 +80,7 @@ def atomic_write(
         os.replace(tmp, path)
     except BaseException as e:
         _discard(path, tmp, e)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def _discard(path: Path, tmp: str | None, e: BaseException) -> None:

@@ -39,6 +39,15 @@ def resolve_dir(value: str | os.PathLike | None, default: Path) -> Path:
     return default if value in (None, "") else Path(value).expanduser().resolve()
 
 
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new file in `path` durable (the folder's entry, not only the file)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def open_lock(path: str | os.PathLike, mode: str = "r+") -> IO[str]:
     """Open (creating it) the lock file `path` for fcntl locks, never following a symlink there
     and never truncating: a link planted in its place must not redirect writes to its target.

@@ -26,7 +26,6 @@ import hashlib
 import json
 import multiprocessing as mp
 import os
-import platform
 import shutil
 import time
 from collections.abc import Iterator
@@ -45,6 +44,7 @@ from training.data.fingerprint import source_fingerprint
 from training.data.progress import Progress
 from training.data.store import publish
 from training.data.tokenizer import BPETokenizer, ByteTokenizer
+from training.paths import fsync_dir
 
 HF_UNIT_ROWS = 10_000  # rows of a Hugging Face dataset per unit
 WORKERS_ENV = "SCALING_LAB_PREPARE_WORKERS"
@@ -135,7 +135,7 @@ class Partial:
     def _log(self, shard: Path, entry: dict) -> dict:
         name = f"units/u{len(self.done):06d}.bin"
         os.replace(shard, self.dir / name)
-        _fsync_dir(self.units)
+        fsync_dir(self.units)
         entry = {"file": name, **entry}
         with open(self.dir / "done.jsonl", "a") as f:
             f.write(json.dumps(entry) + "\n")
@@ -229,14 +229,6 @@ def _write_atomic(path: Path, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _worker_pool(n: int, tokenizer_file: str | None):
@@ -460,22 +452,8 @@ class Build:
 
 def _describe(cfg: DataConfig, digest: str, done: list[dict]) -> tuple[str, str]:
     """(fingerprint of the decoded documents, description)."""
-    py, n_docs = platform.python_version(), sum(e["docs_train"] + e["docs_val"] for e in done)
-    if cfg.source == "stdlib":
-        return f"stdlib-py{py}-{digest}", f"Python {py} stdlib, {n_docs} files"
-    if cfg.source == "sitepackages":
-        n, chars = len(sources.installed_packages()), sum(e["chars"] for e in done)
-        return (
-            f"sitepackages-py{py}-{digest}",
-            f"site-packages sources of {n} packages, {n_docs} files, {chars / 1e6:.0f}M characters",
-        )
-    if cfg.source == "text":
-        root, files = sources.text_files(cfg)
-        return f"text-{digest}", f"{root} ({len(files)} files, {n_docs} docs)"
-    origin = (
-        f"disk:{Path(cfg.from_disk).resolve()}" if cfg.from_disk else f"{cfg.name}/{cfg.config}"
-    )
-    return f"hf-{digest}", f"{origin} [{cfg.split}] ({n_docs} docs)"
+    n_docs = sum(e["docs_train"] + e["docs_val"] for e in done)
+    return sources.describe_corpus(cfg, digest, n_docs, sum(e["chars"] for e in done))
 
 
 def build_cache(

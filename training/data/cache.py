@@ -18,7 +18,6 @@ import hashlib
 import json
 import logging
 import os
-import platform
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -110,23 +109,8 @@ class _Corpus:
 
     def describe(self) -> tuple[str, str]:
         """(fingerprint of the decoded documents, description), as of the last full pass."""
-        cfg, digest, py = self.cfg, self.digest.hexdigest()[:12], platform.python_version()
-        if cfg.source == "stdlib":
-            return f"stdlib-py{py}-{digest}", f"Python {py} stdlib, {self.n_docs} files"
-        if cfg.source == "sitepackages":
-            n = len(sources.installed_packages())
-            return (
-                f"sitepackages-py{py}-{digest}",
-                f"site-packages sources of {n} packages, "
-                f"{self.n_docs} files, {self.n_chars / 1e6:.0f}M characters",
-            )
-        if cfg.source == "text":
-            root, files = sources.text_files(cfg)
-            return f"text-{digest}", f"{root} ({len(files)} files, {self.n_docs} docs)"
-        origin = (
-            f"disk:{Path(cfg.from_disk).resolve()}" if cfg.from_disk else f"{cfg.name}/{cfg.config}"
-        )
-        return f"hf-{digest}", f"{origin} [{cfg.split}] ({self.n_docs} docs)"
+        digest = self.digest.hexdigest()[:12]
+        return sources.describe_corpus(self.cfg, digest, self.n_docs, self.n_chars)
 
 
 @dataclass

@@ -14,6 +14,7 @@ import importlib.metadata
 import io
 import json
 import os
+import platform
 import sys
 import sysconfig
 from collections.abc import Iterable, Iterator
@@ -333,3 +334,24 @@ def is_val(key: str, val_fraction: float) -> bool:
     """Whether the document (or pair) keyed `key` is held out: a hash of the key, not its place."""
     h = int.from_bytes(hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()[:8], "big")
     return h / 2**64 < val_fraction
+
+
+def describe_corpus(cfg: DataConfig, digest: str, n_docs: int, n_chars: int) -> tuple[str, str]:
+    """(fingerprint of the decoded documents, description) of a corpus whose documents hash to
+    `digest`: the cache's meta.json and the run's data tags, whichever code built it."""
+    py = platform.python_version()
+    if cfg.source == "stdlib":
+        return f"stdlib-py{py}-{digest}", f"Python {py} stdlib, {n_docs} files"
+    if cfg.source == "sitepackages":
+        n = len(installed_packages())
+        return (
+            f"sitepackages-py{py}-{digest}",
+            f"site-packages sources of {n} packages, {n_docs} files, {n_chars / 1e6:.0f}M characters",
+        )
+    if cfg.source == "text":
+        root, files = text_files(cfg)
+        return f"text-{digest}", f"{root} ({len(files)} files, {n_docs} docs)"
+    origin = (
+        f"disk:{Path(cfg.from_disk).resolve()}" if cfg.from_disk else f"{cfg.name}/{cfg.config}"
+    )
+    return f"hf-{digest}", f"{origin} [{cfg.split}] ({n_docs} docs)"
