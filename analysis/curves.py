@@ -201,19 +201,28 @@ def anneals(cols: dict) -> bool:
     return bool(np.any(cols["S2"] > 0) if "S2" in cols else np.any(cols["drop"] != 0))
 
 
-def prediction_errors(law: Law, runs: pd.DataFrame, points: pd.DataFrame, ks=KS) -> pd.DataFrame:
-    """One row per run and k: the predicted final loss from the group's points up to k of the
-    run's tokens against the run's measured final loss (nan where too few points are seen)."""
+def curves_by_group(
+    runs: pd.DataFrame, points: pd.DataFrame
+) -> tuple[dict[str, Curve], dict[str, list[Curve]]]:
+    """Every run's curve, and the curves of each group of runs that share a curve law."""
     curves = curves_of(runs, points)
     label = dict(zip(runs["run_id"], groups(runs)))
     members: dict[str, list[Curve]] = {}
     for c in curves.values():
         members.setdefault(label[c.run_id], []).append(c)
+    return curves, members
+
+
+def prediction_errors(law: Law, runs: pd.DataFrame, points: pd.DataFrame, ks=KS) -> pd.DataFrame:
+    """One row per run and k: the predicted final loss from the group's points up to k of the
+    run's tokens against the run's measured final loss (nan where too few points are seen)."""
+    curves, members = curves_by_group(runs, points)
+    group_of = {c.run_id: group for group in members.values() for c in group}
     rows = []
     for c in curves.values():
         final = float(c.row["loss"])
         for k in ks:
-            got = predict_final(law, members[label[c.run_id]], c, k)
+            got = predict_final(law, group_of[c.run_id], c, k)
             pred = np.nan if got is None else got[0]
             rows.append({"run_id": c.run_id, "k": k, "loss": final, "pred": pred})
     out = pd.DataFrame(rows, columns=["run_id", "k", "loss", "pred"])
@@ -339,11 +348,7 @@ def checkpoint_runs(law: Law, runs: pd.DataFrame, points: pd.DataFrame) -> pd.Da
     scaled with D), their loss corrected by the group's curve law for the decay they did not
     have: measured + law(decayed run to there) - law(own schedule there). Groups whose curves
     show no annealing, or are too few to fit, add none."""
-    curves = curves_of(runs, points)
-    label = dict(zip(runs["run_id"], groups(runs)))
-    members: dict[str, list[Curve]] = {}
-    for c in curves.values():
-        members.setdefault(label[c.run_id], []).append(c)
+    _, members = curves_by_group(runs, points)
     rows = []
     for group in members.values():
         cols, _, _ = seen(law, group)
