@@ -425,15 +425,21 @@ def losses_from_mlflow(uri: str, experiment: str) -> LossesOf:
 
 
 def tag_chosen_in_mlflow(uri: str, experiment: str) -> Callable[..., None]:
-    """Full grid: the best candidate's run is the arm's result; tag it tune_role=chosen."""
+    """Full grid: the best candidate's run is the arm's result; tag it tune_role=chosen (and
+    an earlier choice back to candidate: a grid extended by a rerun may choose another)."""
 
     def tag(members, chosen: int) -> None:
         client = tracking.client(uri)
         exp = client.get_experiment_by_name(experiment)
         found = tracking.latest_runs_by_key(client, exp.experiment_id)
         for run, c in members:
-            if c == chosen and run.run_key in found:
-                client.set_tag(found[run.run_key].info.run_id, "tune_role", "chosen")
+            record = found.get(run.run_key)
+            if record is None:
+                continue
+            if c == chosen:
+                client.set_tag(record.info.run_id, "tune_role", "chosen")
+            elif record.data.tags.get("tune_role") == "chosen":
+                client.set_tag(record.info.run_id, "tune_role", "candidate")
 
     return tag
 
