@@ -181,13 +181,13 @@ def test_a_tiny_lr_x_batch_sweep_trains_the_budget_and_halving_replays_the_grid(
     for i in range(20):
         (corpus / f"doc{i}.txt").write_text(f"document {i}. " + TEXT * 40)
     (tmp_path / "sweep").mkdir()
-    (tmp_path / "sweep" / "grid.yaml").write_text(TINY.replace("{halving}", "false"))
-    (tmp_path / "sweep" / "halving.yaml").write_text(TINY.replace("{halving}", "{rungs: [0.5]}"))
-    _run_sweep(tmp_path, "grid", corpus)
-    _run_sweep(tmp_path, "halving", corpus)
+    (tmp_path / "sweep" / "bfull.yaml").write_text(TINY.replace("{halving}", "false"))
+    (tmp_path / "sweep" / "bhalving.yaml").write_text(TINY.replace("{halving}", "{rungs: [0.5]}"))
+    _run_sweep(tmp_path, "bfull", corpus)
+    _run_sweep(tmp_path, "bhalving", corpus)
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlruns.db'}")
     df = mlflow.search_runs(experiment_names=["scaling-lab"]).dropna(subset=["tags.run_key"])
-    grid, halving = df[df["tags.sweep"] == "grid"], df[df["tags.sweep"] == "halving"]
+    grid, halving = df[df["tags.sweep"] == "bfull"], df[df["tags.sweep"] == "bhalving"]
     assert len(grid) == 4 and set(grid["status"]) == {"FINISHED"}
     for _, r in grid.iterrows():  # the budget, in D / B steps of the run's own batch
         batch = int(r["params.train.batch_tokens"])
