@@ -15,7 +15,7 @@ import mlflow
 import pytest
 from hydra import compose, initialize_config_dir
 
-from sweeps import driver, plan
+from sweeps import driver, plan, tuning
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -203,3 +203,25 @@ def test_a_tiny_lr_x_batch_sweep_trains_the_budget_and_halving_replays_the_grid(
     assert len(chosen) == 1 and chosen["metrics.tokens_consumed"].iloc[0] == 16384
     value = chosen["tags.tune_values"].iloc[0]
     assert chosen["metrics.final_val_loss"].iloc[0] == pytest.approx(losses[value], abs=1e-3)
+
+
+def test_an_extended_full_grid_keeps_one_chosen_run_per_arm(tmp_path):
+    """A rerun that adds candidates (ref_hparams added two lrs) may find a better run: that
+    one is tagged chosen and the earlier choice goes back to candidate."""
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    client = mlflow.tracking.MlflowClient(uri)
+    exp = client.create_experiment("grid")
+    keys = ["k-old-best", "k-other", "k-new"]
+    for key, role in zip(keys, ["chosen", "candidate", "candidate"]):
+        run = client.create_run(exp, tags={"run_key": key, "tune_role": role})
+        client.set_terminated(run.info.run_id, "FINISHED")
+    members = [
+        (plan.PlannedRun(i, (), "base", "candidate", _facts(k)), i) for i, k in enumerate(keys)
+    ]
+    tuning.tag_chosen_in_mlflow(uri, "grid")(members, 2)
+    roles = {r.data.tags["run_key"]: r.data.tags["tune_role"] for r in client.search_runs([exp])}
+    assert roles == {"k-old-best": "candidate", "k-other": "candidate", "k-new": "chosen"}
+
+
+def _facts(key: str) -> plan.RunFacts:
+    return plan.RunFacts(key, "a", 1, 8, 100, 80, 1e3, 8192.0, 1024)
