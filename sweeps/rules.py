@@ -91,8 +91,10 @@ def rule_from_fit(name: str, path: str) -> Rule:
     if rule.get("key", KEYS[name]) != KEYS[name]:
         raise PlanError(f"{where}: {path}'s {name} sets {rule['key']}, not {KEYS[name]}")
     out = _rule(name, rule, f"{where}: {path}", f"fitted: {path}")
-    reasons = rule.get("not_identified") or ()
-    reasons = (reasons,) if isinstance(reasons, str) else tuple(str(r) for r in reasons)
+    names = rule.get("not_identified") or ()
+    names = (names,) if isinstance(names, str) else tuple(str(r) for r in names)
+    why = rule.get("why_not_identified") if isinstance(rule.get("why_not_identified"), dict) else {}
+    reasons = tuple(f"{n}: {why[n]}" if n in why else n for n in names)
     ci95 = rule.get("ci95") if isinstance(rule.get("ci95"), dict) else {}
     return replace(out, ci95=ci95, not_identified=reasons)
 
@@ -175,6 +177,18 @@ def apply_rules(spec: SweepSpec, points: Sequence[Point], facts_of: Resolver) ->
     return out
 
 
+def _intervals(ci95: Mapping) -> str:
+    """{scale: [lo, hi], exponents: {N: [lo, hi]}} as `scale [lo, hi], N [lo, hi]`."""
+    parts = []
+    for name, value in ci95.items():
+        if isinstance(value, Mapping):
+            parts.append(_intervals(value))
+        elif isinstance(value, (list, tuple)) and len(value) == 2:
+            lo, hi = (f"{float(v):.3g}" if v is not None else "?" for v in value)
+            parts.append(f"{name} [{lo}, {hi}]")
+    return ", ".join(p for p in parts if p)
+
+
 def _c_label(spec: SweepSpec, run: PlannedRun) -> str:
     return "exact" if run.budget is not None and spec.budget_flops == "exact" else "6ND"
 
@@ -187,7 +201,7 @@ def describe(spec: SweepSpec, runs: Sequence[PlannedRun]) -> list[str]:
     for rule in rules:
         line = f"{rule.field}: {rule.formula()} ({rule.source})"
         if rule.ci95:
-            line += f"; 95% intervals {json.dumps(rule.ci95)}"
+            line += f"; 95% intervals: {_intervals(rule.ci95)}"
         if rule.key == KEYS["batch_rule"]:
             line += "; rounded to the nearest multiple of train.seq_len, within [1 sequence, D]"
         lines.append(line)

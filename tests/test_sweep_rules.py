@@ -86,7 +86,7 @@ def test_rules_from_a_fitted_json_set_each_points_lr_and_batch(comp, tmp_path, c
     out = capsys.readouterr().out
     assert f"lr_rule: train.lr = 0.9 * N^-0.3 * D^-0.05 (fitted: {fit})" in out
     assert f"batch_rule: train.batch_tokens = 0.05 * D^0.8 (fitted: {fit})" in out
-    assert "nearest multiple of train.seq_len" in out and '"exponent": [0.6, 1.0]' in out
+    assert "nearest multiple of train.seq_len" in out and "95% intervals: exponent [0.6, 1]" in out
     assert f"D 1e+05, C {6 * runs[0].n * 1e5:.3g} (6ND): train.batch_tokens=512" in out
     assert not (tmp_path / "mlruns.db").exists()
 
