@@ -31,7 +31,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from models import count_params
 from models.accounting import GB
-from sweeps import plan, slurm, sweep_records, tuning, ui
+from sweeps import batch_axis, plan, rules, slurm, sweep_records, tuning, ui
 from sweeps.job import ENV_GPU_LOCKS, ENV_GPU_POOL, PointInterrupted, training_config
 from sweeps.names import RunNames
 from sweeps.slurm import JobLost
@@ -123,6 +123,7 @@ def facts(cfg: DictConfig) -> plan.RunFacts:
         batch_tokens=spec.train.batch_tokens,
         memory_gb=memory.total / GB,
         device_memory_gb=device_memory / GB if device_memory else None,
+        seq_len=spec.train.seq_len,
     )
 
 
@@ -238,7 +239,8 @@ class Sweep:
     def make_plan(self) -> tuple[list[plan.PlannedRun], tuning.TuningPlan | None]:
         """The runs of the first wave, and a tuned sweep's plan (its points are arms; what
         trains are their tuning runs, stage by stage)."""
-        points = tuning.apply_lr_rule(self.spec.lr_rule, plan.expand(self.spec), self.facts_of)
+        points = rules.apply_rules(self.spec, plan.expand(self.spec), self.facts_of)
+        points = batch_axis.with_granule(self.spec, points, self.facts_of)
         runs = self.resolve_points(points)
         if not self.spec.tune:
             return runs, None
@@ -275,10 +277,12 @@ def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: L
         db = tracking.sqlite_path(sweep.uri)
         records_read = db is None or db.exists()
         print_plan(sweep.spec, runs, sweep.jobs, records_read, plan_s, sweep.names.block)
-        if sweep.spec.lr_rule:
-            tuning.print_lr_rule(sweep.spec.lr_rule, runs)
+        for line in rules.describe(sweep.spec, runs):
+            print(line)
         if tuned:
             tuning.print_tuning(tuned, sweep.jobs, sweep.names.block)
+            if line := batch_axis.describe(tuned):
+                print(line)
         return []
     if tuned and (warning := tuning.early_rungs(tuned)):
         print(warning, flush=True)  # also without a dry run: before anything trains

@@ -9,10 +9,12 @@ One sweep config describes every kind of grid by combining four optional parts:
   budgets    compute budgets C; each point gets D = C / (6 N) from the factory's N (IsoFLOP),
              or D = C / (exact FLOPs per token) with `budget_flops: exact`
   wsd        token budgets reached by decay branches off one stable WSD run per point
-and two optional hyperparameter parts (`TuneSpec`, `LrRule`; executed by `sweeps.tuning`):
+and optional hyperparameter parts (`TuneSpec`, executed by `sweeps.tuning`; rules, `sweeps.rules`):
   tune       override key -> candidate values, tried at every arm (or where `tune_at` says),
              by successive halving (`tune_halving`) or as a full grid
-  lr_rule    train.lr per point from N: constant | {scale, exponent} | {fitted: fit.json}
+  lr_rule    train.lr per point from its N, D, C: constant | {scale, exponent, variable} |
+             {scale, exponents: {N: a, D: b}} | {fitted: fit.json}
+  batch_rule train.batch_tokens per point, the same forms (sweeps.rules)
 
 Compute convention. A budget C is in the FLOPs that `budget_flops` names: `6nd` (default, the
 Kaplan/Chinchilla approximation C = 6 N_nonembed D, so D = C / (6 N)) or `exact` (the exact
@@ -27,7 +29,6 @@ or records carries its convention: `PlannedRun.c` is 6 N D, `PlannedRun.c_exact`
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -35,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from models.values import int_if_integral
+from sweeps.errors import PlanError
+from sweeps.rules import Rule, rule_from_sweep
 
 # Keys the size ladder chooses itself: sweeping them next to `model.size` is ambiguous.
 LADDER_KEYS = ("model.n_layers", "model.d_model")
@@ -52,6 +55,7 @@ SPEC_FIELDS = {
     "tune_at",
     "tune_halving",
     "lr_rule",
+    "batch_rule",
 }
 # Where a tuning grid is tried: at every arm, or at the smallest token budget of each
 # variant x size (the chosen values then train that size's other budgets).
@@ -59,6 +63,7 @@ TUNE_AT = ("every_arm", "smallest_budget")
 # Successive halving: rungs as fractions of an arm's stable (pre-decay) phase.
 DEFAULT_RUNGS = (0.125, 0.25, 0.5)
 LR_KEY = "train.lr"
+BATCH_KEY = "train.batch_tokens"
 # The FLOP count an IsoFLOP budget C is measured in (see the module docstring).
 BUDGET_FLOPS = ("6nd", "exact")
 # How the dry-run table and the summary name each convention next to a C.
@@ -77,10 +82,6 @@ NOT_A_VALUE = (
     "must be a number in",
     "must be in [0, 1)",
 )
-
-
-class PlanError(ValueError):
-    """A sweep config that cannot be planned (conflicting axes, bad field); raised before any work."""
 
 
 def format_value(value: Any) -> str:
@@ -179,63 +180,6 @@ class TuneSpec:
         )
 
 
-@dataclass(frozen=True)
-class LrRule:
-    """`sweep.lr_rule`: lr = scale * N^exponent (N non-embedding parameters), from the sweep file
-    or from the `lr_rule` an analysis wrote to a fit.json (`fitted`)."""
-
-    scale: float
-    exponent: float
-    source: str = "sweep.lr_rule"  # where the numbers came from, for the dry run
-
-    def __post_init__(self) -> None:
-        try:
-            scale, exponent = float(self.scale), float(self.exponent)
-        except (TypeError, ValueError):
-            raise PlanError(
-                f"sweep.lr_rule: scale and exponent must be numbers ({self.source})"
-            ) from None
-        if not (math.isfinite(scale) and scale > 0 and math.isfinite(exponent)):
-            raise PlanError(
-                f"sweep.lr_rule: expected scale > 0 and a finite exponent, got {scale}, {exponent} "
-                f"({self.source})"
-            )
-        object.__setattr__(self, "scale", scale)
-        object.__setattr__(self, "exponent", exponent)
-
-    def lr(self, n_nonembed: int) -> float:
-        """Three significant digits: a readable override and a stable run key."""
-        return float(f"{self.scale * float(n_nonembed) ** self.exponent:.3g}")
-
-    @classmethod
-    def from_value(cls, value: Any) -> LrRule | None:
-        if value is None or value == "constant":
-            return None
-        if isinstance(value, Mapping) and set(value) == {"fitted"}:
-            return cls.from_fit(str(value["fitted"]))
-        if isinstance(value, Mapping) and set(value) == {"scale", "exponent"}:
-            return cls(value["scale"], value["exponent"], "sweep.lr_rule")
-        raise PlanError(
-            f"sweep.lr_rule: expected constant, {{scale: x, exponent: y}} or {{fitted: fit.json}}, "
-            f"got {value!r}"
-        )
-
-    @classmethod
-    def from_fit(cls, path: str) -> LrRule:
-        try:
-            fit = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as e:
-            raise PlanError(f"sweep.lr_rule.fitted: cannot read {path}: {e}") from None
-        rule = fit.get("lr_rule") if isinstance(fit, dict) else None
-        if not isinstance(rule, dict) or not {"scale", "exponent"} <= set(rule):
-            raise PlanError(f"sweep.lr_rule.fitted: {path} has no lr_rule {{scale, exponent}}")
-        if rule.get("variable", "N") != "N":
-            raise PlanError(
-                f"sweep.lr_rule.fitted: {path} fits lr in {rule['variable']}; only N is supported"
-            )
-        return cls(rule["scale"], rule["exponent"], f"fitted: {path}")
-
-
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -327,7 +271,8 @@ class SweepSpec:
     wsd_decay: float = 0.2
     fixed: dict[str, Any] = field(default_factory=dict)
     tune: TuneSpec | None = None
-    lr_rule: LrRule | None = None
+    lr_rule: Rule | None = None  # train.lr per point from its N, D, C (sweeps.rules)
+    batch_rule: Rule | None = None  # train.batch_tokens per point, the same way
 
     @property
     def kind(self) -> str:
@@ -409,7 +354,8 @@ class SweepSpec:
             wsd_decay=_number(wsd.get("decay", 0.2), "sweep.wsd.decay"),
             fixed=_mapping(d.get("fixed") or {}, "sweep.fixed", "override key -> value"),
             tune=TuneSpec.from_dict(d),
-            lr_rule=LrRule.from_value(d.get("lr_rule")),
+            lr_rule=rule_from_sweep("lr_rule", d.get("lr_rule")),
+            batch_rule=rule_from_sweep("batch_rule", d.get("batch_rule")),
         )
         if not (
             spec.axes
@@ -473,15 +419,27 @@ class SweepSpec:
             )
         if self.wsd_tokens and any("train.schedule" in o for o in [self.fixed, self.axes]):
             raise PlanError("sweep.wsd sets train.schedule=wsd itself; remove train.schedule")
-        if self.lr_rule and LR_KEY in all_keys | set(self.tune.grid if self.tune else ()):
-            where = (
-                "sweep.tune"
-                if self.tune and LR_KEY in self.tune.grid
-                else sources.get(LR_KEY, "a variant")
-            )
-            raise PlanError(f"{LR_KEY} is set by {where} but sweep.lr_rule already sets it")
+        self._check_rules(sources, all_keys)
         if self.tune:
             self._check_tune(sources)
+
+    def _check_rules(self, sources: Mapping[str, str], all_keys: set[str]) -> None:
+        """A rule sets its key at every point: nothing else may; and a WSD branch continues its
+        stable run, so it cannot get a value of its own from its D or C."""
+        tuned = set(self.tune.grid) if self.tune else set()
+        for rule in (self.lr_rule, self.batch_rule):
+            if rule is None:
+                continue
+            if rule.key in all_keys | tuned:
+                where = "sweep.tune" if rule.key in tuned else sources.get(rule.key, "a variant")
+                raise PlanError(
+                    f"{rule.key} is set by {where} but sweep.{rule.field} already sets it"
+                )
+            if self.wsd_tokens and set(rule.exponents) - {"N"}:
+                raise PlanError(
+                    f"sweep.{rule.field}: a rule in D or C gives each WSD branch its own "
+                    f"{rule.key}, but a branch continues its stable run; use a rule in N"
+                )
 
     def _check_tune(self, sources: Mapping[str, str]) -> None:
         for key in self.tune.grid:
@@ -587,6 +545,7 @@ class RunFacts:
     flops_6nd_per_token: float | None = None
     memory_gb: float | None = None  # models.accounting.memory_estimate of one process's step
     device_memory_gb: float | None = None  # what it must fit: train.device_memory_gb or CUDA's
+    seq_len: int = 0  # train.seq_len (a tuned batch must be whole sequences); 0: not known
 
     @property
     def six_n(self) -> float:

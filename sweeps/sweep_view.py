@@ -123,6 +123,8 @@ def plan_columns(runs, wide: bool, block_of: Callable) -> list[tuple[str, str, C
     if wide:
         cols.append(("C (exact)", "right", lambda r: _c(r.c_exact, wide) if f(r) else ""))
     cols.append(("D/N", "right", lambda r: f"{r.d / r.n:.1f}" if f(r) and r.n else ""))
+    if len({f(r).batch_tokens for r in runs if f(r)}) > 1:  # a tuned batch or a batch_rule
+        cols.append(("B", "right", lambda r: str(f(r).batch_tokens) if f(r) else ""))
     cols.append(("est", "right", lambda r: format_duration(r.est_s) if not r.skip else ""))
     cols.append(("mem", "right", lambda r: memory_cell(r.facts)))
     return cols

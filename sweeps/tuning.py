@@ -67,6 +67,8 @@ class Candidate:
     index: int
     values: dict[str, Any]  # as written in sweep.tune
     overrides: tuple[str, ...]  # what the runs get (a fractional warmup as steps when halving)
+    batch_tokens: int = 0  # its batch (a tuned train.batch_tokens, else the arm's)
+    warmup_steps: int = 0  # halving: its warmup in steps of its batch
 
     @property
     def label(self) -> str:
@@ -382,8 +384,9 @@ def _candidate(spec: TuneSpec, arm: Arm, i: int, values: dict, default_warmup) -
     computes), which must end before the first rung; the arm keeps the longest."""
     over = [f"{k}={format_value(v)}" for k, v in values.items() if k != WARMUP_KEY]
     warmup = float(values.get(WARMUP_KEY, default_warmup))
+    bt = int(float(values.get(plan.BATCH_KEY, arm.run.facts.batch_tokens)))
+    w_steps = 0
     if spec.halving:
-        bt = arm.run.facts.batch_tokens
         w_steps = warmup_steps(warmup, math.ceil(arm.tokens / bt))
         if w_steps * bt > arm.rungs[0]:
             raise PlanError(
@@ -396,7 +399,7 @@ def _candidate(spec: TuneSpec, arm: Arm, i: int, values: dict, default_warmup) -
         arm.warmup_steps = max(arm.warmup_steps, w_steps)
     elif WARMUP_KEY in values:
         over.append(f"{WARMUP_KEY}={format_value(warmup)}")
-    return Candidate(i, values, tuple(over))
+    return Candidate(i, values, tuple(over), bt, w_steps)
 
 
 def losses_from_mlflow(uri: str, experiment: str) -> LossesOf:
@@ -422,15 +425,21 @@ def losses_from_mlflow(uri: str, experiment: str) -> LossesOf:
 
 
 def tag_chosen_in_mlflow(uri: str, experiment: str) -> Callable[..., None]:
-    """Full grid: the best candidate's run is the arm's result; tag it tune_role=chosen."""
+    """Full grid: the best candidate's run is the arm's result; tag it tune_role=chosen (and
+    an earlier choice back to candidate: a grid extended by a rerun may choose another)."""
 
     def tag(members, chosen: int) -> None:
         client = tracking.client(uri)
         exp = client.get_experiment_by_name(experiment)
         found = tracking.latest_runs_by_key(client, exp.experiment_id)
         for run, c in members:
-            if c == chosen and run.run_key in found:
-                client.set_tag(found[run.run_key].info.run_id, "tune_role", "chosen")
+            record = found.get(run.run_key)
+            if record is None:
+                continue
+            if c == chosen:
+                client.set_tag(record.info.run_id, "tune_role", "chosen")
+            elif record.data.tags.get("tune_role") == "chosen":
+                client.set_tag(record.info.run_id, "tune_role", "candidate")
 
     return tag
 
@@ -538,7 +547,8 @@ def early_rungs(tp: TuningPlan) -> str | None:
     for arm in tp.arms:
         if not (tp.spec.halving and arm.tuned and arm.rungs):
             continue
-        after = arm.rungs[0] // arm.run.facts.batch_tokens - arm.warmup_steps
+        # the largest batch takes the fewest steps to a rung (a tuned train.batch_tokens)
+        after = min(arm.rungs[0] // c.batch_tokens - c.warmup_steps for c in arm.candidates)
         if after < EARLY_RUNG_STEPS:
             early.append((after, arm))
     if not early:
@@ -549,35 +559,4 @@ def early_rungs(tp: TuningPlan) -> str | None:
         f"candidates fewer than {EARLY_RUNG_STEPS} steps after the longest warmup (fewest: arm "
         f"{arm.id}, {after} steps): lrs compared this early favour the highest (short-horizon "
         "bias); later sweep.tune_halving.rungs, longer budgets or tune_halving: false choose better"
-    )
-
-
-def apply_lr_rule(
-    rule: plan.LrRule | None, points: Sequence[Point], facts_of: plan.Resolver
-) -> list[Point]:
-    """`sweep.lr_rule`: every point gets train.lr = scale * N^exponent from its factory N
-    (non-embedding; it does not depend on D, so an IsoFLOP point needs no budget yet). A point
-    whose model cannot be built keeps its overrides: `plan.resolve` skips it with the reason."""
-    if rule is None:
-        return list(points)
-    out = []
-    for p in points:
-        try:
-            n = facts_of(p.overrides).n_params_nonembed
-        except PlanError:
-            raise
-        except ValueError:
-            out.append(p)
-            continue
-        lr = f"{plan.LR_KEY}={format_value(rule.lr(n))}"
-        out.append(replace(p, overrides=(*p.overrides, lr)))
-    return out
-
-
-def print_lr_rule(rule: plan.LrRule, runs: Sequence[PlannedRun]) -> None:
-    """The dry run's line for `sweep.lr_rule`: the rule, where it came from, the lr per N."""
-    by_n = sorted({r.n: rule.lr(r.n) for r in runs if r.facts and r.n})
-    lrs = ", ".join(f"N {plan.format_count(n)}: {rule.lr(n):.3g}" for n in by_n)
-    console().print(
-        f"lr_rule: train.lr = {rule.scale:.4g} * N^{rule.exponent:.4g} ({rule.source}); {lrs}"
     )

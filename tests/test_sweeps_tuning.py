@@ -15,7 +15,7 @@ import mlflow
 import pytest
 from hydra import compose, initialize_config_dir
 
-from sweeps import driver, plan, tuning
+from sweeps import batch_axis, driver, plan, rules, tuning
 from training.checkpoint import branch_checkpoint_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +41,8 @@ def tuned_plan(comp, arguments):
     facts_of = lambda ov: driver.facts(fast([*fixed, *ov]))  # noqa: E731
     ckpt = lambda key, t: str(branch_checkpoint_path(Path("/ckpt"), key, t))  # noqa: E731
     resolve = lambda pts: plan.resolve(spec, pts, facts_of, ckpt, flops_per_sec=1e9)  # noqa: E731
-    runs = resolve(tuning.apply_lr_rule(spec.lr_rule, plan.expand(spec), facts_of))
+    points = rules.apply_rules(spec, plan.expand(spec), facts_of)
+    runs = resolve(batch_axis.with_granule(spec, points, facts_of))
     if spec.tune is None:
         return spec, runs, None
     tp = tuning.plan_tuning(spec.tune, runs, lambda o: fast([*fixed, *o]), ckpt, resolve, 1e9, 0.0)
@@ -196,11 +197,11 @@ def test_lr_rule_sets_lr_from_the_factorys_n(comp, tmp_path, capsys):
     )
     _, fitted, _ = tuned_plan(comp, ["sweep=grid", f"+sweep.lr_rule={{fitted:{fit}}}"])
     assert [r.run_key for r in fitted] == [r.run_key for r in runs]
-    assert plan.LrRule.from_value("constant") is None
+    assert rules.rule_from_sweep("lr_rule", "constant") is None
     args = ["sweep=grid", f"+sweep.lr_rule={{fitted:{fit}}}", "sweep.dry_run=true"]
     assert driver.drive(comp(args), args, comp, launch=None) == []
     shown = capsys.readouterr().out
-    assert f"lr_rule: train.lr = 0.5 * N^-0.5 (fitted: {fit}); N " in shown
+    assert f"lr_rule: train.lr = 0.5 * N^-0.5 (fitted: {fit})" in shown
     assert f"{0.5 * runs[0].n ** -0.5:.3g}" in shown
     with pytest.raises(plan.PlanError, match=r"^sweep\.lr_rule\.fitted: .* has no lr_rule"):
         fit.write_text("{}")
