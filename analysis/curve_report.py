@@ -1,6 +1,6 @@
 """The report's loss-curve section: the Tissue et al. curve law fitted to the logged curves (one
 figure), its final-loss prediction errors from 25/50/75% of each run, and curve-aware tuning
-against the full grid (`analysis.curves`).
+against the full grid (`analysis.curves`, `analysis.curve_check`).
 
 Shown for a swept experiment whose runs.csv holds every candidate trained to its budget (a full
 grid: `tune_role` candidates at their arm's largest D), its curves, and the config columns the

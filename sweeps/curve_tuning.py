@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from analysis import curve_tuning
-from sweeps.plan import CurveSpec
+from sweeps.plan import CurveSpec, PlanError
 from training import tracking
 
 BUDGET_TAG = "tune_budget"
@@ -27,6 +27,18 @@ BUDGET_TAG = "tune_budget"
 def rung(spec: CurveSpec, n_candidates: int, budget_tokens: int, batch_tokens: int) -> int:
     """The one rung (tokens) where every candidate's prefix ends."""
     return curve_tuning.prefix_tokens(n_candidates, budget_tokens, batch_tokens, spec.runs)
+
+
+def check_points(arm: str, rung: int, warmup_steps: int, batch_tokens: int, label: str) -> None:
+    """PlanError unless a candidate's prefix holds enough train losses after its warmup for
+    the curve law (`analysis.curve_tuning.MIN_POINTS`)."""
+    points = rung // batch_tokens - warmup_steps - 1  # losses after s - 1 > warmup updates
+    if points < curve_tuning.MIN_POINTS:
+        raise PlanError(
+            f"sweep.tune_curve.runs: candidate {label} of arm {arm} sees {max(points, 0)} train "
+            f"losses after its warmup ({warmup_steps} steps) in its prefix of {rung} tokens; "
+            f"the curve law needs {curve_tuning.MIN_POINTS}: raise runs or shorten the warmup"
+        )
 
 
 def segment_overrides(budget_tokens: int) -> tuple[str, ...]:

@@ -403,6 +403,8 @@ def _candidate(spec: TuneSpec, arm: Arm, i: int, values: dict, default_warmup) -
                 f"{WARMUP_KEY}={format_value(warmup)} ({w_steps} steps of {bt} tokens); "
                 "raise the first rung or shorten the warmup"
             )
+        if spec.curve:
+            curve_tuning.check_points(arm.id, arm.rungs[0], w_steps, bt, f"{WARMUP_KEY}={warmup:g}")
         over.append(f"{WARMUP_KEY}={w_steps}")
         arm.warmup_steps = max(arm.warmup_steps, w_steps)
     elif WARMUP_KEY in values:

@@ -108,6 +108,7 @@ def test_curve_strategy_plans_one_prefix_per_candidate_at_two_runs(comp, capsys)
         ("+sweep.tune_curve={rungs: 2}", "sweep.tune_curve.rungs: unknown field"),
         ("+sweep.tune_halving=false", "remove sweep.tune_halving"),
         ("+sweep.tune_curve={runs: 1.01}", "sweep.tune_curve.runs: arm .* a prefix of 0 tokens"),
+        ("+sweep.tune_curve={runs: 1.3}", "sees 0 train losses after its warmup .* needs 6"),
     ],
 )
 def test_bad_tune_curve_fails_naming_the_key(comp, extra, message):  # noqa: F811
