@@ -1,6 +1,6 @@
 """The report's loss-curve section: the Tissue et al. curve law fitted to the logged curves (one
 figure), its final-loss prediction errors from 25/50/75% of each run, and curve-aware tuning
-against the full grid (`analysis.curves`).
+against the full grid (`analysis.curves`, `analysis.curve_check`).
 
 Shown for a swept experiment whose runs.csv holds every candidate trained to its budget (a full
 grid: `tune_role` candidates at their arm's largest D), its curves, and the config columns the
@@ -14,8 +14,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis import curve_check
 from analysis import curves as C
 from analysis.laws.curve import TISSUE
+from analysis.load import InputError
 
 HEADING = "Loss-curve law"
 N_BOOT = 50
@@ -33,9 +35,11 @@ def applies(grid: pd.DataFrame | None, curves: pd.DataFrame | None) -> bool:
     return len(cand) > 0 and bool((cand["D"] >= budget).all())
 
 
-def fitted_groups(runs: pd.DataFrame, points: pd.DataFrame) -> list[tuple[str, C.CurveFit, list]]:
+def fitted_groups(
+    runs: pd.DataFrame, points: pd.DataFrame, metric: str = "val_loss"
+) -> list[tuple[str, C.CurveFit, list]]:
     """(label, fit, curves) of the groups whose curves show annealing and have enough points."""
-    curves = C.curves_of(runs, points)
+    curves = C.curves_of(runs, points, metric)
     label = dict(zip(runs["run_id"], C.groups(runs)))
     members: dict[str, list[C.Curve]] = {}
     for c in curves.values():
@@ -54,8 +58,8 @@ def fitted_groups(runs: pd.DataFrame, points: pd.DataFrame) -> list[tuple[str, C
     return out
 
 
-def figure(fits: list, plt):
-    """Measured val loss (markers) and the fitted law (lines) against tokens, per group
+def figure(fits: list, plt, metric: str = "val_loss"):
+    """Measured loss (markers) and the fitted law (lines) against tokens, per group
     (`plt`: matplotlib.pyplot, which `analysis.plots` has imported and set up)."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for i, (name, cf, group) in enumerate(fits):
@@ -65,11 +69,11 @@ def figure(fits: list, plt):
             steps = np.arange(1, c.total + 1)
             cols = C.features(TISSUE.name, c.lrs, steps, c.warmup)
             ax.plot(steps * bt, TISSUE.predict(cf.theta, cols)[0], color=color, lw=1)
-            ax.plot(c.steps * bt, c.loss, "o", color=color, ms=4)
+            ax.plot(c.steps * bt, c.loss, "o", color=color, ms=4 if metric == "val_loss" else 1)
         ax.plot([], [], color=color, label=_short(name))
     ax.set_xscale("log")
     ax.set_xlabel("tokens")
-    ax.set_ylabel("val loss")
+    ax.set_ylabel(metric.replace("_", " ") + " (nats per token)")
     ax.legend(fontsize=6)
     return fig
 
@@ -105,41 +109,56 @@ def _error_rows(errors: pd.DataFrame) -> list[list[str]]:
     return rows
 
 
-def blocks(grid: pd.DataFrame | None, curves: pd.DataFrame | None, fig_dir: Path) -> list[tuple]:
+def blocks(
+    grid: pd.DataFrame | None, curves: pd.DataFrame | None, fig_dir: Path, keys=()
+) -> list[tuple]:
     """The section's blocks (the figure saved to fig_dir), or none where it does not apply."""
     if not applies(grid, curves):
         return []
     from analysis import plots  # lazy: seaborn ~3 s (a report has imported it already)
 
-    fits = fitted_groups(grid, curves)
+    metric = C.choose_metric(curves)
+    fits = fitted_groups(grid, curves, metric)
     b: list[tuple] = [("h2", HEADING)]
     b.append(
         (
             "p",
             f"{TISSUE.reference}: L = L0 + A S1^-alpha - C S2, lr replayed per step "
             "from each run's config; one law per group of runs sharing model and "
-            "hyperparameters (`python -m analysis.curves`, docs/curve-laws.md).",
+            "hyperparameters (`python -m analysis.curves`, docs/curve-laws.md). "
+            + C.metric_note(curves, metric),
         )
     )
     if fits:
-        plots.save(figure(fits, plots.plt), fig_dir, "curve_law")
+        plots.save(figure(fits, plots.plt, metric), fig_dir, "curve_law")
         header = ["group", "points", *TISSUE.params]
         b.append(("table", header, _fit_rows(fits)))
-        b.append(("fig", "curve_law", "Val loss (points) and the fitted curve law (lines)."))
-    errors = C.prediction_errors(TISSUE, grid, curves)
+        shown = metric.replace("_", " ").capitalize()
+        b.append(("fig", "curve_law", f"{shown} (points) and the fitted curve law (lines)."))
+    errors = C.prediction_errors(TISSUE, grid, curves, metric=metric)
     b.append(
         (
             "p",
-            "Final loss predicted from the group's points up to k of each run's tokens "
+            "Final val loss predicted from the group's points up to k of each run's tokens "
             "(a run is predicted only where some seen point had annealed):",
         )
     )
     header = ["k", "runs", "predicted", "median abs error", "max abs error"]
     b.append(("table", header, _error_rows(errors)))
-    t = C.curve_tuning(TISSUE, grid, curves)
-    rows, line = C.tuning_rows(t)
-    b.append(
-        ("p", f"Curve-aware tuning at two full runs' compute per arm, against the grid: {line}.")
-    )
-    b.append(("table", C.TUNING_HEADER, rows))
-    return b
+    return b + _tuning_blocks(grid, curves, list(keys))
+
+
+def _tuning_blocks(grid: pd.DataFrame, curves: pd.DataFrame, keys: list[str]) -> list[tuple]:
+    """Curve-aware tuning at two runs per arm against the grid (`analysis.curve_check`)."""
+    try:
+        table = curve_check.check(grid, curves, keys or ["train.lr"])
+    except InputError as err:
+        return [("p", f"Curve-aware tuning is not checked: {err}.")]
+    text = curve_check.markdown(table, curve_check.curve_tuning.RUNS).split("\n")
+    rows = [
+        [r.variant, f"{r.N:.3g}", r.points, r.choice, r.grid_choice, f"{r.rank}/{r.n_grid}"]
+        + [f"{r.regret:.3f}", f"{r.margin:.3f}"]
+        for r in table.itertuples()
+    ]
+    header = ["variant", "N", "points", "curve chose", "grid chose", "rank", "regret", "margin"]
+    return [("p", " ".join(t for t in text[2:4] if t)), ("table", header, rows)]

@@ -4,7 +4,9 @@ measure that prediction, and tune from partial curves.
     python -m analysis.curves --csv results/demo/runs.csv --curves results/demo/curves.csv \
         [--law tissue] [--out results/demo/curve_errors.md]
 
-A curve's points are a run's val_loss at eval points (`analysis.load.load_curves`); the lr of
+A curve's points are a run's val_loss at eval points, or its train_loss at every logged step
+where the val points are too sparse (`--metric`, `choose_metric`; `analysis.load.load_curves`
+exports both); the lr of
 every step before a point is replayed from the run's config columns (`analysis.schedule_replay`).
 One law per group of runs that share a model and its hyperparameters (`GROUP_KEYS`): the runs
 of a group differ only in their schedule (token budget, decay), which is what the law models.
@@ -13,16 +15,16 @@ of a group differ only in their schedule (token budget, decay), which is what th
   final loss under its own schedule, or any other (`schedule_replay.with_schedule`), with a 95%
   percentile interval over bootstrap refits (points resampled within each run).
 - `prediction_errors`: that prediction against the measured final loss at k = 25/50/75%.
-- `curve_tuning`: each candidate of a tuned arm seen up to the tokens a two-run budget allows
-  (the candidates share the WSD stable phase, so a full-grid run truncated there is exactly what
-  the candidate would have trained), its final loss predicted, the predicted best chosen.
+- `checkpoint_runs`: every run's stable-phase points as pseudo-runs for the N, D laws.
+
+Curve-aware tuning from partial curves is `analysis.curve_tuning` (checked offline by
+`python -m analysis.tuning_check --strategy curve`).
 
 Exit code 2 with one line on stderr, and nothing written, when the input cannot be used.
 """
 
 from __future__ import annotations
 
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,9 +45,16 @@ KS = (0.25, 0.5, 0.75)
 N_BOOT = 100
 
 
+METRICS = ("val_loss", "train_loss")
+# Fewer val points than this per run (a 4-parameter law plus one) and `metric="auto"` fits the
+# train loss instead, when the curves have it (curves.csv from a dense export).
+MIN_VAL_POINTS = 5
+
+
 @dataclass
 class Curve:
-    """One run's points: steps (n,), losses (n,), the lr of each of its steps, its warmup."""
+    """One run's points: steps (n,), losses (n,), the lr of each of its steps, its warmup, and
+    which loss the points are (`val_loss` or `train_loss`)."""
 
     run_id: str
     row: dict
@@ -53,6 +62,7 @@ class Curve:
     loss: np.ndarray
     lrs: np.ndarray
     warmup: int
+    metric: str = "val_loss"
 
     @property
     def total(self) -> int:
@@ -63,25 +73,49 @@ def replayable(runs: pd.DataFrame) -> bool:
     return all(k in runs.columns for k in SCHEDULE_KEYS)
 
 
-def curves_of(runs: pd.DataFrame, points: pd.DataFrame) -> dict[str, Curve]:
-    """{run_id: Curve} of every run with curve points and a replayable schedule."""
+def choose_metric(points: pd.DataFrame, metric: str = "auto") -> str:
+    """`val_loss` or `train_loss`: as asked, or (`auto`) the val loss unless its runs have a
+    median of fewer than MIN_VAL_POINTS points and the curves hold a train loss."""
+    if metric != "auto":
+        return metric
+    has_train = "train_loss" in points.columns and points["train_loss"].notna().any()
+    per_run = points.dropna(subset=["val_loss"]).groupby("run_id").size()
+    sparse = per_run.empty or per_run.median() < MIN_VAL_POINTS
+    return "train_loss" if sparse and has_train else "val_loss"
+
+
+def metric_note(points: pd.DataFrame, metric: str) -> str:
+    """One line saying which loss the curve laws were fitted to, and why."""
+    per_run = points.dropna(subset=[metric]).groupby("run_id").size() if metric in points else []
+    median = int(np.median(per_run)) if len(per_run) else 0
+    if metric == "train_loss":
+        return (
+            f"Curves: the train loss (median {median} points per run; the val loss is too sparse "
+            "to fit): a point logged after step s is the loss of batch s, so of the model after "
+            "s - 1 updates."
+        )
+    return f"Curves: the val loss at eval points (median {median} points per run)."
+
+
+def curves_of(runs: pd.DataFrame, points: pd.DataFrame, metric: str = "val_loss") -> dict:
+    """{run_id: Curve} of every run with points of `metric` and a replayable schedule. A train
+    loss logged at step s was computed before update s, so its point sits after s - 1 steps."""
     out = {}
+    if metric not in points.columns:
+        return out
     by_run = dict(tuple(points.groupby("run_id", sort=False)))
+    shift = 1 if metric == "train_loss" else 0
     for row in runs.to_dict("records"):
         pts = by_run.get(row["run_id"])
         if pts is None or not np.isfinite(float(row.get("train.lr", np.nan))):
             continue
         lrs = lrs_of(row)
-        steps = (pts["tokens"].to_numpy(float) / float(row["train.batch_tokens"])).round()
-        keep = (steps >= 1) & (steps <= lrs.size) & np.isfinite(pts["val_loss"].to_numpy(float))
+        loss = pd.to_numeric(pts[metric], errors="coerce").to_numpy(float)
+        steps = (pts["tokens"].to_numpy(float) / float(row["train.batch_tokens"])).round() - shift
+        keep = (steps >= 1) & (steps <= lrs.size) & np.isfinite(loss)
         warm = warmup_steps(float(row.get("train.warmup", 0.0)), total_steps(row))
         out[row["run_id"]] = Curve(
-            row["run_id"],
-            row,
-            steps[keep].astype(int),
-            pts["val_loss"].to_numpy(float)[keep],
-            lrs,
-            warm,
+            row["run_id"], row, steps[keep].astype(int), loss[keep], lrs, warm, metric
         )
     return out
 
@@ -202,10 +236,10 @@ def anneals(cols: dict) -> bool:
 
 
 def curves_by_group(
-    runs: pd.DataFrame, points: pd.DataFrame
+    runs: pd.DataFrame, points: pd.DataFrame, metric: str = "val_loss"
 ) -> tuple[dict[str, Curve], dict[str, list[Curve]]]:
     """Every run's curve, and the curves of each group of runs that share a curve law."""
-    curves = curves_of(runs, points)
+    curves = curves_of(runs, points, metric)
     label = dict(zip(runs["run_id"], groups(runs)))
     members: dict[str, list[Curve]] = {}
     for c in curves.values():
@@ -213,10 +247,13 @@ def curves_by_group(
     return curves, members
 
 
-def prediction_errors(law: Law, runs: pd.DataFrame, points: pd.DataFrame, ks=KS) -> pd.DataFrame:
-    """One row per run and k: the predicted final loss from the group's points up to k of the
-    run's tokens against the run's measured final loss (nan where too few points are seen)."""
-    curves, members = curves_by_group(runs, points)
+def prediction_errors(
+    law: Law, runs: pd.DataFrame, points: pd.DataFrame, ks=KS, metric: str = "val_loss"
+) -> pd.DataFrame:
+    """One row per run and k: the predicted final loss from the group's `metric` points up to k
+    of the run's tokens against the run's measured final (val) loss (nan where too few points
+    are seen)."""
+    curves, members = curves_by_group(runs, points, metric)
     group_of = {c.run_id: group for group in members.values() for c in group}
     rows = []
     for c in curves.values():
@@ -242,98 +279,6 @@ def error_table(errors: dict[str, pd.DataFrame]) -> str:
             top = f"{100 * err.max():.2f}%" if err.size else "n/a"
             lines.append(f"| {name} | {k:.0%} | {len(part)} | {err.size} | {med} | {top} |")
     return "\n".join(lines)
-
-
-def seen_tokens(n_candidates: int, budget_tokens: float, runs_allowed: float = 2.0) -> float:
-    """Tokens every candidate trains when n candidates share the stable phase to t and the
-    chosen one goes on to the budget D: n t + (D - t) <= runs_allowed D."""
-    return (runs_allowed - 1.0) * budget_tokens / max(n_candidates - 1, 1)
-
-
-def curve_tuning(law: Law, runs: pd.DataFrame, points: pd.DataFrame, runs_allowed=2.0):
-    """Per tuned arm of a full grid (`arm`, `tune_role` columns): each candidate's final loss
-    predicted from its own curve up to `seen_tokens`, the predicted best against the grid's."""
-    curves = curves_of(runs, points)
-    tuned = runs[runs["tune_role"].isin(("candidate", "chosen"))]
-    rows = []
-    for arm, part in tuned.groupby("arm", sort=False):
-        budget = float(part["D"].max())
-        upto = seen_tokens(len(part), budget, runs_allowed)
-        losses = dict(zip(part["run_id"], part["loss"].astype(float)))
-        preds = {}
-        for rid in part["run_id"]:
-            c = curves.get(rid)
-            got = (
-                None
-                if c is None
-                else predict_final(law, [c], c, upto / (c.total * _bt(c)), 0, stable_end(c))
-            )
-            preds[rid] = np.nan if got is None else got[0]
-        ordered = sorted(losses.values())
-        row = {
-            "arm": arm,
-            "variant": part["variant"].iloc[0] if "variant" in part else "",
-            "N": float(part["N"].iloc[0]),
-            "candidates": len(part),
-            "seen_tokens": int(upto),
-            "points_seen": int(sum(_n_seen(curves.get(r), upto) for r in part["run_id"])),
-            "margin": ordered[1] - ordered[0] if len(ordered) > 1 else math.nan,
-        }
-        finite = {r: p for r, p in preds.items() if np.isfinite(p)}
-        if finite:
-            pick = min(finite, key=finite.get)
-            row.update(choice=pick, regret=losses[pick] - ordered[0])
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def stable_end(c: Curve) -> dict:
-    """The candidate's run cut at its decay start under a constant lr: what its stable phase
-    reaches. A prefix inside the stable phase shows no annealing (S2 = 0 at every point), so
-    the law's annealing term is not identified there and the rule ranks by this."""
-    lrs, peak = c.lrs, float(c.row["train.lr"])
-    stable = (
-        int(np.flatnonzero(np.isclose(lrs, peak))[-1]) + 1
-        if np.isclose(lrs, peak).any()
-        else c.total
-    )
-    return {**c.row, "train.schedule": "constant", "train.tokens": stable * _bt(c)}
-
-
-def _bt(c: Curve) -> float:
-    return float(c.row["train.batch_tokens"])
-
-
-def _n_seen(c: Curve | None, upto: float) -> int:
-    return 0 if c is None else int(np.sum(c.steps * _bt(c) <= upto))
-
-
-TUNING_HEADER = ["arm", "variant", "N", "candidates", "tokens seen each", "points seen"]
-TUNING_HEADER += ["regret", "margin"]
-
-
-def tuning_rows(t: pd.DataFrame) -> tuple[list[list[str]], str]:
-    """Rows of `curve_tuning` and a line: how often it chose the grid's best or a value within
-    the grid's one-seed margin (second best minus best)."""
-    rows = []
-    for r in t.to_dict("records"):
-        regret = r.get("regret", math.nan)
-        shown = "no choice (too few points)" if not np.isfinite(regret) else f"{regret:.3f}"
-        rows.append(
-            [r["arm"], r["variant"], f"{r['N']:.3g}", str(r["candidates"]), str(r["seen_tokens"])]
-            + [str(r["points_seen"]), shown, f"{r['margin']:.3f}"]
-        )
-    regret = t["regret"] if "regret" in t else pd.Series(math.nan, index=t.index)
-    ok = int((regret <= t["margin"]).sum())
-    return rows, f"within the grid's one-seed margin: {ok} of {len(t)} arms"
-
-
-def tuning_table(t: pd.DataFrame) -> str:
-    """Markdown of `curve_tuning`."""
-    rows, line = tuning_rows(t)
-    lines = ["| " + " | ".join(TUNING_HEADER) + " |", "|" + "---|" * len(TUNING_HEADER)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines) + f"\n\n{line}"
 
 
 def decayed_at(row: dict, step: int) -> dict:
@@ -390,6 +335,9 @@ def read_inputs(csv: str, curves_csv: str) -> tuple[pd.DataFrame, pd.DataFrame]:
         if not Path(p).is_file():
             raise InputError(f"{flag}: no such file: {p}")
     runs, points = pd.read_csv(csv), pd.read_csv(curves_csv)
+    missing = sorted({"run_id", "tokens", "val_loss"} - set(points.columns))
+    if missing:
+        raise InputError(f"--curves {curves_csv}: no column(s) {missing}")
     if not replayable(runs):
         missing = [k for k in SCHEDULE_KEYS if k not in runs.columns]
         raise InputError(f"--csv {csv}: no schedule columns {missing}: the lr cannot be replayed")
@@ -399,22 +347,31 @@ def read_inputs(csv: str, curves_csv: str) -> tuple[pd.DataFrame, pd.DataFrame]:
 def main(argv: list[str] | None = None) -> int:
     ap = ArgumentParser(prog="python -m analysis.curves", description=__doc__.split("\n")[0])
     ap.add_argument("--csv", required=True, help="runs.csv with the runs' config columns")
-    ap.add_argument("--curves", required=True, help="curves.csv: run_id, tokens, val_loss")
+    ap.add_argument(
+        "--curves", required=True, help="curves.csv: run_id, tokens, val_loss[, train_loss, lr]"
+    )
     ap.add_argument("--law", default="tissue", choices=sorted(CURVE_LAWS))
-    ap.add_argument("--tune", action="store_true", help="also the curve-aware tuning check")
+    ap.add_argument(
+        "--metric",
+        default="auto",
+        choices=("auto", *METRICS),
+        help="the loss the laws fit (auto: val_loss unless too sparse and train_loss is there)",
+    )
     ap.add_argument("--out", help="write the markdown here (default: stdout)")
     args = ap.parse_args(argv)
     try:
         if args.out:
             check_out_file(args.out)
         runs, points = read_inputs(args.csv, args.curves)
+        if args.metric != "auto" and args.metric not in points.columns:
+            raise InputError(f"--metric {args.metric}: no such column in {args.curves}")
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     law = CURVE_LAWS[args.law]
-    text = error_table({Path(args.csv).parent.name: prediction_errors(law, runs, points)})
-    if args.tune and {"arm", "tune_role"} <= set(runs.columns):
-        text += "\n\n" + tuning_table(curve_tuning(law, runs, points))
+    metric = choose_metric(points, args.metric)
+    errors = prediction_errors(law, runs, points, metric=metric)
+    text = metric_note(points, metric) + "\n\n" + error_table({Path(args.csv).parent.name: errors})
     if args.out:
         Path(args.out).write_text(text + "\n")
     else:

@@ -526,30 +526,47 @@ def _latest_attempts(found: list, plan_keys: dict[str, str] | set[str] | None = 
     return [run_of_key(runs) for runs in by_key.values()]
 
 
-def load_curves(run_ids, tracking_uri: str | None = None, metric: str = "val_loss") -> pd.DataFrame:
-    """Training curves: columns run_id, tokens (the metric step), metric (value).
+# What curves.csv holds per logged step: the val loss at eval points (every `eval_every` steps and
+# the end), the train loss and lr at log points (every `log_every` steps); a column is empty
+# (NaN) at a step where that metric was not logged. Files written before the train_loss and lr
+# columns hold val_loss only, and every reader accepts them.
+CURVE_METRICS = ("val_loss", "train_loss", "lr")
 
-    One `get_metric_history` call per run (MLflow's public client has no bulk history call).
+
+def load_curves(run_ids, tracking_uri: str | None = None, metrics=CURVE_METRICS) -> pd.DataFrame:
+    """Training curves: columns run_id, tokens (the metric step) and one per metric (NaN at a
+    step where that metric was not logged), sorted by run and tokens.
+
+    One `get_metric_history` call per run and metric (MLflow's public client has no bulk call).
     """
     from mlflow import MlflowClient  # lazy: mlflow ~2.5 s
 
     client = MlflowClient(tracking_uri=tracking_uri)
     parts = []
     for run_id in run_ids:
-        hist = client.get_metric_history(run_id, metric)
-        parts.append(
-            pd.DataFrame(
-                {
-                    "run_id": run_id,
-                    "tokens": [h.step for h in hist],
-                    metric: [h.value for h in hist],
-                }
-            )
-        )
+        merged = None
+        for metric in metrics:
+            hist = client.get_metric_history(run_id, metric)
+            frame = pd.DataFrame(
+                {"tokens": [h.step for h in hist], metric: [h.value for h in hist]}
+            ).drop_duplicates("tokens", keep="last")
+            merged = frame if merged is None else merged.merge(frame, on="tokens", how="outer")
+        merged = merged.dropna(how="all", subset=list(metrics))
+        parts.append(merged.assign(run_id=run_id)[["run_id", "tokens", *metrics]])
     if not parts:
-        return pd.DataFrame(columns=["run_id", "tokens", metric])
-    curves = pd.concat(parts, ignore_index=True)
+        return pd.DataFrame(columns=["run_id", "tokens", *metrics])
+    curves = pd.concat([p for p in parts if len(p)] or parts[:1], ignore_index=True)
+    curves = curves.astype({"tokens": "int64"})
     return curves.sort_values(["run_id", "tokens"], kind="stable").reset_index(drop=True)
+
+
+def val_points(curves: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The eval points of a curves frame (run_id, tokens, val_loss): the rows where val_loss was
+    logged, from a dense export or an older val-only file alike."""
+    if curves is None:
+        return None
+    keep = curves[pd.to_numeric(curves["val_loss"], errors="coerce").notna()]
+    return keep[["run_id", "tokens", "val_loss"]].reset_index(drop=True)
 
 
 # ---------------------------------------------------------------- shared CLI selection

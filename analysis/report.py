@@ -60,6 +60,7 @@ from analysis.load import (
     check_text,
     load_curves,
     load_selected,
+    val_points,
 )
 
 # ---------------------------------------------------------------- content as blocks
@@ -677,7 +678,7 @@ def make_figures(an: Analysis, fig_dir: Path, compute: str = "6nd") -> list[tupl
         figures.append((stem, caption))
 
     _law_figures(add, plots, runs, fits, compute)
-    _curve_figures(add, plots, curves, runs, all_runs)
+    _curve_figures(add, plots, val_points(curves), runs, all_runs)
     if tuned:
         key = tuning.lr_key(tuned["keys"]) or tuned["keys"][0]
         add(
@@ -863,7 +864,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--curves",
         action="append",
-        help="curves.csv (run_id, tokens, val_loss) for --csv input; repeatable",
+        help="curves.csv (run_id, tokens, val_loss[, train_loss, lr]) for --csv input; repeatable",
     )
     parser.add_argument(
         "--intermediate",
@@ -941,7 +942,9 @@ def analyse(
     fits = None
     if chosen.law_fit:
         options = FitOptions.from_args(args, budgets=budgets or args.budget)
-        fits = fit_all(base, options, curves=curves, intermediate=args.intermediate, tuned=tuned)
+        fits = fit_all(
+            base, options, curves=val_points(curves), intermediate=args.intermediate, tuned=tuned
+        )
     # every law form the columns allow, judged on the runs above the hold-out threshold
     # (nothing when the runs are too few); 200 refits at most: it refits four laws
     law_comparison = (
@@ -992,7 +995,8 @@ def report_blocks(
     """The figures (written to `fig_dir`) and the blocks of one analysis."""
     figures = make_figures(an, fig_dir, args.compute)
     blocks = build_blocks(an, excluded, figures, title, source)
-    return blocks + curve_blocks(an.grid_runs, an.curves, fig_dir)
+    keys = an.tuned["keys"] if an.tuned else ()
+    return blocks + curve_blocks(an.grid_runs, an.curves, fig_dir, keys)
 
 
 def write_report(out: Path, blocks: list[tuple], title: str, fit_json: dict) -> None:

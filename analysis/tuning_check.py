@@ -22,6 +22,13 @@ variant x N x D (arm ids are run keys, which differ between sweeps). Per arm:
 - `replay`: halving's result minus the grid's run at the same value. The winner's decayed run
   follows the same trajectory as its full WSD run, so this is 0 up to float and thread order.
 
+`--strategy curve` checks curve-aware tuning (`sweep.tune_curve`) instead, offline on the
+full grid alone (no --tuned): each candidate's curve in --curves (with train_loss) cut where
+the strategy stops it, its final loss predicted from that prefix (`analysis.curve_check`):
+
+    python -m analysis.tuning_check --strategy curve --grid GRID/runs.csv \
+        --curves GRID/curves.csv --tune train.lr --tune train.warmup [--runs 2] [--out FILE]
+
 Exit code 2 with one line on stderr, and nothing written, when the input cannot be compared.
 """
 
@@ -34,7 +41,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import tuning
+from analysis import curve_check, tuning
 from analysis.load import ArgumentParser, InputError, check_out_file, read_csv
 
 # The sweep tags each tuned arm's result `chosen` (halving's decayed winner) and its other
@@ -196,32 +203,66 @@ def markdown(table: pd.DataFrame, lines: list[str]) -> str:
     return "\n".join(["# Halving against the full grid", "", *lines, "", *grid, ""])
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> ArgumentParser:
     parser = ArgumentParser(
         prog="python -m analysis.tuning_check",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--tuned", required=True, help="CSV of the halving sweep's runs")
+    parser.add_argument("--strategy", choices=("halving", "curve"), default="halving")
+    parser.add_argument("--tuned", help="CSV of the halving sweep's runs (--strategy halving)")
     parser.add_argument("--grid", required=True, help="CSV of the full grid at the same arms")
+    parser.add_argument("--curves", help="the grid's curves.csv with train_loss (--strategy curve)")
+    parser.add_argument("--runs", type=float, default=2.0, help="curve: runs' compute per arm")
+    parser.add_argument(
+        "--rule",
+        choices=("tissue", "last"),
+        default="tissue",
+        help="curve: the strategy's curve law, or the prefix's last train loss (a baseline)",
+    )
     parser.add_argument("--tune", action="append", required=True, help="a tuned key (repeatable)")
     parser.add_argument("--out", help="also write the comparison as markdown here")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _curve_text(args) -> str:
+    if args.tuned:
+        raise InputError("--tuned: not used by --strategy curve (it tunes the grid's runs)")
+    if not args.curves:
+        raise InputError("--curves: required by --strategy curve (the grid's dense curves)")
+    if not args.runs > 1.0:
+        raise InputError(f"--runs: expected more than 1 run per arm, got {args.runs}")
+    for flag, path in (("--grid", args.grid), ("--curves", args.curves)):
+        if not Path(path).is_file():
+            raise InputError(f"{flag}: no such file: {path}")
+    runs = read_csv(args.grid).frame
+    table = curve_check.check(runs, pd.read_csv(args.curves), args.tune, args.runs, args.rule)
+    return curve_check.markdown(table, args.runs, args.rule)
+
+
+def _halving_text(args) -> str:
+    if not args.tuned:
+        raise InputError("--tuned: required by --strategy halving (the halving sweep's runs)")
+    tuned = _arms(args.tuned, args.tune, tuned_only=True)
+    grid = _arms(args.grid, args.tune, tuned_only=False)
+    table, missing = compare(tuned, grid, args.tune)
+    if table.empty:
+        raise InputError(
+            f"--grid {args.grid}: none of the {len(tuned)} tuned arms is in it "
+            "(arms match on variant x N x D)"
+        )
+    return markdown(table, summary(table, missing, args.tune))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     try:
         if args.out:
             check_out_file(args.out)
-        tuned = _arms(args.tuned, args.tune, tuned_only=True)
-        grid = _arms(args.grid, args.tune, tuned_only=False)
-        table, missing = compare(tuned, grid, args.tune)
-        if table.empty:
-            raise InputError(
-                f"--grid {args.grid}: none of the {len(tuned)} tuned arms is in it "
-                "(arms match on variant x N x D)"
-            )
+        text = _curve_text(args) if args.strategy == "curve" else _halving_text(args)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    text = markdown(table, summary(table, missing, args.tune))
     print(text)
     if args.out:
         Path(args.out).write_text(text)

@@ -38,6 +38,9 @@ run ref_ablation_tuned python -m analysis.tuning_check --tuned results/ref_ablat
   --out results/ref_ablation_tuned/halving_check.md
 run demo python -m analysis.tuning_check --tuned results/demo/halving_runs.csv \
   --grid results/demo/runs.csv --tune train.lr --tune train.warmup --out results/demo/halving_check.md
+run demo python -m analysis.tuning_check --strategy curve --grid results/demo/curve_grid/runs.csv \
+  --curves results/demo/curve_grid/curves.csv --tune train.lr --tune train.warmup \
+  --out results/demo/curve_tuning_check.md
 run ref_ladder_tuned report ref_ladder_tuned --tune train.lr --compute exact \
   --title "Reference ladder, tuned: IsoFLOP ladder in exact FLOPs, lr tuned per size, site-packages corpus (under one epoch), llama block, CPU"
 run ref_families report ref_families --tune train.lr --group family \

@@ -31,7 +31,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from models import count_params
 from models.accounting import GB
-from sweeps import batch_axis, plan, rules, slurm, sweep_records, tuning, ui
+from sweeps import batch_axis, curve_tuning, plan, rules, slurm, sweep_records, tuning, ui
 from sweeps.job import ENV_GPU_LOCKS, ENV_GPU_POOL, PointInterrupted, training_config
 from sweeps.names import RunNames
 from sweeps.slurm import JobLost
@@ -293,7 +293,8 @@ def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: L
 
 def _next_stages(sweep: Sweep, tuned: tuning.TuningPlan) -> Callable[[dict], list]:
     """A tuned sweep's next stage from the outcomes so far, ranked on MLflow's records."""
-    losses_of = tuning.losses_from_mlflow(sweep.uri, sweep.experiment)
+    reader = curve_tuning.losses_from_curves if tuned.spec.curve else tuning.losses_from_mlflow
+    losses_of = reader(sweep.uri, sweep.experiment)
     tag_chosen = tuning.tag_chosen_in_mlflow(sweep.uri, sweep.experiment)
     return lambda outcomes: tuned.next_stage(outcomes, losses_of, tag_chosen)
 

@@ -11,7 +11,8 @@ One sweep config describes every kind of grid by combining four optional parts:
   wsd        token budgets reached by decay branches off one stable WSD run per point
 and optional hyperparameter parts (`TuneSpec`, executed by `sweeps.tuning`; rules, `sweeps.rules`):
   tune       override key -> candidate values, tried at every arm (or where `tune_at` says),
-             by successive halving (`tune_halving`) or as a full grid
+             by successive halving (`tune_halving`), from partial curves (`tune_curve`,
+             `sweeps.curve_tuning`) or as a full grid
   lr_rule    train.lr per point from its N, D, C: constant | {scale, exponent, variable} |
              {scale, exponents: {N: a, D: b}} | {fitted: fit.json}
   batch_rule train.batch_tokens per point, the same forms (sweeps.rules)
@@ -54,6 +55,7 @@ SPEC_FIELDS = {
     "tune",
     "tune_at",
     "tune_halving",
+    "tune_curve",
     "lr_rule",
     "batch_rule",
 }
@@ -98,6 +100,38 @@ def format_value(value: Any) -> str:
 
 
 @dataclass(frozen=True)
+class CurveSpec:
+    """`sweep.tune_curve`: {runs: R, decay: f}. Every candidate trains a prefix of the shared
+    WSD stable phase sized so the arm costs at most R runs to its budget, a loss-curve law
+    predicts each one's loss from its prefix, the predicted best decays to the budget."""
+
+    runs: float = 2.0
+    decay: float = 0.2
+
+    @classmethod
+    def from_dict(cls, value: Any, halving: Any) -> CurveSpec:
+        if halving is not None:
+            raise PlanError(
+                "sweep.tune_curve: a tuning strategy of its own; remove sweep.tune_halving"
+            )
+        if value is True:
+            value = {}
+        block = _mapping(value, "sweep.tune_curve", "{runs: R, decay: f}, or true")
+        unknown = set(block) - {"runs", "decay"}
+        if unknown:
+            raise PlanError(
+                f"sweep.tune_curve.{sorted(unknown)[0]}: unknown field; allowed: runs, decay"
+            )
+        runs = _number(block.get("runs", 2.0), "sweep.tune_curve.runs")
+        decay = _number(block.get("decay", 0.2), "sweep.tune_curve.decay")
+        if runs <= 1.0:
+            raise PlanError(f"sweep.tune_curve.runs: expected more than 1 run per arm, got {runs}")
+        if not 0.0 < decay < 1.0:
+            raise PlanError(f"sweep.tune_curve.decay: expected a fraction in (0, 1), got {decay}")
+        return cls(runs, decay)
+
+
+@dataclass(frozen=True)
 class TuneSpec:
     """`sweep.tune` (key -> candidate values; candidates = their product), `sweep.tune_at` and
     `sweep.tune_halving` ({rungs, decay} or false: every candidate trains the full arm)."""
@@ -107,6 +141,8 @@ class TuneSpec:
     halving: bool = True
     rungs: tuple[float, ...] = DEFAULT_RUNGS
     decay: float = 0.2  # the WSD decay fraction every tuned run ends with
+    # `sweep.tune_curve`: halving's segments with one rung, ranked by a curve law's prediction
+    curve: CurveSpec | None = None
 
     def __post_init__(self) -> None:
         for key, values in self.grid.items():
@@ -149,7 +185,11 @@ class TuneSpec:
         """From `sweep.tune`, `sweep.tune_at` and `sweep.tune_halving`; None without a grid."""
         tune, at, halving = d.get("tune"), d.get("tune_at"), d.get("tune_halving")
         if tune is None:
-            for name, value in (("tune_at", at), ("tune_halving", halving)):
+            for name, value in (
+                ("tune_at", at),
+                ("tune_halving", halving),
+                ("tune_curve", d.get("tune_curve")),
+            ):
                 if value is not None:
                     raise PlanError(f"sweep.{name}: only applies with sweep.tune (a grid)")
             return None
@@ -159,6 +199,9 @@ class TuneSpec:
             )
         grid = {str(key): values for key, values in tune.items()}
         at = "every_arm" if at is None else at
+        if d.get("tune_curve") is not None:
+            curve = CurveSpec.from_dict(d["tune_curve"], halving)
+            return cls(grid, at, True, decay=curve.decay, curve=curve)
         if halving is False:
             return cls(grid, at, halving=False)
         if halving is None:

@@ -39,7 +39,7 @@ from rich import box
 from rich.table import Table
 
 from models.values import format_duration
-from sweeps import plan
+from sweeps import curve_tuning, plan
 from sweeps.plan import PlanError, PlannedRun, Point, TuneSpec, format_value
 from sweeps.sweep_view import WIDE, console
 from training import tracking
@@ -143,6 +143,8 @@ class TuningPlan:
             over += (
                 f"train.init_from={self.checkpoint_path(arm.last_key[cand.index], arm.rungs[k - 1])}",
             )
+        if self.spec.curve:  # a point per step, for the curve law (sweeps.curve_tuning)
+            over += curve_tuning.segment_overrides(arm.tokens)
         tags = _tags(arm=arm.id, tune_role="candidate", tune_rung=end, tune_values=cand.label)
         return Point(over + tags, arm.run.variant, phase="candidate")
 
@@ -367,7 +369,15 @@ def _plan_arm(spec: TuneSpec, arm: Arm, config_of: ConfigOf) -> None:
     arm.stable = plan.branch_start(arm.tokens, spec.decay, bt)
     if not arm.tuned:
         return
-    if spec.halving:
+    if spec.curve:
+        n = len(spec.candidates)
+        arm.rungs = (curve_tuning.rung(spec.curve, n, arm.tokens, bt),)
+        if not 0 < arm.rungs[0] <= arm.stable:
+            raise PlanError(
+                f"sweep.tune_curve.runs: arm {arm.id} ({arm.tokens} tokens) gives each of {n} "
+                f"candidates a prefix of {arm.rungs[0]} tokens, outside its stable phase"
+            )
+    elif spec.halving:
         arm.rungs = tuple(sorted({int(f * arm.stable) // bt * bt for f in spec.rungs} - {0}))
         if not arm.rungs:
             raise PlanError(
@@ -389,12 +399,15 @@ def _candidate(spec: TuneSpec, arm: Arm, i: int, values: dict, default_warmup) -
     if spec.halving:
         w_steps = warmup_steps(warmup, math.ceil(arm.tokens / bt))
         if w_steps * bt > arm.rungs[0]:
+            where = "sweep.tune_curve.runs" if spec.curve else "sweep.tune_halving.rungs"
             raise PlanError(
-                f"sweep.tune_halving.rungs: the first rung of arm {arm.id} "
+                f"{where}: the first rung of arm {arm.id} "
                 f"({arm.rungs[0]} tokens) ends inside the warmup of candidate "
                 f"{WARMUP_KEY}={format_value(warmup)} ({w_steps} steps of {bt} tokens); "
                 "raise the first rung or shorten the warmup"
             )
+        if spec.curve:
+            curve_tuning.check_points(arm.id, arm.rungs[0], w_steps, bt, f"{WARMUP_KEY}={warmup:g}")
         over.append(f"{WARMUP_KEY}={w_steps}")
         arm.warmup_steps = max(arm.warmup_steps, w_steps)
     elif WARMUP_KEY in values:
@@ -484,6 +497,8 @@ def print_tuning(tp: TuningPlan, jobs: int, block_of: Callable[[PlannedRun], str
     spec = tp.spec
     wide = console().width >= WIDE
     how = "successive halving" if spec.halving else "full grid"
+    if spec.curve:
+        how = f"curve law from a prefix, {spec.curve.runs:g} runs per arm"
     title = (
         f"tuning ({how}, tune_at {spec.at}): {len(spec.candidates)} candidates of "
         f"{', '.join(spec.grid)}; decay {spec.decay:g}"
@@ -545,7 +560,7 @@ def early_rungs(tp: TuningPlan) -> str | None:
     after the longest warmup (halving only); None when every first rung is later."""
     early = []
     for arm in tp.arms:
-        if not (tp.spec.halving and arm.tuned and arm.rungs):
+        if not (tp.spec.halving and not tp.spec.curve and arm.tuned and arm.rungs):
             continue
         # the largest batch takes the fewest steps to a rung (a tuned train.batch_tokens)
         after = min(arm.rungs[0] // c.batch_tokens - c.warmup_steps for c in arm.candidates)

@@ -101,7 +101,9 @@ def test_loader_round_trip(store):
 
 def test_curves_are_loaded_by_run(store):
     curves = load_curves(store["ids"][:2], store["uri"])
-    assert list(curves.columns) == ["run_id", "tokens", "val_loss"]
+    # the dense export: every logged step, NaN where a metric was not logged (no lr here)
+    assert list(curves.columns) == ["run_id", "tokens", "val_loss", "train_loss", "lr"]
+    assert curves["lr"].isna().all() and curves["train_loss"].notna().all()
     assert len(curves) == 8 and curves.groupby("run_id")["tokens"].is_monotonic_increasing.all()
 
 

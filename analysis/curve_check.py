@@ -1,0 +1,127 @@
+"""Curve-aware tuning checked offline on a full grid: `analysis.tuning_check --strategy curve`.
+
+Each arm of a full grid (every candidate trained to the arm's budget, e.g. conf/sweep/
+demo_grid_dense.yaml) is tuned as `sweep.tune_curve` would tune it: every candidate's curve is
+cut at the prefix the strategy trains (`analysis.curve_tuning.prefix_tokens`), its final loss
+predicted from that prefix alone (`analysis.curve_tuning.predict_final`, the function the sweep
+calls), the predicted best chosen. The candidates share the WSD stable phase, so a grid run's
+first steps are exactly the prefix the strategy's segment trains, and the chosen one's decayed
+run is the grid's run at that value (halving_check.md measures that replay: 0 nats). Needs the
+train loss at every step: curves.csv exported with train_loss (`analysis.load.load_curves`).
+
+Per arm: `rank` of the choice among the grid's candidates by final loss, `regret` (the grid's
+loss at the choice minus its best), `margin` (the grid's second best minus its best: what one
+seed per candidate cannot resolve); a choice within the margin counts as a success.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from analysis import curve_tuning, tuning
+from analysis.load import InputError
+
+TUNED_ROLES = ("candidate", "chosen")
+WHO = {"tissue": "the curve law", "last": "the prefix's last train loss (baseline)"}
+
+
+def grid_arms(runs: pd.DataFrame):
+    """(arm label, its candidates' rows) of every arm with 2+ runs at its largest budget."""
+    runs = runs.reset_index(drop=True)
+    for arm, g in runs.groupby(tuning.arm_labels(runs), sort=False):
+        if "tune_role" in g.columns:
+            g = g[g["tune_role"].isin(TUNED_ROLES)]
+        g = g[g["D"] >= g["D"].max() * (1 - 1e-9)] if len(g) else g
+        if len(g) >= 2:
+            yield str(arm), g
+
+
+def check_arm(g: pd.DataFrame, curves: dict, keys: list[str], runs_allowed: float, rule) -> dict:
+    """The strategy's choice at one arm against the grid's (`rule`: a `curve_tuning.RULES`
+    function of the candidate's row, tokens, train losses and prefix end)."""
+    budget = int(g["D"].max())
+    bt = int(g["train.batch_tokens"].iloc[0])
+    upto = curve_tuning.prefix_tokens(len(g), budget, bt, runs_allowed)
+    preds, seen = {}, []
+    for row in g.to_dict("records"):
+        pts = curves.get(row["run_id"])
+        tokens, loss = (pts["tokens"], pts["train_loss"]) if pts is not None else ([], [])
+        preds[row["run_id"]] = rule(row, tokens, loss, upto)
+        seen.append(curve_tuning.prefix_points(row, tokens, loss, upto)[0].size)
+    losses = dict(zip(g["run_id"], g["loss"].astype(float)))
+    label = {r: tuning.combo_text(keys, tuple(v)) for r, *v in g[["run_id", *keys]].values}
+    ordered = sorted(losses, key=losses.get)
+    out = {
+        "variant": g["variant"].iloc[0] if "variant" in g.columns else "",
+        "N": float(g["N"].iloc[0]),
+        "D": float(budget),
+        "n_grid": len(g),
+        "prefix_tokens": upto,
+        "points": f"{min(seen)}-{max(seen)}",
+        "grid_choice": label[ordered[0]],
+        "margin": losses[ordered[1]] - losses[ordered[0]],
+        "cost_runs": curve_tuning.cost_tokens(len(g), budget, upto) / budget,
+    }
+    finite = {r: p for r, p in preds.items() if math.isfinite(p)}
+    if not finite:
+        return {**out, "choice": "none (too few points)", "rank": 0, "regret": math.nan}
+    pick = min(finite, key=finite.get)
+    regret = losses[pick] - losses[ordered[0]]
+    return {**out, "choice": label[pick], "rank": 1 + ordered.index(pick), "regret": regret}
+
+
+def check(
+    runs: pd.DataFrame, points: pd.DataFrame, keys: list[str], runs_allowed=2.0, rule="tissue"
+):
+    """One row per arm of the full grid (`check_arm`); `rule` names a `curve_tuning.RULES`
+    entry (`tissue`: the strategy's; `last`: the prefix's last train losses, a baseline)."""
+    if "train_loss" not in points.columns or points["train_loss"].notna().sum() == 0:
+        raise InputError(
+            "--curves: no train_loss column (curves.csv exported before the dense export); "
+            "curve-aware tuning needs the train loss at every step"
+        )
+    for col in ("train.batch_tokens", "train.lr", "D", "loss", *keys):
+        if col not in runs.columns:
+            raise InputError(f"--grid: no column '{col}'")
+    dense = points.dropna(subset=["train_loss"])
+    curves = dict(tuple(dense.groupby("run_id", sort=False)))
+    how = curve_tuning.RULES[rule]
+    rows = [check_arm(g, curves, keys, runs_allowed, how) for _, g in grid_arms(runs)]
+    if not rows:
+        raise InputError("--grid: no arm with two or more candidates at its budget")
+    return pd.DataFrame(rows)
+
+
+def markdown(table: pd.DataFrame, runs_allowed: float, rule: str = "tissue") -> str:
+    """The check as report text: the count against the target, then one row per arm."""
+    ok = table["regret"] <= table["margin"] + 1e-12
+    agree = int((table["rank"] == 1).sum())
+    lines = [
+        "# Curve-aware tuning against the full grid",
+        "",
+        f"At {runs_allowed:g} runs' compute per arm ({table['cost_runs'].max():.2f} runs "
+        f"exact, each of {int(table['n_grid'].max())} candidates seeing "
+        f"{int(table['prefix_tokens'].min())}-{int(table['prefix_tokens'].max())} tokens), "
+        f"{WHO[rule]} chose the grid's best at {agree} of {len(table)} arms and a value "
+        f"within the grid's one-seed margin at {int(ok.sum())} of {len(table)}.",
+    ]
+    off = table[~ok & np.isfinite(table["regret"])]
+    if len(off):
+        worst = off.loc[off["regret"].idxmax()]
+        lines.append(
+            f"Where it missed, its choice costs {off['regret'].mean():.3f} nats on average "
+            f"(worst {worst['regret']:.3f}: {worst['variant']} at N={worst['N']:.3g}, "
+            f"{worst['choice']} instead of {worst['grid_choice']})."
+        )
+    head = ["variant", "N", "D", "points", "curve chose", "grid chose", "rank", "regret"]
+    head.append("margin")
+    body = [
+        f"| {r.variant} | {r.N:.3g} | {r.D:.3g} | {r.points} | {r.choice} | {r.grid_choice} "
+        f"| {r.rank}/{r.n_grid} | {r.regret:.3f} | {r.margin:.3f} |"
+        for r in table.itertuples()
+    ]
+    grid = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *body]
+    return "\n".join([*lines, "", *grid, ""])

@@ -1,0 +1,236 @@
+"""Curve-aware tuning (`sweep.tune_curve`, `analysis.curve_tuning`, `analysis.tuning_check
+--strategy curve`) and the dense curves it reads (train_loss and lr at every logged step)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+from mlflow import MlflowClient
+from mlflow.entities import Metric
+
+from analysis import curve_check, curve_tuning, tuning_check
+from analysis import curves as C
+from analysis import schedule_replay as R
+from analysis.laws.curve import TISSUE, features
+from analysis.load import load_curves, val_points
+from sweeps import curve_tuning as sweeps_curve
+from sweeps import plan, tuning
+from tests.test_sweeps_tuning import (  # noqa: F401 (comp: a fixture)
+    TINY,
+    _corpus,
+    _env,
+    comp,
+    sweep_file,
+    tuned_plan,
+)
+
+BT = 64  # tokens per step of the synthetic runs
+
+
+def _row(run_id, lr, tokens=BT * 600, **extra):
+    return {
+        "run_id": run_id,
+        "variant": "v",
+        "N": 1e5,
+        "seed": 0,
+        "train.lr": lr,
+        "train.warmup": 0.05,
+        "train.tokens": tokens,
+        "train.batch_tokens": BT,
+        "train.schedule": "wsd",
+        "train.decay_fraction": 0.2,
+        "train.min_lr_ratio": 0.1,
+        "D": tokens,
+        **extra,
+    }
+
+
+def test_dense_curves_round_trip_and_old_files_still_read(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    run_id = client.create_run(client.create_experiment("dense")).info.run_id
+    steps = np.arange(1, 41)
+    metrics = [Metric("train_loss", 7.0 - 0.05 * s, 0, int(s * BT)) for s in steps]
+    metrics += [Metric("lr", 1e-3, 0, int(s * BT)) for s in steps]
+    metrics += [Metric("val_loss", 6.9 - 0.05 * s, 0, int(s * BT)) for s in (20, 40)]
+    client.log_batch(run_id, metrics=metrics)
+    curves = load_curves([run_id], uri)
+    assert list(curves.columns) == ["run_id", "tokens", "val_loss", "train_loss", "lr"]
+    assert len(curves) == 40 and curves["val_loss"].notna().sum() == 2
+    curves.to_csv(tmp_path / "curves.csv", index=False)
+    back = pd.read_csv(tmp_path / "curves.csv")
+    pd.testing.assert_frame_equal(back, curves, check_dtype=False)
+    assert val_points(back)["tokens"].tolist() == [20 * BT, 40 * BT]
+    # 2 val points a run: the laws fit the train loss, a point per step after s - 1 updates
+    assert C.choose_metric(back) == "train_loss" and "train loss" in C.metric_note(
+        back, "train_loss"
+    )
+    runs = pd.DataFrame([_row(run_id, 1e-3, tokens=40 * BT)])
+    train = C.curves_of(runs, back, "train_loss")[run_id]
+    assert train.steps.tolist() == list(range(1, 40)) and train.loss[0] == pytest.approx(6.9)
+    # an old val-only curves.csv reads as before, and `auto` keeps its val loss
+    old = back[["run_id", "tokens", "val_loss"]].dropna()
+    assert C.choose_metric(old) == "val_loss"
+    assert C.curves_of(runs, old)[run_id].steps.tolist() == [20, 40]
+    pd.testing.assert_frame_equal(val_points(old), old.reset_index(drop=True))
+
+
+def test_curve_strategy_plans_one_prefix_per_candidate_at_two_runs(comp, capsys):  # noqa: F811
+    _, _, tp = tuned_plan(comp, [*TINY, "+sweep.tune_curve={runs: 2}"])
+    assert tp.spec.curve == plan.CurveSpec(2.0, 0.2)
+    for arm in tp.arms:
+        spent, grid, untuned, n_runs = tp.cost(arm)
+        bt = arm.run.facts.batch_tokens
+        # 8 t + (D - t) <= 2 D with t in whole batches
+        assert arm.rungs == (int(arm.tokens / 7 // bt) * bt,)
+        assert 2.0 - 8 * bt / arm.tokens < spent / untuned <= 2.0
+        assert n_runs == 8 + 1 and grid == pytest.approx(8 * untuned)
+    first = tp.first_stage()
+    assert len(first) == 12 * 8 and {r.phase for r in first} == {"candidate"}
+    assert "train.log_every=1" in first[0].overrides
+    assert f"++tracking.tags.tune_budget={tp.arms[0].tokens}" in first[0].overrides
+    tuning.print_tuning(tp, 2, lambda r: "llama")
+    out = capsys.readouterr().out
+    assert "curve law from a prefix, 2 runs per arm" in out
+    assert re.search(r"a tuned arm costs (1\.9\d|2\.00) runs for 8 candidates", out)
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        ("+sweep.tune_curve={runs: 1}", "sweep.tune_curve.runs: expected more than 1"),
+        ("+sweep.tune_curve={rungs: 2}", "sweep.tune_curve.rungs: unknown field"),
+        ("+sweep.tune_halving=false", "remove sweep.tune_halving"),
+        ("+sweep.tune_curve={runs: 1.01}", "sweep.tune_curve.runs: arm .* a prefix of 0 tokens"),
+        ("+sweep.tune_curve={runs: 1.3}", "sees 0 train losses after its warmup .* needs 6"),
+    ],
+)
+def test_bad_tune_curve_fails_naming_the_key(comp, extra, message):  # noqa: F811
+    args = [*TINY, extra]
+    if "tune_halving" in extra:
+        args.append("+sweep.tune_curve={runs: 2}")
+    with pytest.raises(plan.PlanError, match=message):
+        tuned_plan(comp, args)
+
+
+def _grid(lrs, floors, noise=2e-3, seed=0):
+    """A full grid of one arm: each candidate's train loss at every step (and its final val
+    loss) from the Tissue law with its own floor L0, plus relative noise."""
+    rng = np.random.default_rng(seed)
+    rows, points = [], []
+    for i, (lr, floor) in enumerate(zip(lrs, floors)):
+        row = _row(f"c{i}", lr, arm="arm0", tune_role="candidate")
+        lrs_run = R.lrs_of(row)
+        warm = R.warmup_steps(row["train.warmup"], lrs_run.size)
+        theta = TISSUE.to_theta({"L0": floor, "A": 0.9, "alpha": 0.45, "C": 0.3})
+        steps = np.arange(1, lrs_run.size + 1)
+        # the loss logged at step s is of the model after s - 1 updates
+        law = TISSUE.predict(theta, features("tissue", lrs_run, steps - 1, warm))[0]
+        law[0] = TISSUE.predict(theta, features("tissue", lrs_run, [1], warm))[0, 0]
+        row["loss"] = float(
+            TISSUE.predict(theta, features("tissue", lrs_run, [steps[-1]], warm))[0, 0]
+        )
+        rows.append(row)
+        noisy = law * np.exp(noise * rng.standard_normal(law.size))
+        points.append(
+            pd.DataFrame(
+                {
+                    "run_id": row["run_id"],
+                    "tokens": steps * BT,
+                    "val_loss": np.nan,
+                    "train_loss": noisy,
+                    "lr": lrs_run,
+                }
+            )
+        )
+    return pd.DataFrame(rows), pd.concat(points, ignore_index=True)
+
+
+def test_offline_check_chooses_the_known_best_where_the_current_loss_does_not(tmp_path, capsys):
+    # the highest lr leads at the end of the prefix, the next one ends best
+    runs, points = _grid(lrs=(5e-4, 1e-3, 2e-3, 4e-3), floors=(3.3, 3.1, 2.9, 3.2))
+    upto = curve_tuning.prefix_tokens(4, BT * 600, BT)
+    assert upto == BT * 200  # 4 t + (D - t) = 2 D
+    at_prefix = points[points["tokens"] == upto].set_index("run_id")["train_loss"]
+    assert at_prefix.idxmin() == "c3" and runs.loc[runs["loss"].idxmin(), "run_id"] == "c2"
+    table = curve_check.check(runs, points, ["train.lr"])
+    row = table.iloc[0]
+    assert row["choice"] == "0.002" and row["rank"] == 1 and row["regret"] == 0.0
+    assert (
+        row["cost_runs"] == pytest.approx(2.0) and row["points"] == "169-169"
+    )  # steps 31..199: after warmup, s - 1 updates
+    runs.to_csv(tmp_path / "grid.csv", index=False)
+    points.to_csv(tmp_path / "curves.csv", index=False)
+    argv = ["--strategy", "curve", "--grid", str(tmp_path / "grid.csv"), "--tune", "train.lr"]
+    out = tmp_path / "check.md"
+    assert (
+        tuning_check.main([*argv, "--curves", str(tmp_path / "curves.csv"), "--out", str(out)]) == 0
+    )
+    assert "the grid's best at 1 of 1 arms" in out.read_text()
+    # bad input: one line, exit 2, nothing written
+    points.drop(columns=["train_loss"]).to_csv(tmp_path / "old.csv", index=False)
+    for extra, want in (
+        (["--curves", str(tmp_path / "old.csv")], "no train_loss column"),
+        ([], "--curves: required"),
+    ):
+        capsys.readouterr()
+        assert tuning_check.main([*argv, *extra, "--out", str(tmp_path / "x.md")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and want in err and err.count("\n") == 1
+        assert not (tmp_path / "x.md").exists()
+
+
+@pytest.mark.slow
+def test_a_curve_tuned_sweep_trains_prefixes_then_the_predicted_best(tmp_path):
+    """`sweep.tune_curve` end to end: 4 candidates' prefixes (a train loss per step), each
+    ranked by the curve law's prediction read back from MLflow, the predicted best decayed to
+    the budget; the same arm as a full grid; a rerun trains nothing."""
+    corpus = _corpus(tmp_path)
+    (tmp_path / "sweep").mkdir()
+    curve = sweep_file("null").replace("tune_halving: null", "tune_curve: {runs: 2}")
+    (tmp_path / "sweep" / "curve.yaml").write_text(curve)
+    (tmp_path / "sweep" / "fullgrid.yaml").write_text(sweep_file("false"))
+    env = _env(tmp_path)
+
+    def sweep(name):
+        cmd = [sys.executable, "-m", "sweeps.run", "--config-dir", str(tmp_path), f"sweep={name}"]
+        cmd += [f"data.path={corpus}", "sweep.jobs=2"]
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        return out.stdout
+
+    sweep("curve")
+    sweep("fullgrid")
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    mlflow.set_tracking_uri(uri)
+    df = mlflow.search_runs(experiment_names=["scaling-lab"]).dropna(subset=["tags.run_key"])
+    tuned, grid = df[df["tags.sweep"] == "curve"], df[df["tags.sweep"] == "fullgrid"]
+    segments = tuned[tuned["tags.tune_role"] == "candidate"]
+    # 4 t + (D - t) <= 2 D: t = 16384 / 3 in whole batches of 512 = 10 steps
+    assert sorted(segments["tags.tune_rung"].astype(int)) == [5120] * 4 and len(tuned) == 5
+    assert set(segments["tags.tune_budget"]) == {"16384"}
+    client = MlflowClient(tracking_uri=uri)
+    hist = client.get_metric_history(segments["run_id"].iloc[0], "train_loss")
+    assert [h.step for h in hist] == [512 * s for s in range(1, 11)]  # a point per step
+    # the choice is the lowest prediction, recomputed here from the same records
+    preds = {
+        r["tags.tune_values"]: sweeps_curve.predicted_loss(client, client.get_run(r["run_id"]))
+        for _, r in segments.iterrows()
+    }
+    chosen = tuned[tuned["tags.tune_role"] == "chosen"]
+    assert list(chosen["tags.tune_values"]) == [min(preds, key=preds.get)]
+    assert chosen["params.tokens"].iloc[0] == "16384"
+    grid_loss = dict(zip(grid["tags.tune_values"], grid["metrics.final_val_loss"]))
+    # the decayed winner is the grid's run at the same value (the same trajectory)
+    value = chosen["tags.tune_values"].iloc[0]
+    assert chosen["metrics.final_val_loss"].iloc[0] == pytest.approx(grid_loss[value], abs=1e-3)
+    out = sweep("curve")
+    assert "│ finished" not in out and "│ failed" not in out
+    again = mlflow.search_runs(experiment_names=["scaling-lab"]).dropna(subset=["tags.run_key"])
+    assert len(again) == len(df)
