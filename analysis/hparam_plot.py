@@ -10,6 +10,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
+from analysis.plots import tick_text  # noqa: E402
+
 MAX_PANELS = 12  # a report figure stays readable; the table lists every cell
 
 
@@ -42,8 +44,9 @@ def _panel(ax, c: dict) -> object:
     ax.plot(lrs.index(c["best"]["lr"]), batches.index(c["best"]["batch"]), "*", ms=11, c="red")
     opt = c["optimum"]
     ax.plot(_index(lrs, opt["lr"]), _index(batches, opt["batch"]), "x", ms=8, c="black")
-    ax.set_xticks(range(len(lrs)), [f"{v:.3g}" for v in lrs], rotation=45, fontsize=6)
-    ax.set_yticks(range(len(batches)), [f"{v:.3g}" for v in batches], fontsize=6)
+    ax.grid(False)  # the cells are the grid
+    ax.set_xticks(range(len(lrs)), [tick_text(v) for v in lrs], rotation=45, fontsize=6)
+    ax.set_yticks(range(len(batches)), [tick_text(v) for v in batches], fontsize=6)
     ax.set_xlabel("learning rate", fontsize=7)
     ax.set_ylabel("batch size (tokens)", fontsize=7)
     ax.set_title(f"{c['variant']} N {c['N']:.3g}, D {c['D']:.3g}", fontsize=7)

@@ -9,13 +9,14 @@ HEADING = "Hyperparameter laws"
 NAMES = {"lr": "learning rate", "batch": "batch size (tokens)"}
 
 
-def law_text(law: dict, role: str) -> str:
-    """One law as 'lr_opt = 0.31 [0.2, 0.4] x C^-0.125 [-0.2, -0.1]', or why not identified."""
+def law_text(law: dict, name: str) -> str:
+    """One law as 'lr_opt = 0.31 [0.2, 0.4] x C^-0.125 [-0.2, -0.1]' (`name` lr_opt), or why
+    it is not identified."""
     if law.get("not_identified"):
         why = next(iter(law["why_not_identified"].values()))
         return f"not identified ({why})"
     ci = law["ci95"]
-    text = f"{role}_opt = {fmt(law['scale'], '.3g')} {interval(ci['scale'], '.3g')}"
+    text = f"{name} = {fmt(law['scale'], '.3g')} {interval(ci['scale'], '.3g')}"
     if "variable" in law:
         v = law["variable"]
         return text + f" x {v}^{fmt(law['exponent'], '.3f')} {interval(ci['exponent'], '.3f')}"
@@ -30,7 +31,9 @@ def summary_sentences(hparams: dict | None) -> list[str]:
         return []
     out = []
     for role, forms in hparams["laws"].items():
-        found = [law_text(law, role) for law in forms.values() if not law.get("not_identified")]
+        found = [
+            law_text(law, f"{role}_opt") for law in forms.values() if not law.get("not_identified")
+        ]
         n = len(next(iter(forms.values()))["points"])
         if found:
             out.append(f"Optimal {NAMES[role]} over {n} cells: " + "; ".join(found) + ".")
@@ -90,7 +93,9 @@ def blocks(hparams: dict | None) -> list[tuple]:
     rows = []
     for role, forms in hparams["laws"].items():
         for name, law in forms.items():
-            rows.append([NAMES[role], name, law["form"], law["n_cells"], law_text(law, role)])
+            rows.append(
+                [NAMES[role], name, law["form"], law["n_cells"], law_text(law, f"{role}_opt")]
+            )
     b.append(("table", ["key", "in", "form", "cells", "law (95% interval over cells)"], rows))
     crit = hparams.get("critical_batch")
     if crit:
