@@ -154,6 +154,12 @@ def cell(runs: pd.DataFrame, arm: dict, roles: dict, variant: str, tolerance: fl
     status, why = {}, {}
     for r in tuned:
         status[r], reason = _status(grids[r], best[r], set(near[r]))
+        tried = len(arm["grid"].get(roles[r], grids[r]))
+        if status[r] == "untuned" and tried > len(grids[r]):
+            reason = (
+                f"{len(grids[r])} of {tried} values trained the full budget (successive "
+                "halving stopped the others early: their losses are at fewer tokens)"
+            )
         if reason:
             why[r] = reason
     return {
