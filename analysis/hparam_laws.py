@@ -96,7 +96,8 @@ def fit_law(points: list[dict], variables: tuple[str, ...], n_boot: int, seed: i
         "form": SOURCES[variables],
     }
     distinct = {v: int(np.unique(logx[:, j]).size) for j, v in enumerate(variables)}
-    corr = float(np.corrcoef(logx.T)[0, 1]) if len(points) > 2 else float("nan")
+    spread = len(points) > 2 and bool((logx.std(axis=0) > 0).all())
+    corr = float(np.corrcoef(logx.T)[0, 1]) if spread else float("nan")
     return identification.with_reasons(law, identification.plane_rule(law, distinct, corr))
 
 
