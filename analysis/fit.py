@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import compute_factor, hparam_laws, identification, tuning
+from analysis import compute_factor, hparam_laws, hparam_report, identification, tuning
 from analysis import laws as law_forms  # --law: the parametric form (analysis/laws/)
 from analysis.bootstrap import intervals, resample_counts
 from analysis.envelope import envelope, envelope_report, padded, resampled_envelopes
@@ -342,10 +342,13 @@ def fit_all(
         lr_rule=None if section is None else tuning.lr_rule(section, n_boot, seed, k),
         k=k,
         family=str(with_family(runs)["family"].iloc[0]),
-        hparams=None
-        if section is None or grid_runs is None
-        else hparam_laws.section(grid_runs, section, n_boot, seed, k),
+        hparams=None if grid_runs is None else _hparams(grid_runs, section, n_boot, seed, k),
     )
+
+
+def _hparams(grid_runs: pd.DataFrame, section, n_boot: int, seed: int, k: float):
+    """The lr and batch-size laws of the arms of `section` (None when untuned)."""
+    return None if section is None else hparam_laws.section(grid_runs, section, n_boot, seed, k)
 
 
 def _on_compute_axis(runs: pd.DataFrame, compute: str, k: float):
@@ -473,6 +476,7 @@ def summary(result: dict, title: str = "") -> str:
     lines += _extrapolation(result)
     if result.get("tuning"):
         lines += tuning_summary(result["tuning"], result.get("lr_rule"))
+        lines += [f"  {s}" for s in hparam_report.summary_sentences(result.get("hparam_laws"))]
     return "\n".join(lines)
 
 

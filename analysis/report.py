@@ -957,14 +957,8 @@ def analyse(
     fits = None
     if chosen.law_fit:
         options = FitOptions.from_args(args, budgets=budgets or args.budget)
-        fits = fit_all(
-            base,
-            options,
-            curves=curves,
-            intermediate=args.intermediate,
-            tuned=tuned,
-            grid_runs=grid_runs,
-        )
+        extra = dict(intermediate=args.intermediate, tuned=tuned, grid_runs=grid_runs)
+        fits = fit_all(base, options, curves=curves, **extra)
     # every law form the columns allow, judged on the runs above the hold-out threshold
     # (nothing when the runs are too few); 200 refits at most: it refits four laws
     law_comparison = (
@@ -977,31 +971,7 @@ def analyse(
         if chosen.law_fit
         else []
     )
-    rule = None
-    if tuned:  # the baseline's lr rule (its arms), also in an ablation without a law fit
-        rule = (
-            fits.lr_rule
-            if fits
-            else tuning.lr_rule(
-                tuning.for_runs(tuned, base["run_id"]),
-                args.bootstrap,
-                args.seed,
-                compute_factor.of_runs(base),
-            )
-        )
-    hparams = None
-    if tuned:  # the baseline's laws of the optimal lr and batch size (its arms' grids)
-        hparams = (
-            fits.hparams
-            if fits
-            else hparam_laws.section(
-                grid_runs,
-                tuning.for_runs(tuned, base["run_id"]),
-                args.bootstrap,
-                args.seed,
-                compute_factor.of_runs(base),
-            )
-        )
+    rule, hparams = _baseline_rules(tuned, base, grid_runs, fits, args)
     ablation = None
     if len(chosen.variants) > 1:
         ablation = compare_variants(
@@ -1020,6 +990,20 @@ def analyse(
         tuned=tuned,
         rule=rule,
         hparams=hparams,
+    )
+
+
+def _baseline_rules(tuned, base: pd.DataFrame, grid_runs, fits, args) -> tuple:
+    """The baseline's lr rule and its lr / batch-size laws (its arms), also in an ablation
+    without a law fit; (None, None) when untuned."""
+    if not tuned:
+        return None, None
+    if fits:
+        return fits.lr_rule, fits.hparams
+    arms, k = tuning.for_runs(tuned, base["run_id"]), compute_factor.of_runs(base)
+    return (
+        tuning.lr_rule(arms, args.bootstrap, args.seed, k),
+        hparam_laws.section(grid_runs, arms, args.bootstrap, args.seed, k),
     )
 
 
