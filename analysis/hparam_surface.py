@@ -48,8 +48,11 @@ def surface(runs: pd.DataFrame, arm: dict, roles: dict[str, str], variant: str) 
     each full-length pair of one arm, every other tuned key at the arm's best value."""
     g = runs[arm_labels(runs, variant) == arm["arm"]]
     g = g[g["D"] >= arm["D"] / (1 + FULL_RTOL)]
+    pairs = list(roles.values())
     for key, value in arm["best"].items():
-        if key not in roles.values():
+        # a key that follows from (lr, B) (e.g. a decay start in whole batches, a warmup
+        # fraction in steps) is no separate axis: holding it fixed would drop other batches
+        if key not in pairs and g.groupby(pairs)[key].nunique().max() > 1:
             g = g[g[key] == value]
     cols = {role: g[key].astype(float) for role, key in roles.items()}
     frame = pd.DataFrame({**cols, "loss": g["loss"].astype(float)})

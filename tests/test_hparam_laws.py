@@ -232,3 +232,17 @@ def test_report_draws_the_surface_and_states_the_laws(tmp_path):
     saved = json.loads((out / "fit.json").read_text())
     assert saved["batch_rule"]["variable"] == "D"
     assert saved["hparam_laws"]["rules"]["lr"]["exponents"].keys() == {"N", "D"}
+
+
+def test_a_key_that_follows_from_the_batch_is_no_axis():
+    # a WSD decay start in whole batches differs with the batch: a report infers it as tuned,
+    # and the surface must still hold every batch (holding it at its best would keep one)
+    truth = synthetic.HparamTruth()
+    runs = synthetic.hparam_runs(truth, CELLS, LR_GRID, BATCH_GRID, noise=0.001)
+    runs["train.decay_start_tokens"] = (0.8 * runs["D"] // runs["train.batch_tokens"]) * runs[
+        "train.batch_tokens"
+    ]
+    _, tuned = tuning.select(runs, [*KEYS, "train.decay_start_tokens"])
+    hp = hparam_laws.section(runs, tuned, 100, 0)
+    assert all(c["grid"]["batch"] == BATCH_GRID for c in hp["cells"])
+    assert hp["laws"]["batch"]["D"]["not_identified"] == []
