@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.tuning import FULL_RTOL, arm_labels
+from analysis.tuning import arm_labels, full_length
 
 TOLERANCE = 0.005  # near-optimal: within 0.5% of the best loss (the issue's reading of DeepSeek)
 ROLES = ("lr", "batch")  # what the two tuned keys are, whatever their config names
@@ -47,7 +47,7 @@ def surface(runs: pd.DataFrame, arm: dict, roles: dict[str, str], variant: str) 
     """Columns lr, batch (either may be a constant column) and loss: the mean final loss of
     each full-length pair of one arm, every other tuned key at the arm's best value."""
     g = runs[arm_labels(runs, variant) == arm["arm"]]
-    g = g[g["D"] >= arm["D"] / (1 + FULL_RTOL)]
+    g = g[full_length(g, arm["D"])]
     pairs = list(roles.values())
     for key, value in arm["best"].items():
         # a key that follows from (lr, B) (e.g. a decay start in whole batches, a warmup

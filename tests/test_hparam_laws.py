@@ -246,3 +246,18 @@ def test_a_key_that_follows_from_the_batch_is_no_axis():
     hp = hparam_laws.section(runs, tuned, 100, 0)
     assert all(c["grid"]["batch"] == BATCH_GRID for c in hp["cells"])
     assert hp["laws"]["batch"]["D"]["not_identified"] == []
+
+
+def test_a_larger_batch_training_fewer_whole_steps_is_full_length():
+    # D = whole steps x batch: the larger batches stop short of the token budget by up to one
+    # batch (1.7% at D = 2e5, B = 65536), and are still the grid's full-length runs
+    truth = synthetic.HparamTruth()
+    batches = BATCH_GRID[:6]  # 2048 .. 65536 tokens
+    runs = synthetic.hparam_runs(truth, CELLS, LR_GRID, batches, noise=0.001)
+    budget = runs["D"].copy()
+    runs["D"] = (budget // runs["train.batch_tokens"]) * runs["train.batch_tokens"]
+    assert (runs["D"] < budget / 1.01).any() and (runs["D"] > 0).all()
+    _, tuned = tuning.select(runs, KEYS)
+    assert tuned["n_stopped_early"] == 0
+    hp = hparam_laws.section(runs, tuned, 100, 0)
+    assert all(c["grid"]["batch"] == batches for c in hp["cells"])
