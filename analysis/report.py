@@ -826,7 +826,9 @@ def choose_variants(
 
 
 LLAMA = "pre-rmsnorm-rope-gqa2-swiglu"  # the suite's reference block, every ablation's base
-STRUCTURAL = {"train.init_from", "train.save_at_tokens", "train.tokens"}  # halving's segments
+# halving's segments; and the WSD decay start, (1 - decay) D in whole batches, which follows
+# the batch size when that is tuned
+STRUCTURAL = {"train.init_from", "train.save_at_tokens", "train.tokens", "train.decay_start_tokens"}
 
 
 def fill_defaults(args, frame: pd.DataFrame) -> list[str]:

@@ -3,6 +3,7 @@ optima, near-optimal regions and laws recovered from runs generated on a known (
 surface; edges, flat surfaces and thin designs reported as not identified; the published
 DeepSeek LLM and Step Law constants reproduce the papers' own example values."""
 
+import argparse
 import json
 import math
 from pathlib import Path
@@ -261,3 +262,13 @@ def test_a_larger_batch_training_fewer_whole_steps_is_full_length():
     assert tuned["n_stopped_early"] == 0
     hp = hparam_laws.section(runs, tuned, 100, 0)
     assert all(c["grid"]["batch"] == batches for c in hp["cells"])
+
+
+def test_report_infers_lr_and_batch_as_the_tuned_keys():
+    runs = synthetic.hparam_runs(synthetic.HparamTruth(), CELLS[:2], LR_GRID, BATCH_GRID)
+    runs["train.decay_start_tokens"] = (0.8 * runs["D"] // runs["train.batch_tokens"]) * runs[
+        "train.batch_tokens"
+    ]
+    args = argparse.Namespace(baseline=None, compare="variant", tune=None)
+    notes = report.fill_defaults(args, runs)
+    assert args.tune == KEYS and "--tune train.lr --tune train.batch_tokens" in notes[-1]
