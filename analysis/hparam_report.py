@@ -40,7 +40,8 @@ def summary_sentences(hparams: dict | None) -> list[str]:
         else:
             out.append(
                 f"Optimal {NAMES[role]}: no law identified ({n} of {hparams['n_cells']} cells "
-                f"have their optimum inside the grid; see '{HEADING}')."
+                "place their optimum inside a grid that is not flat; the others are at an "
+                f"edge, flat or untuned, see '{HEADING}')."
             )
     crit = hparams.get("critical_batch")
     if crit and not crit["law"].get("not_identified"):
