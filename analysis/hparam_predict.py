@@ -16,6 +16,7 @@ Exit code 2 with one line on stderr, and nothing written, when the input cannot 
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -139,8 +140,12 @@ def _law_text(rule: dict) -> str:
 
 
 def _parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="python -m analysis.predict --hparams", description=__doc__)
-    parser.add_argument("--hparams", action="store_true", required=True)
+    parser = ArgumentParser(
+        prog="python -m analysis.predict",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--hparams", action="store_true", required=True, help="this question")
     parser.add_argument("--fit", required=True, help="fit.json or a hand-written rules file")
     for name, what in (("N", "parameters"), ("D", "tokens"), ("C", "compute, FLOPs")):
         parser.add_argument(f"--{name}", type=float, help=f"{name} ({what})")
