@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import compute_factor, identification, tuning
+from analysis import compute_factor, hparam_laws, hparam_report, identification, tuning
 from analysis import laws as law_forms  # --law: the parametric form (analysis/laws/)
 from analysis.bootstrap import intervals, resample_counts
 from analysis.envelope import envelope, envelope_report, padded, resampled_envelopes
@@ -220,11 +220,13 @@ class Fits:
     lr_rule: dict | None = None  # --tune with an lr key: lr_opt = scale * N^exponent
     k: float = 1.0  # C / (6 N D) of the runs (`analysis.compute_factor`): 1 but encoder_decoder
     family: str = "decoder"
+    hparams: dict | None = None  # --tune with lr / batch keys: laws of the optima in C, N, D
 
     def as_dict(self) -> dict:
         """fit.json's content for these runs (`tuning` and `lr_rule` only for tuned runs;
         `compute_convention` only where C is not 6 N D)."""
         tuned = {} if self.tuning is None else {"tuning": self.tuning, "lr_rule": self.lr_rule}
+        tuned.update(hparam_entries(self.hparams))
         counts = (
             {}
             if self.k == 1.0
@@ -242,6 +244,14 @@ class Fits:
             "extrapolation": self.extrapolation,
             **tuned,
         }
+
+
+def hparam_entries(hparams: dict | None) -> dict:
+    """fit.json's `hparam_laws`, and `batch_rule` where a batch law is identified."""
+    if hparams is None:
+        return {}
+    rule = hparam_laws.batch_rule(hparams)
+    return {"hparam_laws": hparams, **({"batch_rule": rule} if rule else {})}
 
 
 @dataclass(frozen=True)
@@ -282,6 +292,7 @@ def fit_all(
     curves: pd.DataFrame | None = None,
     intermediate: bool = False,
     tuned: dict | None = None,
+    grid_runs: pd.DataFrame | None = None,
 ) -> Fits:
     """Every law the runs support, fitted (runs validated with `check_fittable`).
 
@@ -297,7 +308,8 @@ def fit_all(
     Approach 2 then uses only budgets that are iso in exact FLOPs (`budget_flops: exact` plans).
     `options.fixed` holds approach-3 parameters at given values (e.g. {"E": 1.7}).
     `tuned`: the `tuning` section of `tuning.select` when `runs` are the arms' results; the
-    fit then carries the arms of these runs and the lr rule fitted to them.
+    fit then carries the arms of these runs and the lr rule fitted to them; with `grid_runs`
+    (every run of their grids) also the laws of the optimal lr and batch size.
     `options.parametric=False` leaves approach 3 out (`fit --law NAME` puts that law's section
     there instead, which may need fewer runs than approach 3's six).
     """
@@ -330,7 +342,13 @@ def fit_all(
         lr_rule=None if section is None else tuning.lr_rule(section, n_boot, seed, k),
         k=k,
         family=str(with_family(runs)["family"].iloc[0]),
+        hparams=None if grid_runs is None else _hparams(grid_runs, section, n_boot, seed, k),
     )
+
+
+def _hparams(grid_runs: pd.DataFrame, section, n_boot: int, seed: int, k: float):
+    """The lr and batch-size laws of the arms of `section` (None when untuned)."""
+    return None if section is None else hparam_laws.section(grid_runs, section, n_boot, seed, k)
 
 
 def _on_compute_axis(runs: pd.DataFrame, compute: str, k: float):
@@ -458,6 +476,7 @@ def summary(result: dict, title: str = "") -> str:
     lines += _extrapolation(result)
     if result.get("tuning"):
         lines += tuning_summary(result["tuning"], result.get("lr_rule"))
+        lines += [f"  {s}" for s in hparam_report.summary_sentences(result.get("hparam_laws"))]
     return "\n".join(lines)
 
 
@@ -587,8 +606,9 @@ def check_fit_args(args: argparse.Namespace) -> None:
 
 def fit_groups(runs: pd.DataFrame, group: str | None, args: argparse.Namespace) -> dict:
     law = law_forms.get(getattr(args, "law", law_forms.DEFAULT))  # whose minimum of runs applies
-    tuned = None
+    tuned, grid = None, None
     if getattr(args, "tune", None):
+        grid = runs
         runs, tuned = tuning.select(runs, args.tune)  # the arms' results: every fit uses them
     options = FitOptions.from_args(
         args,
@@ -603,7 +623,7 @@ def fit_groups(runs: pd.DataFrame, group: str | None, args: argparse.Namespace) 
             check_exact_compute(runs)  # before any work
         if law.name != law_forms.DEFAULT:  # the arms kept by --tune: still enough for the law
             law_forms.check_fittable(runs, law, "the selection")
-        return fit_all(runs, options, tuned=tuned).as_dict()
+        return fit_all(runs, options, tuned=tuned, grid_runs=grid).as_dict()
     if group not in runs.columns:
         raise InputError(f"--group: no column '{group}'; columns: {sorted(map(str, runs.columns))}")
     groups = {str(k): g for k, g in runs.groupby(group, sort=True)}
@@ -613,7 +633,9 @@ def fit_groups(runs: pd.DataFrame, group: str | None, args: argparse.Namespace) 
         law_forms.check_fittable(g, law, f"group {group}={name}")
         if args.compute == "exact":
             check_exact_compute(g)
-    fitted = {k: fit_all(g, options, tuned=tuned).as_dict() for k, g in groups.items()}
+    fitted = {
+        k: fit_all(g, options, tuned=tuned, grid_runs=grid).as_dict() for k, g in groups.items()
+    }
     return {"group_by": group, "groups": fitted}
 
 

@@ -314,3 +314,45 @@ def lr_rule(section: dict, n_sizes: int) -> dict[str, str]:
     if why:
         reasons["scale"] = why
     return reasons
+
+
+MAX_VARIABLE_CORRELATION = 0.95  # |corr(log N, log D)| above this: the exponents trade off
+
+
+def plane_rule(section: dict, distinct: dict[str, int], correlation: float) -> dict[str, str]:
+    """A rule y = scale * N^a * D^b over tuned cells (Step Law's form): too few cells for three
+    parameters and a spare pair, a variable with one value, N and D moving together in log
+    space, or an exponent interval that is missing, collapsed or wider than
+    MAX_RULE_EXPONENT_WIDTH. Names: 'scale' and each variable."""
+    names = ["scale", *section["exponents"]]
+    n = section["n_cells"]
+    why = None
+    if n < len(names) + 2:
+        why = f"fitted from {n} cell(s); {len(names)} parameters need {len(names) + 2} or more"
+    elif min(distinct.values()) < 2:
+        flat = [v for v, k in distinct.items() if k < 2]
+        why = f"one value of {', '.join(flat)} among the cells: its exponent is not measured"
+    elif not abs(correlation) <= MAX_VARIABLE_CORRELATION:
+        why = (
+            f"log N and log D move together across the cells (correlation {correlation:.3f}): "
+            "their exponents trade off; cells at other N for the same D would separate them"
+        )
+    if why:
+        return {k: why for k in names}
+    reasons: dict[str, str] = {}
+    ci = section.get("ci95", {})
+    for v in section["exponents"]:
+        why = _interval(section["exponents"][v], ci.get(v))
+        if why is None and ci[v][1] - ci[v][0] > MAX_RULE_EXPONENT_WIDTH:
+            why = (
+                f"its 95% interval [{ci[v][0]:.3g}, {ci[v][1]:.3g}] is wider than "
+                f"{MAX_RULE_EXPONENT_WIDTH:g}: the tuned optima do not say how it scales in {v}"
+            )
+        if why:
+            reasons[v] = why
+    why = _interval(section["scale"], ci.get("scale"))
+    if reasons:
+        why = "it trades off against the exponents, which are not all identified"
+    if why:
+        reasons["scale"] = why
+    return reasons

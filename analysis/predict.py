@@ -1,6 +1,10 @@
 """Ask a fitted law a question: the loss at given (N, D[, U]), or the compute-optimal (N, D).
 
     python -m analysis.predict --fit fit.json --csv points.csv --out predictions.csv
+    python -m analysis.predict --hparams --fit fit.json --C 1e21   # lr and batch size there
+
+With --hparams the question is the learning rate and batch size a hyperparameter law gives at
+a budget (`analysis.hparam_predict`, which documents its options).
 
 points.csv has columns N and D (and U, unique tokens, for `datablations`); C (= 6 N D, or
 k 6 N D for a fit whose `parametric` section has a `k`: an encoder-decoder's runs,
@@ -26,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis import hparam_predict
 from analysis.bootstrap import percentile_interval
 from analysis.laws import Law, law_of, replicates_path
 from analysis.load import ArgumentParser, InputError, check_out_file, check_text
@@ -194,6 +199,8 @@ def predict(
 
 
 def main(argv: list[str] | None = None) -> int:
+    if "--hparams" in (sys.argv[1:] if argv is None else argv):
+        return hparam_predict.main(argv)
     parser = ArgumentParser(
         prog="python -m analysis.predict",
         description=__doc__,

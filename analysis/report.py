@@ -28,6 +28,8 @@ from analysis import (
     decision,
     epochs,
     families_report,
+    hparam_laws,
+    hparam_report,
     tuning,
     tuning_report,
     wallclock,
@@ -47,6 +49,7 @@ from analysis.fit import (
     default_budgets,
     dumps,
     fit_all,
+    hparam_entries,
     summary,
 )
 from analysis.load import (
@@ -92,6 +95,7 @@ FIGURE_SECTION = {
     "training_curves": "Training curves",
     "multipliers": "Ablations",
     "tuning": tuning_report.HEADING,
+    "hparam_surface": hparam_report.HEADING,
 }
 SUMMARY = "Summary"
 
@@ -109,6 +113,7 @@ def build_blocks(an: Analysis, excluded, figures, title, source="") -> list[tupl
     b.extend(_runs_blocks(runs, excluded, source))
     if tuned:
         b.extend(tuning_report.blocks(tuned, rule))
+        b.extend(hparam_report.blocks(an.hparams))
     if result is not None:
         b.extend(_fit_blocks(result))
         b.extend(an.law_comparison)
@@ -180,7 +185,9 @@ def _summary_blocks(an: Analysis, figs: dict) -> list[tuple]:
     elif not ablation:
         b.append(("p", "No law could be fitted to these runs."))
     notes = (
-        tuning_report.summary_sentences(tuned, rule) if tuned else []
+        tuning_report.summary_sentences(tuned, rule) + hparam_report.summary_sentences(an.hparams)
+        if tuned
+        else []
     ) + epochs.summary_sentence(runs)
     if notes:
         b.append(("list", notes))
@@ -668,7 +675,7 @@ def make_figures(an: Analysis, fig_dir: Path, compute: str = "6nd") -> list[tupl
     loss vs the first tuned key over every run of the grid."""
     runs, curves, fits, ablation = an.base, an.curves, an.fits, an.ablation
     all_runs, tuned, tuned_runs = an.runs, an.tuned, an.grid_runs
-    from analysis import decision_plot, plots  # lazy: seaborn ~3 s
+    from analysis import decision_plot, hparam_plot, plots  # lazy: seaborn ~3 s
 
     plots.setup()
     figures = []
@@ -685,6 +692,12 @@ def make_figures(an: Analysis, fig_dir: Path, compute: str = "6nd") -> list[tupl
             "tuning",
             plots.loss_vs_hyperparameter(tuning.curve_points(tuned_runs, tuned, key), key),
             tuning_report.figure_caption(key),
+        )
+    if an.hparams and hparam_plot.surface_cells(an.hparams):
+        add(
+            "hparam_surface",
+            hparam_plot.loss_surfaces(an.hparams),
+            hparam_report.figure_caption(an.hparams["tolerance"]),
         )
     if ablation:
         _ablation_figures(add, plots, ablation, compute)
@@ -814,7 +827,9 @@ def choose_variants(
 
 
 LLAMA = "pre-rmsnorm-rope-gqa2-swiglu"  # the suite's reference block, every ablation's base
-STRUCTURAL = {"train.init_from", "train.save_at_tokens", "train.tokens"}  # halving's segments
+# halving's segments; and the WSD decay start, (1 - decay) D in whole batches, which follows
+# the batch size when that is tuned
+STRUCTURAL = {"train.init_from", "train.save_at_tokens", "train.tokens", "train.decay_start_tokens"}
 
 
 def fill_defaults(args, frame: pd.DataFrame) -> list[str]:
@@ -911,6 +926,7 @@ class Analysis:
     ablation: dict | None
     tuned: dict | None  # --tune: the tuning section of every arm
     rule: dict | None  # --tune: the baseline's lr rule
+    hparams: dict | None = None  # --tune: the baseline's lr and batch-size laws
 
     @property
     def exported(self) -> pd.DataFrame:
@@ -923,6 +939,8 @@ class Analysis:
 
     def fit_json(self) -> dict:
         tuned_json = {"tuning": self.tuned, "lr_rule": self.rule} if self.tuned else {}  # all arms
+        if self.tuned:
+            tuned_json.update(hparam_entries(self.hparams))
         return {**(self.result or {"parametric": None}), **tuned_json, "ablation": self.ablation}
 
 
@@ -942,9 +960,8 @@ def analyse(
     fits = None
     if chosen.law_fit:
         options = FitOptions.from_args(args, budgets=budgets or args.budget)
-        fits = fit_all(
-            base, options, curves=val_points(curves), intermediate=args.intermediate, tuned=tuned
-        )
+        extra = dict(intermediate=args.intermediate, tuned=tuned, grid_runs=grid_runs)
+        fits = fit_all(base, options, curves=val_points(curves), **extra)
     # every law form the columns allow, judged on the runs above the hold-out threshold
     # (nothing when the runs are too few); 200 refits at most: it refits four laws
     law_comparison = (
@@ -957,18 +974,7 @@ def analyse(
         if chosen.law_fit
         else []
     )
-    rule = None
-    if tuned:  # the baseline's lr rule (its arms), also in an ablation without a law fit
-        rule = (
-            fits.lr_rule
-            if fits
-            else tuning.lr_rule(
-                tuning.for_runs(tuned, base["run_id"]),
-                args.bootstrap,
-                args.seed,
-                compute_factor.of_runs(base),
-            )
-        )
+    rule, hparams = _baseline_rules(tuned, base, grid_runs, fits, args)
     ablation = None
     if len(chosen.variants) > 1:
         ablation = compare_variants(
@@ -986,6 +992,21 @@ def analyse(
         ablation=ablation,
         tuned=tuned,
         rule=rule,
+        hparams=hparams,
+    )
+
+
+def _baseline_rules(tuned, base: pd.DataFrame, grid_runs, fits, args) -> tuple:
+    """The baseline's lr rule and its lr / batch-size laws (its arms), also in an ablation
+    without a law fit; (None, None) when untuned."""
+    if not tuned:
+        return None, None
+    if fits:
+        return fits.lr_rule, fits.hparams
+    arms, k = tuning.for_runs(tuned, base["run_id"]), compute_factor.of_runs(base)
+    return (
+        tuning.lr_rule(arms, args.bootstrap, args.seed, k),
+        hparam_laws.section(grid_runs, arms, args.bootstrap, args.seed, k),
     )
 
 

@@ -6,6 +6,8 @@ registry from its parameters (`law_runs`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -92,3 +94,56 @@ def size_token_grid(sizes, tokens_per_param) -> tuple[np.ndarray, np.ndarray]:
     """(N, D) of every size crossed with every tokens-per-parameter ratio."""
     N, M = np.meshgrid(np.asarray(sizes, float), np.asarray(tokens_per_param, float))
     return N.ravel(), (N * M).ravel()
+
+
+@dataclass(frozen=True)
+class HparamTruth:
+    """A known (lr, batch) surface: loss = L(N, D) x (1 + curvature_lr (ln lr - ln lr*)^2 +
+    curvature_batch (ln B - ln B*)^2), lr* = lr_scale N^lr_N D^lr_D (Step Law's form; lr_N =
+    lr_D makes it DeepSeek's C form), B* = batch_scale D^batch_D."""
+
+    lr_scale: float = 2.0
+    lr_N: float = -0.5
+    lr_D: float = 0.2
+    batch_scale: float = 20.0
+    batch_D: float = 0.5
+    curvature_lr: float = 0.02
+    curvature_batch: float = 0.01
+
+    def lr_opt(self, N, D):
+        return self.lr_scale * np.asarray(N, float) ** self.lr_N * np.asarray(D, float) ** self.lr_D
+
+    def batch_opt(self, D):
+        return self.batch_scale * np.asarray(D, float) ** self.batch_D
+
+
+def hparam_runs(
+    truth: HparamTruth, cells, lr_grid, batch_grid, noise: float = 0.0, seed: int = 0
+) -> pd.DataFrame:
+    """A tuned sweep's runs.csv: every (N, D) cell trained at every (lr, batch) of the grids,
+    columns as `analysis.load` exports them (arm, tune_role, train.lr, train.batch_tokens)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for a, (N, D) in enumerate(cells):
+        base = float(HOFFMANN.predict(N, D))
+        lr_star, b_star = float(truth.lr_opt(N, D)), float(truth.batch_opt(D))
+        for lr in lr_grid:
+            for b in batch_grid:
+                bowl = truth.curvature_lr * np.log(lr / lr_star) ** 2
+                bowl += truth.curvature_batch * np.log(b / b_star) ** 2
+                loss = base * (1 + bowl) * np.exp(noise * rng.standard_normal())
+                rows.append(
+                    {
+                        "run_id": f"run-{len(rows):04d}",
+                        "arm": f"arm-{a}",
+                        "variant": "base",
+                        "tune_role": "candidate",
+                        "N": float(N),
+                        "D": float(D),
+                        "C": 6.0 * N * D,
+                        "loss": float(loss),
+                        "train.lr": float(lr),
+                        "train.batch_tokens": float(b),
+                    }
+                )
+    return pd.DataFrame(rows)

@@ -4,7 +4,8 @@ An arm is one variant x size x token budget (the `arm` column, tagged by the swe
 runs have it; else variant x N x D). Its runs differ only in the tuned keys (`--tune train.lr`)
 and the seed. Per arm:
 
-- full-length runs (D within FULL_RTOL of the arm's largest D) are the grid's results: the
+- full-length runs (D within FULL_RTOL of the arm's largest D, or less than one batch short of
+  it where the batch size is a column: a run trains whole steps) are the grid's results: the
   loss of a value is the mean final loss of its runs (over seeds), the best value the lowest,
   and the runs at the best value are the arm's result (one per seed); every law is then
   fitted to those runs only;
@@ -34,6 +35,16 @@ from analysis.bootstrap import intervals, resample_counts
 from analysis.load import InputError
 
 FULL_RTOL = 0.01  # a run within 1% of its arm's largest D trained the arm's budget
+BATCH_COLUMN = "train.batch_tokens"
+
+
+def full_length(g: pd.DataFrame, budget: float) -> pd.Series:
+    """Which runs trained the arm's budget: D within FULL_RTOL of it, or less than one batch
+    short (a larger batch trains fewer whole steps of the same token budget)."""
+    full = g["D"] >= budget / (1 + FULL_RTOL)
+    if BATCH_COLUMN in g.columns:
+        full |= g["D"] > budget - pd.to_numeric(g[BATCH_COLUMN], errors="coerce").fillna(0)
+    return full
 
 
 def value_text(value) -> str:
@@ -91,7 +102,7 @@ def _vertex(xs: list[float], losses: list[float], best: float) -> float:
 def _arm_entry(arm: str, g: pd.DataFrame, keys: list[str], variant: str) -> tuple[dict, list]:
     """The tuning section's entry of one arm, and the run ids of its result."""
     budget = float(g["D"].max())
-    full = g[g["D"] >= budget / (1 + FULL_RTOL)]
+    full = g[full_length(g, budget)]
     stopped = g.drop(full.index)
     combos = full.groupby(keys, sort=True)["loss"].mean()  # value (tuple) -> mean over seeds
     combos.index = [c if isinstance(c, tuple) else (c,) for c in combos.index]
@@ -265,7 +276,7 @@ def curve_points(
         for k, v in a["best"].items():
             if k != key:
                 g = g[g[k] == v]
-        stopped = g["D"] < a["D"] / (1 + FULL_RTOL)
+        stopped = ~full_length(g, a["D"])
         for (value, is_stopped), part in g.groupby([key, stopped], sort=True):
             rows.append(
                 {
