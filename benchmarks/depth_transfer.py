@@ -1,0 +1,240 @@
+"""Depth transfer: does the best learning rate stay put across depth? (results/depth_transfer)
+
+    python -m benchmarks.depth_transfer                    # train what is missing, then analyse
+    python -m benchmarks.depth_transfer --analyse-only     # figures and summary from runs.csv
+
+Crosses SP, muP (width rules only) and CompleteP (``model.parametrization=completep``, base
+depth ``BASE_DEPTH``, depth_alpha 1) x n_layers ``DEPTHS`` (one width, ``D_MODEL``, which is
+also the muP base width, so only the depth rules differ between muP and CompleteP) x ``LRS``
+(log-spaced, factor 2) and trains every point with ``training.train.train``, the public entry
+point, into the project's MLflow store and runs folder. A rerun finds each FINISHED run by its
+run key and reuses it, so an interrupted experiment resumes where it stopped. Points run
+``--jobs`` at a time, one thread each.
+
+Writes to ``--out``: ``runs.csv`` (one row per point: parametrization, n_layers, train.lr, loss =
+final validation loss, N, N_total, D, C, ...), ``loss_vs_lr_{sp,mup,completep}.png`` (one line
+per depth) and ``summary.json``: per parametrization and depth the best lr on the grid and
+refined by a parabola in log lr (``benchmarks.mup_transfer.optimum``), the spread max/min of
+those optima across depths (also in log2), and what the base depth's best grid lr costs at
+every other depth (its loss minus that depth's best).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+import matplotlib
+import pandas as pd
+
+from benchmarks.mup_transfer import one_thread, optimum
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPTHS = (2, 4, 8, 16)
+BASE_DEPTH = 2
+D_MODEL = 32
+HEAD_DIM = 8
+LRS = tuple(1.5e-3 * 2**k for k in range(7))  # 1.5e-3 .. 9.6e-2: 64x
+PARAMETRIZATIONS = ("sp", "mup", "completep")
+NAMES = {
+    "sp": "SP",
+    "mup": "muP (width rules)",
+    "completep": f"CompleteP (base depth {BASE_DEPTH})",
+}
+# Shared by every point: the llama block with MHA at d_model 32, bytes of the stdlib corpus.
+FIXED = [
+    "model=llama",
+    f"model.d_model={D_MODEL}",
+    f"model.n_heads={D_MODEL // HEAD_DIM}",
+    "model.n_kv_heads=null",
+    "data.tokenizer=byte",
+    "train.seq_len=64",
+    "train.batch_tokens=1024",
+    "train.tokens=1e5",
+    "train.warmup=0.05",
+    "train.eval_every=1000",
+    "data.eval_tokens=32768",
+    "train.log_every=50",
+    "train.progress=none",
+    "tracking.experiment=depth_transfer",
+    "tracking.tags.sweep=depth_transfer",
+]
+
+
+def point_overrides(parametrization: str, n_layers: int, lr: float) -> list[str]:
+    over = [f"model.n_layers={n_layers}", f"train.lr={lr:g}"]
+    if parametrization != "sp":
+        over += [f"model.parametrization={parametrization}", f"model.mup_base_width={D_MODEL}"]
+    if parametrization == "completep":
+        over += [f"model.mup_base_depth={BASE_DEPTH}"]
+    return FIXED + over
+
+
+def train_point(point: tuple[str, int, float]) -> dict:
+    """Train (or reuse) one point; its row of runs.csv."""
+    # Hydra, torch and MLflow in the workers only: `--analyse-only` needs none of them.
+    from hydra import compose, initialize_config_dir
+
+    from models import count_params, flops_per_token
+    from training.spec import resolve_config
+    from training.train import train
+
+    parametrization, n_layers, lr = point
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=point_overrides(parametrization, n_layers, lr))
+    spec = resolve_config(cfg)
+    result = train(cfg)
+    pc = count_params(spec.model)
+    steps = math.ceil(spec.train.tokens / spec.train.batch_tokens)
+    D = steps * spec.train.batch_tokens
+    loss = result.final_val_loss
+    return {
+        "parametrization": parametrization,
+        "n_layers": n_layers,
+        "d_model": spec.model.d_model,
+        "train.lr": lr,
+        "loss": loss if loss is not None and math.isfinite(loss) else float("nan"),
+        "final_train_loss": result.final_train_loss,
+        "status": result.status,
+        "N": pc.non_embedding,
+        "N_total": pc.total,
+        "D": D,
+        "C": 6 * pc.non_embedding * D,
+        "C_exact": flops_per_token(spec.model, spec.train.seq_len).exact * D,
+        "mup_base_width": spec.model.mup_base_width,
+        "mup_base_depth": spec.model.mup_base_depth,
+        "depth_alpha": spec.model.depth_alpha if parametrization == "completep" else None,
+        "run_key": result.run_key,
+        "wall_time_s": result.wall_time_s,
+    }
+
+
+def run_all(points: list[tuple[str, int, float]], jobs: int) -> list[dict]:
+    rows, t0 = [], time.perf_counter()
+    ctx = get_context("spawn")
+    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=one_thread) as pool:
+        for i, row in enumerate(pool.map(train_point, points), 1):
+            rows.append(row)
+            print(
+                f"[{i}/{len(points)} {time.perf_counter() - t0:6.0f}s] "
+                f"{row['parametrization']:9s} L={row['n_layers']:<3d} lr={row['train.lr']:<8g} "
+                f"loss={row['loss']:.4f} {row['status']} {row['wall_time_s']:.1f}s",
+                flush=True,
+            )
+    return rows
+
+
+def all_points() -> list[tuple[str, int, float]]:
+    # Deepest first: the long runs start early and the short ones fill the gaps at the end.
+    return [
+        (p, L, lr) for L in sorted(DEPTHS, reverse=True) for p in PARAMETRIZATIONS for lr in LRS
+    ]
+
+
+# ----- analysis: pure functions of the runs table --------------------------------------------
+def summarise(rows: list[dict], base_depth: int = BASE_DEPTH) -> dict:
+    """Per parametrization: each depth's optimum, the spread of the optima across depths, and
+    the regret of transferring the base depth's best grid lr (loss there minus the best)."""
+    summary = {}
+    for p in sorted({r["parametrization"] for r in rows}, key=_order):
+        per_depth = {}
+        for L in sorted({r["n_layers"] for r in rows if r["parametrization"] == p}):
+            pts = [r for r in rows if r["parametrization"] == p and r["n_layers"] == L]
+            per_depth[L] = optimum([r["train.lr"] for r in pts], [r["loss"] for r in pts])
+            per_depth[L]["losses"] = {r["train.lr"]: r["loss"] for r in pts}
+        base_lr = per_depth[base_depth]["best_lr_grid"]
+        for w in per_depth.values():
+            w["regret_of_base_lr"] = w.pop("losses").get(base_lr, math.nan) - w["best_loss"]
+        grid = [w["best_lr_grid"] for w in per_depth.values()]
+        refined = [w["best_lr_refined"] for w in per_depth.values()]
+        summary[p] = {
+            "depths": per_depth,
+            "spread_grid": max(grid) / min(grid),  # max/min optimal lr across depths
+            "spread_refined": max(refined) / min(refined),
+            "log2_spread_refined": math.log2(max(refined) / min(refined)),
+            "any_at_edge": any(w["at_edge"] for w in per_depth.values()),
+        }
+    return summary
+
+
+def _order(parametrization: str) -> int:
+    return PARAMETRIZATIONS.index(parametrization) if parametrization in PARAMETRIZATIONS else 99
+
+
+def plot(rows: list[dict], summary: dict, out: Path) -> None:
+    finite = [r["loss"] for r in rows if math.isfinite(r["loss"])]
+    ylim = (min(finite) - 0.05, min(max(finite), min(finite) + 1.5) + 0.05)
+    lrs = sorted({r["train.lr"] for r in rows})
+    for p, s in summary.items():
+        fig, ax = plt.subplots(figsize=(6, 4.2))
+        cmap = plt.get_cmap("viridis")
+        depths = list(s["depths"])
+        for k, L in enumerate(depths):
+            pts = sorted(
+                (r["train.lr"], r["loss"])
+                for r in rows
+                if r["parametrization"] == p and r["n_layers"] == L
+            )
+            color = cmap(k / max(1, len(depths) - 1))
+            ax.plot(
+                [a for a, _ in pts], [b for _, b in pts], "o-", color=color, label=f"{L} layers"
+            )
+            best = s["depths"][L]
+            ax.plot(best["best_lr_grid"], best["best_loss"], "*", color=color, markersize=14)
+        ax.set(
+            xscale="log",
+            xlabel="train.lr (peak)",
+            ylabel="final validation loss (nats per byte)",
+            ylim=ylim,
+            title=f"{NAMES.get(p, p)}: optimal-lr spread {s['spread_refined']:.2f}x",
+        )
+        ax.set_xticks(lrs, [f"{lr:g}" for lr in lrs], rotation=30)
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / f"loss_vs_lr_{p}.png", dpi=120)
+        plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "results" / "depth_transfer")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--analyse-only", action="store_true", help="read runs.csv, train nothing")
+    ap.add_argument("--only", help="train one point PARAM:LAYERS:LR (sizing), write nothing")
+    args = ap.parse_args()
+    if args.only:
+        p, L, lr = args.only.split(":")
+        print(run_all([(p, int(L), float(lr))], 1)[0])
+        return
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.analyse_only:
+        rows = pd.read_csv(args.out / "runs.csv").to_dict("records")
+    else:
+        rows = run_all(all_points(), args.jobs)
+        frame = pd.DataFrame(rows).sort_values(["parametrization", "n_layers", "train.lr"])
+        frame.to_csv(args.out / "runs.csv", index=False)
+    summary = summarise(rows)
+    plot(rows, summary, args.out)
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    for p, s in summary.items():
+        best = ", ".join(f"L{L}: {w['best_lr_refined']:.3g}" for L, w in s["depths"].items())
+        print(
+            f"{p}: optimal lr {best}; spread {s['spread_refined']:.2f}x "
+            f"(log2 {s['log2_spread_refined']:.2f}; grid {s['spread_grid']:.1f}x)"
+            f"{' (an optimum at the grid edge)' if s['any_at_edge'] else ''}"
+        )
+
+
+if __name__ == "__main__":
+    main()
