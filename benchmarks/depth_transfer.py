@@ -1,6 +1,7 @@
 """Depth transfer: does the best learning rate stay put across depth? (results/depth_transfer)
 
     python -m benchmarks.depth_transfer                    # train what is missing, then analyse
+    python -m benchmarks.depth_transfer --seed 1 --depths 2 16   # a second seed, added to runs.csv
     python -m benchmarks.depth_transfer --analyse-only     # figures and summary from runs.csv
 
 Crosses SP, muP (width rules only) and CompleteP (``model.parametrization=completep``, base
@@ -9,14 +10,17 @@ also the muP base width, so only the depth rules differ between muP and Complete
 (log-spaced, factor 2) and trains every point with ``training.train.train``, the public entry
 point, into the project's MLflow store and runs folder. A rerun finds each FINISHED run by its
 run key and reuses it, so an interrupted experiment resumes where it stopped. Points run
-``--jobs`` at a time, one thread each.
+``--jobs`` at a time, one thread each. ``--seed S --depths ...`` trains the grid again with
+``train.seed=S`` at those depths and merges the rows into runs.csv (by run key); the analysis
+averages each point's loss over its seeds.
 
 Writes to ``--out``: ``runs.csv`` (one row per point: parametrization, n_layers, train.lr, loss =
 final validation loss, N, N_total, D, C, ...), ``loss_vs_lr_{sp,mup,completep}.png`` (one line
 per depth) and ``summary.json``: per parametrization and depth the best lr on the grid and
-refined by a parabola in log lr (``benchmarks.mup_transfer.optimum``), the spread max/min of
-those optima across depths (also in log2), and what the base depth's best grid lr costs at
-every other depth (its loss minus that depth's best).
+refined by a parabola in log lr (``benchmarks.mup_transfer.optimum``) through the seed-mean
+losses, the spread max/min of those optima across depths (also in log2), what the base depth's
+best grid lr costs at every other depth (its loss minus that depth's best), and the seed noise:
+the median and largest |loss difference| between two seeds of one point.
 """
 
 from __future__ import annotations
@@ -70,8 +74,10 @@ FIXED = [
 ]
 
 
-def point_overrides(parametrization: str, n_layers: int, lr: float) -> list[str]:
+def point_overrides(parametrization: str, n_layers: int, lr: float, seed: int = 0) -> list[str]:
     over = [f"model.n_layers={n_layers}", f"train.lr={lr:g}"]
+    if seed != 0:  # seed 0 is the default: its run keys stay those of the first grid
+        over += [f"train.seed={seed}"]
     if parametrization != "sp":
         over += [f"model.parametrization={parametrization}", f"model.mup_base_width={D_MODEL}"]
     if parametrization == "completep":
@@ -79,7 +85,7 @@ def point_overrides(parametrization: str, n_layers: int, lr: float) -> list[str]
     return FIXED + over
 
 
-def train_point(point: tuple[str, int, float]) -> dict:
+def train_point(point: tuple[str, int, float, int]) -> dict:
     """Train (or reuse) one point; its row of runs.csv."""
     # Hydra, torch and MLflow in the workers only: `--analyse-only` needs none of them.
     from hydra import compose, initialize_config_dir
@@ -88,9 +94,9 @@ def train_point(point: tuple[str, int, float]) -> dict:
     from training.spec import resolve_config
     from training.train import train
 
-    parametrization, n_layers, lr = point
+    parametrization, n_layers, lr, seed = point
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=point_overrides(parametrization, n_layers, lr))
+        cfg = compose("config", overrides=point_overrides(parametrization, n_layers, lr, seed))
     spec = resolve_config(cfg)
     result = train(cfg)
     pc = count_params(spec.model)
@@ -102,6 +108,7 @@ def train_point(point: tuple[str, int, float]) -> dict:
         "n_layers": n_layers,
         "d_model": spec.model.d_model,
         "train.lr": lr,
+        "train.seed": seed,
         "loss": loss if loss is not None and math.isfinite(loss) else float("nan"),
         "final_train_loss": result.final_train_loss,
         "status": result.status,
@@ -118,7 +125,7 @@ def train_point(point: tuple[str, int, float]) -> dict:
     }
 
 
-def run_all(points: list[tuple[str, int, float]], jobs: int) -> list[dict]:
+def run_all(points: list[tuple[str, int, float, int]], jobs: int) -> list[dict]:
     rows, t0 = [], time.perf_counter()
     ctx = get_context("spawn")
     with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=one_thread) as pool:
@@ -127,16 +134,20 @@ def run_all(points: list[tuple[str, int, float]], jobs: int) -> list[dict]:
             print(
                 f"[{i}/{len(points)} {time.perf_counter() - t0:6.0f}s] "
                 f"{row['parametrization']:9s} L={row['n_layers']:<3d} lr={row['train.lr']:<8g} "
+                f"seed={row['train.seed']} "
                 f"loss={row['loss']:.4f} {row['status']} {row['wall_time_s']:.1f}s",
                 flush=True,
             )
     return rows
 
 
-def all_points() -> list[tuple[str, int, float]]:
+def all_points(depths=DEPTHS, seed: int = 0) -> list[tuple[str, int, float, int]]:
     # Deepest first: the long runs start early and the short ones fill the gaps at the end.
     return [
-        (p, L, lr) for L in sorted(DEPTHS, reverse=True) for p in PARAMETRIZATIONS for lr in LRS
+        (p, L, lr, seed)
+        for L in sorted(depths, reverse=True)
+        for p in PARAMETRIZATIONS
+        for lr in LRS
     ]
 
 
@@ -149,8 +160,10 @@ def summarise(rows: list[dict], base_depth: int = BASE_DEPTH) -> dict:
         per_depth = {}
         for L in sorted({r["n_layers"] for r in rows if r["parametrization"] == p}):
             pts = [r for r in rows if r["parametrization"] == p and r["n_layers"] == L]
-            per_depth[L] = optimum([r["train.lr"] for r in pts], [r["loss"] for r in pts])
-            per_depth[L]["losses"] = {r["train.lr"]: r["loss"] for r in pts}
+            losses = seed_means(pts)
+            per_depth[L] = optimum(list(losses), list(losses.values()))
+            per_depth[L]["seeds"] = len({r.get("train.seed", 0) for r in pts})
+            per_depth[L]["losses"] = losses
         base_lr = per_depth[base_depth]["best_lr_grid"]
         for w in per_depth.values():
             w["regret_of_base_lr"] = w.pop("losses").get(base_lr, math.nan) - w["best_loss"]
@@ -164,6 +177,33 @@ def summarise(rows: list[dict], base_depth: int = BASE_DEPTH) -> dict:
             "any_at_edge": any(w["at_edge"] for w in per_depth.values()),
         }
     return summary
+
+
+def seed_means(points: list[dict]) -> dict[float, float]:
+    """lr -> the mean final loss over the seeds trained at that lr (NaN if any diverged)."""
+    by_lr: dict[float, list[float]] = {}
+    for r in points:
+        by_lr.setdefault(r["train.lr"], []).append(r["loss"])
+    return {lr: sum(v) / len(v) for lr, v in sorted(by_lr.items())}
+
+
+def seed_noise(rows: list[dict]) -> dict:
+    """|loss difference| between seeds 0 and 1 of the same point, over every such pair."""
+    key = lambda r: (r["parametrization"], r["n_layers"], r["train.lr"])  # noqa: E731
+    first = {key(r): r["loss"] for r in rows if r.get("train.seed", 0) == 0}
+    diffs = sorted(
+        abs(r["loss"] - first[key(r)])
+        for r in rows
+        if r.get("train.seed", 0) == 1 and key(r) in first
+    )
+    diffs = [d for d in diffs if math.isfinite(d)]
+    if not diffs:
+        return {"pairs": 0}
+    return {
+        "pairs": len(diffs),
+        "median_abs_diff": diffs[len(diffs) // 2],
+        "max_abs_diff": diffs[-1],
+    }
 
 
 def _order(parametrization: str) -> int:
@@ -212,21 +252,32 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--analyse-only", action="store_true", help="read runs.csv, train nothing")
     ap.add_argument("--only", help="train one point PARAM:LAYERS:LR (sizing), write nothing")
+    ap.add_argument("--seed", type=int, default=0, help="train.seed of the points to train")
+    ap.add_argument("--depths", type=int, nargs="+", default=list(DEPTHS))
     args = ap.parse_args()
     if args.only:
         p, L, lr = args.only.split(":")
-        print(run_all([(p, int(L), float(lr))], 1)[0])
+        print(run_all([(p, int(L), float(lr), args.seed)], 1)[0])
         return
     args.out.mkdir(parents=True, exist_ok=True)
+    csv = args.out / "runs.csv"
+    old = pd.read_csv(csv) if csv.exists() else None
+    if old is not None and "train.seed" not in old:  # a table of seed 0 only
+        old.insert(old.columns.get_loc("train.lr") + 1, "train.seed", 0)
     if args.analyse_only:
-        rows = pd.read_csv(args.out / "runs.csv").to_dict("records")
+        frame = old
     else:
-        rows = run_all(all_points(), args.jobs)
-        frame = pd.DataFrame(rows).sort_values(["parametrization", "n_layers", "train.lr"])
-        frame.to_csv(args.out / "runs.csv", index=False)
-    summary = summarise(rows)
+        new = pd.DataFrame(run_all(all_points(args.depths, args.seed), args.jobs))
+        if old is not None:  # the other seeds' and depths' rows stay
+            new = pd.concat([old[~old["run_key"].isin(new["run_key"])], new])
+        frame = new.sort_values(["parametrization", "n_layers", "train.lr", "train.seed"])
+        frame.to_csv(csv, index=False)
+    rows = frame.to_dict("records")
+    summary, noise = summarise(rows), seed_noise(rows)
     plot(rows, summary, args.out)
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    text = json.dumps({**summary, "seed_noise": noise}, indent=2)
+    (args.out / "summary.json").write_text(text + "\n")
+    print("seed noise:", noise)
     for p, s in summary.items():
         best = ", ".join(f"L{L}: {w['best_lr_refined']:.3g}" for L, w in s["depths"].items())
         print(

@@ -321,8 +321,9 @@ def test_dicts_and_run_keys(tmp_path):
 
 def test_depth_transfer_summary():
     """benchmarks.depth_transfer.summarise: each depth's optimum (parabola vertex), the spread
-    max/min across depths and its log2, and the regret of the base depth's best grid lr."""
-    from benchmarks.depth_transfer import summarise
+    max/min across depths and its log2, the regret of the base depth's best grid lr, seed
+    means; seed_noise: the |loss difference| between two seeds of a point."""
+    from benchmarks.depth_transfer import seed_noise, summarise
 
     lrs = [1e-3 * 2**k for k in range(6)]
     best = {2: 0.0123, 8: 0.0123 / 4}
@@ -346,6 +347,19 @@ def test_depth_transfer_summary():
     at8 = s["depths"][8]
     expected = 0.1 * math.log2(0.016 / best[8]) ** 2 - (at8["best_loss"] - 2.0)
     assert at8["regret_of_base_lr"] == pytest.approx(expected, rel=1e-9)
+    # A second seed at 2 layers, 0.02 and 0.04 above the first: the optimum goes through the
+    # seed means (unchanged by a shift), the noise is the |difference| between the two seeds.
+    again = [
+        {**r, "train.seed": 1, "loss": r["loss"] + (0.02 if r["train.lr"] < 0.01 else 0.04)}
+        for r in rows
+        if r["n_layers"] == 2
+    ]
+    both = summarise(rows + again)["sp"]["depths"][2]
+    assert both["seeds"] == 2 and both["best_lr_grid"] == s["depths"][2]["best_lr_grid"]
+    assert both["best_loss"] == pytest.approx(s["depths"][2]["best_loss"] + 0.02)
+    noise = seed_noise(rows + again)
+    assert noise["pairs"] == 6 and noise["max_abs_diff"] == pytest.approx(0.04)
+    assert noise["median_abs_diff"] == pytest.approx(0.02)  # 4 lrs below 0.01, 2 above
 
 
 def compose(overrides: list[str]):
