@@ -152,9 +152,11 @@ def all_points(depths=DEPTHS, seed: int = 0) -> list[tuple[str, int, float, int]
 
 
 # ----- analysis: pure functions of the runs table --------------------------------------------
-def summarise(rows: list[dict], base_depth: int = BASE_DEPTH) -> dict:
-    """Per parametrization: each depth's optimum, the spread of the optima across depths, and
-    the regret of transferring the base depth's best grid lr (loss there minus the best)."""
+def summarise(rows: list[dict], base_depth: int = BASE_DEPTH, tolerance: float = 0.0) -> dict:
+    """Per parametrization: each depth's optimum, the lrs whose loss is within ``tolerance`` of
+    it (``near_best_lrs``: with the seed noise as tolerance, the lrs the data cannot tell from
+    the best), the spread of the optima across depths, and the regret of transferring the base
+    depth's best grid lr (loss there minus the best)."""
     summary = {}
     for p in sorted({r["parametrization"] for r in rows}, key=_order):
         per_depth = {}
@@ -166,7 +168,9 @@ def summarise(rows: list[dict], base_depth: int = BASE_DEPTH) -> dict:
             per_depth[L]["losses"] = losses
         base_lr = per_depth[base_depth]["best_lr_grid"]
         for w in per_depth.values():
-            w["regret_of_base_lr"] = w.pop("losses").get(base_lr, math.nan) - w["best_loss"]
+            losses = w.pop("losses")
+            w["regret_of_base_lr"] = losses.get(base_lr, math.nan) - w["best_loss"]
+            w["near_best_lrs"] = [lr for lr, v in losses.items() if v <= w["best_loss"] + tolerance]
         grid = [w["best_lr_grid"] for w in per_depth.values()]
         refined = [w["best_lr_refined"] for w in per_depth.values()]
         summary[p] = {
@@ -210,7 +214,9 @@ def _order(parametrization: str) -> int:
     return PARAMETRIZATIONS.index(parametrization) if parametrization in PARAMETRIZATIONS else 99
 
 
-def plot(rows: list[dict], summary: dict, out: Path) -> None:
+def plot(rows: list[dict], summary: dict, out: Path, noise: float | None = None) -> None:
+    """One loss-vs-lr figure per parametrization; ``noise`` (the median seed difference) goes
+    into the title next to the spread, which means little when the curves differ by less."""
     finite = [r["loss"] for r in rows if math.isfinite(r["loss"])]
     ylim = (min(finite) - 0.05, min(max(finite), min(finite) + 1.5) + 0.05)
     lrs = sorted({r["train.lr"] for r in rows})
@@ -219,15 +225,14 @@ def plot(rows: list[dict], summary: dict, out: Path) -> None:
         cmap = plt.get_cmap("viridis")
         depths = list(s["depths"])
         for k, L in enumerate(depths):
-            pts = sorted(
-                (r["train.lr"], r["loss"])
-                for r in rows
-                if r["parametrization"] == p and r["n_layers"] == L
-            )
+            pts = [r for r in rows if r["parametrization"] == p and r["n_layers"] == L]
+            means = seed_means(pts)
             color = cmap(k / max(1, len(depths) - 1))
-            ax.plot(
-                [a for a, _ in pts], [b for _, b in pts], "o-", color=color, label=f"{L} layers"
-            )
+            seeds = s["depths"][L]["seeds"]
+            label = f"{L} layers" + (f" (mean of {seeds} seeds)" if seeds > 1 else "")
+            ax.plot(list(means), list(means.values()), "o-", color=color, label=label)
+            if seeds > 1:  # each seed's own loss, small
+                ax.plot([r["train.lr"] for r in pts], [r["loss"] for r in pts], ".", color=color)
             best = s["depths"][L]
             ax.plot(best["best_lr_grid"], best["best_loss"], "*", color=color, markersize=14)
         ax.set(
@@ -235,7 +240,10 @@ def plot(rows: list[dict], summary: dict, out: Path) -> None:
             xlabel="train.lr (peak)",
             ylabel="final validation loss (nats per byte)",
             ylim=ylim,
-            title=f"{NAMES.get(p, p)}: optimal-lr spread {s['spread_refined']:.2f}x",
+            title=f"{NAMES.get(p, p)}: optimal-lr spread {s['spread_refined']:.2f}x"
+            + (
+                "" if noise is None else f"\nseed noise {noise:.2f} nats (median |seed 0 - seed 1|)"
+            ),
         )
         ax.set_xticks(lrs, [f"{lr:g}" for lr in lrs], rotation=30)
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
@@ -273,8 +281,9 @@ def main() -> None:
         frame = new.sort_values(["parametrization", "n_layers", "train.lr", "train.seed"])
         frame.to_csv(csv, index=False)
     rows = frame.to_dict("records")
-    summary, noise = summarise(rows), seed_noise(rows)
-    plot(rows, summary, args.out)
+    noise = seed_noise(rows)
+    summary = summarise(rows, tolerance=noise.get("median_abs_diff", 0.0))
+    plot(rows, summary, args.out, noise.get("median_abs_diff"))
     text = json.dumps({**summary, "seed_noise": noise}, indent=2)
     (args.out / "summary.json").write_text(text + "\n")
     print("seed noise:", noise)

@@ -342,6 +342,9 @@ def test_depth_transfer_summary():
     assert s["spread_refined"] == pytest.approx(4.0, rel=1e-9)
     assert s["log2_spread_refined"] == pytest.approx(2.0, rel=1e-9)
     assert s["depths"][2]["regret_of_base_lr"] == 0.0
+    assert s["depths"][2]["near_best_lrs"] == [0.016]
+    near = summarise(rows, tolerance=0.1)["sp"]["depths"][2]["near_best_lrs"]
+    assert near == [0.008, 0.016]  # 0.1 log2(lr / 0.0123)^2 within 0.1 of the best grid point's
     # At 8 layers the base depth's best grid lr (0.016) sits log2(0.016 / 0.003075) from the
     # optimum: regret 0.1 x that squared minus the best grid point's own.
     at8 = s["depths"][8]
