@@ -424,7 +424,7 @@ def test_train_refuses_a_bad_completep_config_in_one_line(lab, capsys, overrides
     assert not (Path(lab[1].split("=", 1)[1]).parent).exists()  # tmp_path/out
 
 
-@pytest.mark.slow  # 29 s at load 10-15 on 2 cores (7 s of CPU)
+@pytest.mark.slow  # 15-29 s at load 11-15 on 2 cores (7 s of CPU)
 def test_a_completep_run_trains_and_records_its_base_depth(lab):
     """A 4-layer CompleteP run over base depth 2 trains to a finite loss and logs its
     parametrization, base width, base depth and alpha as MLflow params."""
@@ -448,3 +448,28 @@ def test_a_completep_run_trains_and_records_its_base_depth(lab):
     assert params["model.parametrization"] == "completep"
     assert (params["model.mup_base_width"], params["model.mup_base_depth"]) == ("32", "2")
     assert params["model.depth_alpha"] == "1.0"
+
+
+def test_the_optimizer_uses_each_groups_epsilon():
+    """AdamW's first step is lr g / (|g| + eps) per entry: with eps = 1e-3, comparable to the
+    gradients, the step of every parameter matches that formula with its group's lr and
+    epsilon (eps x m_L^-alpha inside the blocks, m_L = 4, alpha 1), not the base epsilon."""
+    model = build_model(config(8, width=64))
+    torch.nn.init.normal_(model.lm_head.weight, std=0.02)  # a zero readout stops every gradient
+    opt = adamw(param_groups(model, 0.0), lr=1e-2, eps=1e-3)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    x, y = batch()
+    model(x, y)[1].backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    opt.step()
+    names = {id(p): n for n, p in model.named_parameters()}
+    eps_of = {names[id(p)]: g["eps"] for g in opt.param_groups for p in g["params"]}
+    lr_of = {names[id(p)]: g["lr"] for g in opt.param_groups for p in g["params"]}
+    assert eps_of["blocks.0.attn.qkv.weight"] == pytest.approx(1e-3 / 4)
+    assert eps_of["tok_emb.weight"] == pytest.approx(1e-3)
+    for name in ("blocks.0.attn.qkv.weight", "blocks.4.attn_norm.weight", "tok_emb.weight"):
+        g = grads[name]
+        expected = -lr_of[name] * g / (g.abs() + eps_of[name])
+        step = model.get_parameter(name).detach() - before[name]
+        ulp = torch.finfo(torch.float32).eps * before[name].abs().max().item()
+        torch.testing.assert_close(step, expected, rtol=1e-4, atol=4 * ulp)  # step = new - old
