@@ -68,7 +68,7 @@ def point_overrides(parametrization: str, d_model: int, lr: float) -> list[str]:
 
 # Torch, Hydra and MLflow are imported by the workers only: `--analyse-only` (what
 # results/regenerate.sh runs) needs none of them.
-def _one_thread() -> None:
+def one_thread() -> None:
     import torch
 
     torch.set_num_threads(1)
@@ -118,7 +118,7 @@ def run_all(jobs: int) -> list[dict]:
     ]
     rows, t0 = [], time.perf_counter()
     ctx = get_context("spawn")
-    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_one_thread) as pool:
+    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=one_thread) as pool:
         for i, row in enumerate(pool.map(train_point, points), 1):
             rows.append(row)
             print(

@@ -53,9 +53,10 @@ class SelfAttention(nn.Module):
         self.q_size, self.kv_size = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
         self.qkv = nn.Linear(cfg.d_model, self.q_size + 2 * self.kv_size, bias=cfg.bias)
         self.proj = nn.Linear(self.q_size, cfg.d_model, bias=cfg.bias)
-        # None: SDPA's 1/sqrt(head_dim). muP: 1/head_dim, since after training q and k are
-        # correlated and q.k grows like head_dim, not its square root (Yang et al. 2022, sec. 6).
-        self.scale = 1.0 / cfg.head_dim if cfg.parametrization == "mup" else None
+        # None: SDPA's 1/sqrt(head_dim). muP (and CompleteP, built on it): 1/head_dim, since
+        # after training q and k are correlated and q.k grows like head_dim, not its square root
+        # (Yang et al. 2022, sec. 6).
+        self.scale = 1.0 / cfg.head_dim if cfg.parametrization != "sp" else None
         self.attn_dropout = cfg.dropout
         self.resid_drop = nn.Dropout(cfg.dropout)
 

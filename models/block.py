@@ -30,6 +30,12 @@ class Block(nn.Module):
         self.attn = SelfAttention(cfg, layer_idx)
         self.mlp_norm = norm(cfg)
         self.mlp = mlp(cfg)
+        # CompleteP's (L / L0)^-alpha on every residual branch; 1 (skipped) under SP and muP.
+        self.branch_mult = cfg.branch_mult
+
+    def branch(self, y: torch.Tensor) -> torch.Tensor:
+        """A residual branch's output as the stream receives it."""
+        return y if self.branch_mult == 1.0 else y * self.branch_mult
 
     def residual_projections(self) -> list[nn.Linear]:
         """The projections that write into the residual stream, one per residual sublayer."""
@@ -40,8 +46,8 @@ class PreNormBlock(Block):
     """``x = x + F(LN(x))`` for F = attention, then MLP (GPT-2, Llama). Needs a final norm."""
 
     def forward(self, x: torch.Tensor, pos: AttnInputs, cache: KVCache | None = None):
-        x = x + self.attn(self.attn_norm(x), pos, cache)
-        return x + self.mlp(self.mlp_norm(x))
+        x = x + self.branch(self.attn(self.attn_norm(x), pos, cache))
+        return x + self.branch(self.mlp(self.mlp_norm(x)))
 
 
 class PostNormBlock(Block):

@@ -33,11 +33,14 @@ Family = Literal["decoder", "encoder_decoder", "encoder"]
 # a decoder config, so its dict (run key, MLflow params) does not depend on them.
 FAMILY_FIELDS = ("family", "n_encoder_layers", "n_decoder_layers")
 
-Parametrization = Literal["sp", "mup"]
+Parametrization = Literal["sp", "mup", "completep"]
 
 # Fields an SP config holds at their defaults (validated). ``to_dict`` leaves them out of an SP
 # config, so its dict (run key, MLflow params) does not depend on them.
 MUP_FIELDS = ("parametrization", "mup_base_width")
+# Fields every config but a CompleteP one holds at their defaults (validated); ``to_dict`` leaves
+# them out of SP and muP configs, whose run keys therefore stay what they were.
+DEPTH_FIELDS = ("mup_base_depth", "depth_alpha")
 
 
 @dataclass(frozen=True)
@@ -81,8 +84,14 @@ class ModelConfig:
     # sp: the standard parametrization above. mup: the maximal update parametrization (Yang et
     # al. 2022, Tensor Programs V) relative to a base model of d_model = mup_base_width, so an
     # lr tuned at the base width transfers across width (see `width_mult` and models/lm.py).
+    # completep: muP's width rules plus Dey et al. 2025's depth rules relative to a base model
+    # of n_layers = mup_base_depth (residual branches x (L / L0)^-depth_alpha, see `depth_mult`
+    # and models/lm.py), so an lr tuned at the base depth and width transfers across both.
     parametrization: Parametrization = "sp"
-    mup_base_width: int | None = None  # d_model of the muP base model; mup only (required)
+    mup_base_width: int | None = None  # d_model of the muP base model; mup, completep (required)
+    mup_base_depth: int | None = None  # n_layers of the base model; completep only (required)
+    # CompleteP's residual exponent: 1 = CompleteP, 0.5 = depth-muP; in [0.5, 1]; completep only
+    depth_alpha: float = 1.0
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -117,6 +126,10 @@ class ModelConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
                 raise ValueError(f"{name} must be a positive number, got {v!r}")
+        if isinstance(self.depth_alpha, bool) or not isinstance(self.depth_alpha, (int, float)):
+            raise ValueError(f"depth_alpha must be a number in [0.5, 1], got {self.depth_alpha!r}")
+        if not 0.5 <= self.depth_alpha <= 1.0:
+            raise ValueError(f"depth_alpha must be in [0.5, 1], got {self.depth_alpha!r}")
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)):
             raise ValueError(f"dropout must be a number in [0, 1), got {self.dropout!r}")
         if not 0.0 <= self.dropout < 1.0:
@@ -145,20 +158,49 @@ class ModelConfig:
                         f"{name} applies to family='encoder_decoder' only "
                         f"(family={self.family!r}); use n_layers or null"
                     )
-        if self.parametrization == "mup" and self.family != "decoder":
+        if self.parametrization != "sp":
+            self._check_mup()
+        elif self.mup_base_width is not None:
             raise ValueError(
-                f"parametrization='mup' is implemented for family='decoder' only, got "
+                f"mup_base_width applies to parametrization='mup' or 'completep' only, got "
+                f"{self.mup_base_width!r} with parametrization='sp'; set it to null"
+            )
+        if self.parametrization != "completep":
+            if self.mup_base_depth is not None:
+                raise ValueError(
+                    f"mup_base_depth applies to parametrization='completep' only, got "
+                    f"{self.mup_base_depth!r} with parametrization={self.parametrization!r}; "
+                    "set it to null"
+                )
+            if self.depth_alpha != 1.0:
+                raise ValueError(
+                    f"depth_alpha applies to parametrization='completep' only, got "
+                    f"{self.depth_alpha!r} with parametrization={self.parametrization!r}; "
+                    "leave it at 1.0"
+                )
+
+    def _check_mup(self) -> None:
+        """muP and CompleteP: the family, norm placement and base shapes they need."""
+        p = self.parametrization
+        if self.family != "decoder":
+            raise ValueError(
+                f"parametrization={p!r} is implemented for family='decoder' only, got "
                 f"family={self.family!r}; use parametrization='sp'"
             )
-        if self.parametrization == "mup" and self.mup_base_width is None:
+        if self.mup_base_width is None:
             raise ValueError(
-                "mup_base_width must be set with parametrization='mup' (the d_model of the base "
-                "model the lr was tuned on)"
+                f"mup_base_width must be set with parametrization={p!r} (the d_model of the "
+                "base model the lr was tuned on)"
             )
-        if self.parametrization == "sp" and self.mup_base_width is not None:
+        if p == "completep" and self.mup_base_depth is None:
             raise ValueError(
-                f"mup_base_width applies to parametrization='mup' only, got "
-                f"{self.mup_base_width!r} with parametrization='sp'; set it to null"
+                "mup_base_depth must be set with parametrization='completep' (the n_layers of "
+                "the base model the lr was tuned on)"
+            )
+        if p == "completep" and self.norm_position != "pre":
+            raise ValueError(
+                "parametrization='completep' needs norm_position='pre' (its depth rules are "
+                "derived for x + F(LN(x)); Post-LN normalises the scaled branch away)"
             )
 
     # ----- derived quantities ---------------------------------------------------------------
@@ -195,6 +237,19 @@ class ModelConfig:
         return self.d_model / self.mup_base_width
 
     @property
+    def depth_mult(self) -> float:
+        """n_layers / mup_base_depth under CompleteP (m_L of Dey et al. 2025); 1 otherwise."""
+        if self.parametrization != "completep":
+            return 1.0
+        return self.n_layers / self.mup_base_depth
+
+    @property
+    def branch_mult(self) -> float:
+        """The multiplier of every residual branch, m_L^-depth_alpha (exactly 1 at the base
+        depth and under SP and muP)."""
+        return self.depth_mult**-self.depth_alpha
+
+    @property
     def encoder_layers(self) -> int:
         """Blocks in the encoder stack (0 for the decoder family)."""
         if self.family == "decoder":
@@ -223,11 +278,13 @@ class ModelConfig:
 
     # ----- (de)serialisation ------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """Every field; a decoder leaves out ``FAMILY_FIELDS`` and an SP config ``MUP_FIELDS``
-        (they then hold their defaults)."""
+        """Every field; a decoder leaves out ``FAMILY_FIELDS``, an SP config ``MUP_FIELDS``
+        and all but a CompleteP config ``DEPTH_FIELDS`` (they then hold their defaults)."""
         d = dataclasses.asdict(self)
-        omit = (FAMILY_FIELDS if self.family == "decoder" else ()) + (
-            MUP_FIELDS if self.parametrization == "sp" else ()
+        omit = (
+            (FAMILY_FIELDS if self.family == "decoder" else ())
+            + (MUP_FIELDS if self.parametrization == "sp" else ())
+            + (DEPTH_FIELDS if self.parametrization != "completep" else ())
         )
         for name in omit:
             del d[name]
@@ -253,6 +310,9 @@ class ModelConfig:
         for name in _INT_FIELDS:  # `1e3` from YAML/CLI is a float: accept integral floats
             if name in d:
                 d[name] = int_if_integral(d[name])
+        alpha = d.get("depth_alpha")
+        if isinstance(alpha, int) and not isinstance(alpha, bool):  # `1` and `1.0`: one run key
+            d["depth_alpha"] = float(alpha)
         return cls(**d)
 
 
@@ -283,6 +343,7 @@ _INT_FIELDS = (
     "n_encoder_layers",
     "n_decoder_layers",
     "mup_base_width",
+    "mup_base_depth",
 )
 _OPTIONAL_INT_FIELDS = (
     "n_kv_heads",
@@ -290,6 +351,7 @@ _OPTIONAL_INT_FIELDS = (
     "n_encoder_layers",
     "n_decoder_layers",
     "mup_base_width",
+    "mup_base_depth",
 )
 
 

@@ -24,6 +24,26 @@ readout is zero-initialised (untied head, as ``mup.MuReadout(readout_zero_init=T
 sees the final hidden state times 1/m (the output multiplier); attention logits are scaled by
 1/head_dim (``models.attention``). The per-layer Adam rule (hidden matrices' lr / m, the rest
 unchanged) is the optimizer's: ``training.step.param_groups``.
+
+CompleteP (``parametrization: completep``; Dey et al. 2025, "Don't be lazy: CompleteP enables
+compute-efficient deep transformers", arXiv 2505.01618, table 1 for a Pre-LN Transformer and
+AdamW) is muP above plus rules in the depth multiplier m_L = ``cfg.depth_mult`` = n_layers /
+mup_base_depth, with alpha = ``cfg.depth_alpha`` (1: CompleteP; 0.5: the depth-muP of Yang et
+al. 2023 and Bordelon et al. 2023):
+
+- forward: every residual branch is multiplied by m_L^-alpha, ``x + m_L^-alpha F(LN(x))``
+  (table 1, "MHA/MLP Residual"; ``models.block.Block.branch``);
+- init: hidden weights keep muP's variance, independent of depth (table 1, "Hidden Init.
+  Var."): the residual projections keep the base model's GPT-2 std init_std / sqrt(2 L0) /
+  sqrt(m_N) at every depth instead of shrinking as 1/sqrt(2 L), since the branch multiplier now
+  does the depth scaling;
+- AdamW, in ``training.step.param_groups`` (table 1): hidden weights lr x m_N^-1 m_L^(alpha-1),
+  weight decay x m_N (muP's); the blocks' norm gains and biases lr x m_L^(alpha-1); epsilon x
+  m_L^-alpha for every parameter inside the residual blocks; embeddings, head and the final norm
+  keep the base lr and epsilon. Table 1 also scales the blocks' epsilon by m_N^-1: this
+  project's muP keeps one epsilon, and CompleteP here adds only the depth factor, so that at
+  the base depth (m_L = 1) CompleteP is exactly muP (the same init, forward, optimizer groups,
+  losses).
 """
 
 from __future__ import annotations
@@ -58,7 +78,7 @@ class TransformerLM(nn.Module):
         # muP's output multiplier 1/width_mult on the readout's input (1 under SP: skipped).
         self.readout_mult = 1.0 / cfg.width_mult
         init_weights(self, cfg.init_std, [self.blocks])
-        if cfg.parametrization == "mup":
+        if cfg.parametrization != "sp":
             self._init_mup()
 
     def hidden_weights(self) -> list[nn.Parameter]:
@@ -70,6 +90,10 @@ class TransformerLM(nn.Module):
     def _init_mup(self) -> None:
         for w in self.hidden_weights():
             w.mul_(1.0 / math.sqrt(self.cfg.width_mult))  # variance ~ 1/fan_in
+        if self.cfg.depth_mult != 1.0:  # CompleteP: the base depth's 1/sqrt(2 L0), not 1/sqrt(2 L)
+            for block in self.blocks:
+                for proj in block.residual_projections():
+                    proj.weight.mul_(math.sqrt(self.cfg.depth_mult))
         if not self.cfg.tie_embeddings:
             nn.init.zeros_(self.lm_head.weight)
 

@@ -48,4 +48,5 @@ run ref_families report ref_families --tune train.lr --group family \
 run mup_transfer python -m benchmarks.mup_transfer --analyse-only --out results/mup_transfer
 run ref_hparams report ref_hparams --tune train.lr --tune train.batch_tokens \
   --title "Reference lr x batch surface: llama block, 3 sizes x 2 token budgets, 6 lrs x 3 batch sizes, full grid, CPU"
+run depth_transfer python -m benchmarks.depth_transfer --analyse-only --out results/depth_transfer
 run ref_wallclock report ref_wallclock --target-compute 1e12 --title "Wall-clock ablation: llama block vs MHA, 2 sizes x 2 token budgets, one seed, CPU"

@@ -207,7 +207,10 @@ def test_sp_run_key_and_mup_key(tmp_path):
     "fields, message",
     [
         ({"parametrization": "mup"}, "mup_base_width must be set with parametrization='mup'"),
-        ({"mup_base_width": 32}, "mup_base_width applies to parametrization='mup' only"),
+        (
+            {"mup_base_width": 32},
+            "mup_base_width applies to parametrization='mup' or 'completep' only",
+        ),
         ({"parametrization": "mu"}, "parametrization must be one of 'sp', 'mup'"),
         (
             {"parametrization": "mup", "mup_base_width": 0},

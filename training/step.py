@@ -116,40 +116,65 @@ def planned_memory(
 
 def param_groups(model, weight_decay: float) -> list[dict]:
     """AdamW groups: weight decay on tensors with dim >= 2 (matrices, embeddings), not on
-    biases and norm gains. Each group's ``lr_scale`` multiplies the scheduled lr.
+    biases and norm gains. Each group's ``lr_scale`` multiplies the scheduled lr, its
+    ``eps_scale`` (CompleteP only) the run's epsilon.
 
     Under muP (our model with ``cfg.parametrization == "mup"``) the hidden matrices
     (``model.hidden_weights()``) form a third group with lr_scale 1/width_mult and weight decay
     x width_mult, so that torch's decoupled decay lr * wd stays width-independent (as
     ``mup.MuAdamW``); embeddings, head, biases and gains keep the base lr (Yang et al. 2022,
-    table 3). Other models (the benchmarks' Hugging Face twins) get the two SP groups."""
+    table 3). CompleteP (Dey et al. 2025, table 1) adds the depth rules with m_L =
+    ``cfg.depth_mult``: the hidden matrices' lr_scale x m_L^(alpha-1), and a fourth group, the
+    norm gains and biases inside the blocks, at lr_scale m_L^(alpha-1); both at eps_scale
+    m_L^-alpha (the residual blocks' gradients shrink as the branch multiplier m_L^-alpha).
+    Other models (the benchmarks' Hugging Face twins) get the two SP groups."""
     params = [p for p in model.parameters() if p.requires_grad]
     cfg = getattr(model, "cfg", None)
-    mup = cfg is not None and getattr(cfg, "parametrization", "sp") == "mup"
-    hidden = {id(p) for p in model.hidden_weights()} if mup else set()
+    kind = getattr(cfg, "parametrization", "sp") if cfg is not None else "sp"
+    hidden = {id(p) for p in model.hidden_weights()} if kind != "sp" else set()
+    in_blocks = {id(p) for p in model.blocks.parameters()} if kind == "completep" else set()
     groups = [
         {
             "params": [p for p in params if p.dim() >= 2 and id(p) not in hidden],
             "weight_decay": weight_decay,
             "lr_scale": 1.0,
         },
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0, "lr_scale": 1.0},
+        {
+            "params": [p for p in params if p.dim() < 2 and id(p) not in in_blocks],
+            "weight_decay": 0.0,
+            "lr_scale": 1.0,
+        },
     ]
-    if mup:
-        groups.append(
-            {
-                "params": [p for p in params if id(p) in hidden],
-                "weight_decay": weight_decay * cfg.width_mult,
-                "lr_scale": 1.0 / cfg.width_mult,
-            }
-        )
+    if kind == "sp":
+        return groups
+    depth = {}  # CompleteP's depth factors; none under muP
+    if kind == "completep":
+        depth_lr = cfg.depth_mult ** (cfg.depth_alpha - 1)
+        depth = {"lr_scale": depth_lr, "eps_scale": cfg.branch_mult}
+        block_vectors = [p for p in params if p.dim() < 2 and id(p) in in_blocks]
+        groups.append({"params": block_vectors, "weight_decay": 0.0, **depth})
+    hidden_params = [p for p in params if id(p) in hidden]
+    groups.append(
+        {
+            "params": hidden_params,
+            "weight_decay": weight_decay * cfg.width_mult,
+            **depth,
+            "lr_scale": depth.get("lr_scale", 1.0) / cfg.width_mult,
+        }
+    )
     return groups
 
 
 def adamw(groups: list[dict], lr: float, **kwargs):
     """torch's fused AdamW where the device and dtype support it, else the foreach one. A
-    group's starting lr is ``lr`` times its ``lr_scale`` (``set_lr`` keeps that per step)."""
-    groups = [{**g, "lr": lr * g.get("lr_scale", 1.0)} for g in groups]
+    group's starting lr is ``lr`` times its ``lr_scale`` (``set_lr`` keeps that per step), its
+    epsilon ``eps`` (torch's default 1e-8 if not given) times its ``eps_scale`` if it has one."""
+    eps = kwargs.get("eps", 1e-8)
+    groups = [
+        {**g, "lr": lr * g.get("lr_scale", 1.0)}
+        | ({"eps": eps * g["eps_scale"]} if "eps_scale" in g else {})
+        for g in groups
+    ]
     kwargs["lr"] = lr
     try:
         return torch.optim.AdamW(groups, fused=True, **kwargs)
