@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -362,3 +363,24 @@ def test_the_first_fingerprint_is_kept_once_a_cache_is_prepared(tmp_path, monkey
     filehash._hashed.clear()  # a new process
     monkeypatch.setattr(filehash, "hashlib", None)  # hashing a file would fail
     assert source_fingerprint(cfg) == first
+
+
+def test_a_run_right_after_preparing_reads_neither_corpus_nor_cache(tmp_path, monkeypatch):
+    """Preparing remembers the corpus's fingerprint and the new cache's checksums (verified
+    under its lock right after the build), so the first run's start-up hashes nothing."""
+    import training.data.filehash as filehash
+    import training.data.store as store
+
+    monkeypatch.setenv("SCALING_LAB_CACHE_DIR", str(tmp_path / "memo"))
+    corpus = _corpus(tmp_path / "c")
+    old = time.time() - 3600  # a corpus written before; the cache is brand new
+    for p in corpus.iterdir():
+        os.utime(p, (old, old))
+    cfg = _text(corpus, tokenizer="byte")
+    prepared = prepare_data(cfg, tmp_path / "cache")
+    filehash._hashed.clear()  # a new process
+    store._verified.clear()
+    monkeypatch.setattr(filehash, "hashlib", None)  # hashing a file would fail
+    source_fingerprint(cfg)  # the run key's, remembered while preparing
+    data = prepare_data(cfg, tmp_path / "cache")  # the cache's checksums, remembered likewise
+    assert data.cache_dir == prepared.cache_dir

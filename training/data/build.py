@@ -360,7 +360,7 @@ class Build:
         places = [json.dumps([p.rel, p.start, p.end, p.base, p.kind]) for p in pieces]
         stats, newest = signature_of([(p.rel, Path(p.path)) for p in pieces])
         memo = ("unit", json.dumps(settings), *places, stats)
-        if ident := recall(memo):
+        if ident := recall(memo, in_process=False):  # asked once per build: keep none here
             return ident
         h.update(json.dumps(settings).encode())
         for p, place in zip(pieces, places):
@@ -371,7 +371,7 @@ class Build:
                 while left > 0 and (block := f.read(min(left, 1 << 22))):
                     h.update(block)
                     left -= len(block)
-        remember(memo, h.hexdigest()[:32], newest)
+        remember(memo, h.hexdigest()[:32], newest, in_process=False)
         return h.hexdigest()[:32]
 
     def run_files(self) -> None:

@@ -36,24 +36,27 @@ def memo_path(signature: tuple) -> Path:
     return default_cache_dir() / "fingerprints" / _sha([repr(signature)])[:32]
 
 
-def recall(signature: tuple) -> str | None:
-    """What was remembered for `signature` (this process, then disk), or None."""
-    if signature in _hashed:
+def recall(signature: tuple, in_process: bool = True) -> str | None:
+    """What was remembered for `signature` (this process, then disk), or None. `in_process`:
+    False for what one process asks once (a unit's identity): disk only, nothing kept here."""
+    if in_process and signature in _hashed:
         return _hashed[signature]
     try:
         value = memo_path(signature).read_text().strip()
     except OSError:
         return None
-    _hashed[signature] = value
+    if in_process:
+        _hashed[signature] = value
     return value or None
 
 
-def remember(signature: tuple, value: str, newest_mtime_ns: int) -> None:
+def remember(signature: tuple, value: str, newest_mtime_ns: int, in_process: bool = True) -> None:
     """Remember `value` unless a file is younger than RACY_S; on disk (atomic, best effort) once
     the cache folder exists (`persist`)."""
     if time.time() - newest_mtime_ns / 1e9 <= RACY_S:
         return
-    _hashed[signature] = value
+    if in_process:
+        _hashed[signature] = value
     if not default_cache_dir().is_dir():  # a dry run creates nothing: preparing makes the cache
         _unsaved[signature] = value
         return
