@@ -16,8 +16,9 @@ Measures, on a generated text corpus (a folder of .txt files, documents joined b
 - paired (--paired-mb): ours and the bare loop alternating on one corpus in one process with
   one trained tokenizer, --paired-reps times: the ratio of their rates (wall and CPU), whose
   median is steadier than separate runs on a shared machine
-- re-hash (--rehash FOLDER): a text corpus's full fingerprint with nothing remembered (what a
-  run pays after one of its files changed), its files read once beforehand (page cache)
+- re-hash (--rehash FOLDER): a text corpus's fingerprint with nothing remembered, sequential and
+  per-file (Merkle), and the per-file one after one file's stats changed (what an edit costs),
+  its files read once beforehand (page cache)
 - pre-tokenized shards: --tokens uint16 tokens as llm.c .bin shards in a temporary folder
   (deleted afterwards): first check (hash + largest id), then start-up, and RSS for 100 batches.
 Prints a markdown table; `--json` writes the raw numbers.
@@ -115,6 +116,8 @@ def generate(folder: Path, mb: int, seed: int = 0, file_mb: int = FILE_MB) -> Pa
             docs.append(doc)
             size += len(doc) + 13
         path.write_text("<|endoftext|>".join(docs))
+    newest = max(p.stat().st_mtime for p in folder.iterdir())
+    time.sleep(max(0.0, newest + filehash.RACY_S - time.time()))  # hashes of settled files are kept
     return folder
 
 
@@ -214,24 +217,37 @@ def _ours_encode(cfg: DataConfig, tokenizer_file: Path, workdir: Path, workers: 
 
 
 def _rehash(folder: Path, workdir: Path) -> dict:
-    """The fingerprint of the text corpus in `folder` computed from its bytes, nothing remembered."""
+    """The fingerprint of the text corpus in `folder` with nothing remembered (what a run pays
+    after an edit with the sequential fingerprint), then the per-file (Merkle) fingerprint
+    (forced at any size, in this child only): with nothing remembered, then after one file's
+    stats changed (its mtime; what an edit costs it). The files are read once beforehand."""
     files = sorted(p for p in folder.iterdir() if p.is_file())
     for p in files:  # the page cache: time the hash, not this machine's disk
         with open(p, "rb") as f:
             while f.read(1 << 24):
                 pass
     os.environ["SCALING_LAB_CACHE_DIR"] = tempfile.mkdtemp(dir=workdir)  # no memo on disk
-    filehash._hashed.clear()
-    t0, c0 = time.perf_counter(), time.process_time()
-    source_fingerprint(_cfg(folder, "bpe", 1e7))
-    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
-    mb = sum(p.stat().st_size for p in files) / 1e6
-    return {
-        "what": f"re-hash, {mb:.0f} MB",
-        "seconds": round(dt, 2),
-        "cpu_s": round(cpu, 2),
-        "mb_s": round(mb / dt),
-    }
+    cfg, mb = _cfg(folder, "bpe", 1e7), sum(p.stat().st_size for p in files) / 1e6
+    read: list[str] = []
+    real = filehash.file_sha256
+    filehash.file_sha256 = lambda p: read.append(p) or real(p)
+
+    def fingerprint() -> dict:
+        filehash._hashed.clear()
+        read.clear()
+        t0, c0 = time.perf_counter(), time.process_time()
+        source_fingerprint(cfg)
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+        return {"seconds": round(dt, 3), "cpu_s": round(cpu, 3), "files_read": len(read)}
+
+    out = {"what": f"re-hash, {mb:.0f} MB, {len(files)} files", "sequential": fingerprint()}
+    out["sequential"]["mb_s"] = round(mb / out["sequential"]["seconds"])
+    filehash.SEQUENTIAL_MAX_BYTES = 0
+    os.environ["SCALING_LAB_CACHE_DIR"] = tempfile.mkdtemp(dir=workdir)  # forget the above
+    out["merkle_first"] = fingerprint()
+    os.utime(files[len(files) // 2])  # one file's stats change (its bytes stay)
+    out["merkle_after_edit"] = fingerprint()
+    return out
 
 
 def _paired(mb: int, reps: int, workdir: Path, workers: int) -> dict:
@@ -351,6 +367,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--paired-mb", type=int, default=0, help="0: skip the paired comparison")
     p.add_argument("--paired-reps", type=int, default=10)
     p.add_argument("--workers", type=int, default=build.default_workers(), help="encoders")
+    p.add_argument(
+        "--no-bare", action="store_true", help="skip the bare loop after each size (CPU budget)"
+    )
     p.add_argument("--rehash", type=Path, help="a text corpus folder to fingerprint from scratch")
     p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "data_prepare")
     p.add_argument("--json", type=Path)
@@ -363,7 +382,8 @@ def main(argv: list[str] | None = None) -> None:
         shutil.rmtree(root, ignore_errors=True)
         ours = _in_child(_prepare, cfg, root)
         row = {"what": f"ours, {ours['mb']} MB", **ours, "startup": _in_child(_startup, cfg, root)}
-        if args.tokenizer == "bpe":
+        row["startup_again"] = _in_child(_startup, cfg, root)
+        if args.tokenizer == "bpe" and not args.no_bare:
             row["bare"] = _in_child(_bare_encode, cfg, ours["cache"])
         rows.append(row)
         print(json.dumps(row), flush=True)

@@ -166,3 +166,32 @@ def test_after_an_edit_only_the_units_it_touched_are_encoded_again(tmp_path, mon
     np.testing.assert_array_equal(after.train, fresh.train)
     np.testing.assert_array_equal(after.val, fresh.val)
     assert after.fingerprint == fresh.fingerprint and after.fingerprint != before.fingerprint
+
+
+def test_a_rebuild_after_an_edit_reads_only_the_edited_file_to_find_its_units(
+    tmp_path, monkeypatch
+):
+    """Which units can take the previous cache's tokens is decided by each unit's sha256,
+    remembered by its files' stats: the rebuild reads no unchanged file to decide it."""
+    import training.data.build as build_mod
+
+    monkeypatch.setenv("SCALING_LAB_CACHE_DIR", str(tmp_path / "memo"))
+    corpus = _corpus(tmp_path / "c")
+    old = os.stat(corpus / "f00.txt").st_mtime - 3600  # settled files: their hashes are kept
+    for p in corpus.iterdir():
+        os.utime(p, (old, old))
+    cfg = DataConfig.from_dict(_cfg(corpus))
+    monkeypatch.setattr(plan_mod, "UNIT_BYTES", UNIT)
+    before = prepare_data(cfg, tmp_path / "cache", workers=2)
+    last = corpus / "f05.txt"
+    last.write_text(last.read_text() + "<|endoftext|>omega omega omega")
+    opened = []
+
+    def counting_open(path, *args, **kwargs):
+        opened.append(Path(path).name)
+        return open(path, *args, **kwargs)
+
+    monkeypatch.setattr(build_mod, "open", counting_open, raising=False)  # build.py's reads only
+    after = prepare_data(cfg, tmp_path / "cache", workers=2)
+    assert after.cache_dir != before.cache_dir
+    assert {name for name in opened if name.endswith(".txt")} == {"f05.txt"}

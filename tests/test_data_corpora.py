@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -219,6 +220,26 @@ def test_bin_round_trip_and_sharded_reads(tmp_path):
     assert source_fingerprint(_tokens(tmp_path / "one.npy")).startswith("tokens-")
 
 
+def test_validation_shards_from_val_path(tmp_path):
+    """data.val_path (a glob here) holds the validation tokens; every data.path shard trains,
+    and the validation shards' bytes are part of the fingerprint."""
+    rng = np.random.default_rng(1)
+    train = [rng.integers(0, 1000, size=n, dtype=np.uint16) for n in (3000, 2000)]
+    val = [rng.integers(0, 1000, size=n, dtype=np.uint16) for n in (700, 500)]
+    (tmp_path / "train").mkdir()
+    for i, c in enumerate(train):
+        write_bin(tmp_path / "train" / f"t{i}.bin", c)
+    for i, c in enumerate(val):
+        write_bin(tmp_path / f"val_{i}.bin", c)
+    cfg = _tokens(tmp_path / "train", val_path=str(tmp_path / "val_*.bin"))
+    data = prepare_data(cfg, tmp_path / "cache")
+    np.testing.assert_array_equal(np.asarray(data.train), np.concatenate(train))
+    np.testing.assert_array_equal(np.asarray(data.val), np.concatenate(val))
+    before = source_fingerprint(cfg)
+    write_bin(tmp_path / "val_1.bin", val[1][::-1])
+    assert source_fingerprint(cfg) != before
+
+
 def test_a_dataset_of_token_ids_becomes_a_token_cache(tmp_path):
     import datasets
 
@@ -362,3 +383,24 @@ def test_the_first_fingerprint_is_kept_once_a_cache_is_prepared(tmp_path, monkey
     filehash._hashed.clear()  # a new process
     monkeypatch.setattr(filehash, "hashlib", None)  # hashing a file would fail
     assert source_fingerprint(cfg) == first
+
+
+def test_a_run_right_after_preparing_reads_neither_corpus_nor_cache(tmp_path, monkeypatch):
+    """Preparing remembers the corpus's fingerprint and the new cache's checksums (verified
+    under its lock right after the build), so the first run's start-up hashes nothing."""
+    import training.data.filehash as filehash
+    import training.data.store as store
+
+    monkeypatch.setenv("SCALING_LAB_CACHE_DIR", str(tmp_path / "memo"))
+    corpus = _corpus(tmp_path / "c")
+    old = time.time() - 3600  # a corpus written before; the cache is brand new
+    for p in corpus.iterdir():
+        os.utime(p, (old, old))
+    cfg = _text(corpus, tokenizer="byte")
+    prepared = prepare_data(cfg, tmp_path / "cache")
+    filehash._hashed.clear()  # a new process
+    store._verified.clear()
+    monkeypatch.setattr(filehash, "hashlib", None)  # hashing a file would fail
+    source_fingerprint(cfg)  # the run key's, remembered while preparing
+    data = prepare_data(cfg, tmp_path / "cache")  # the cache's checksums, remembered likewise
+    assert data.cache_dir == prepared.cache_dir

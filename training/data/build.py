@@ -22,6 +22,7 @@ a time), are encoded in this process on the tokenizers library's threads.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import multiprocessing as mp
@@ -39,7 +40,7 @@ import training.data.encode as encode
 import training.data.plan as plan
 import training.data.sources as sources
 from training.config import ConfigError, DataConfig
-from training.data.filehash import file_sha256
+from training.data.filehash import file_sha256, recall, remember, signature_of
 from training.data.fingerprint import source_fingerprint
 from training.data.progress import Progress
 from training.data.store import publish
@@ -341,23 +342,36 @@ class Build:
                     self.identity(pieces),
                 )
 
-    def identity(self, pieces: list[sources.Piece]) -> str:
-        """What a unit's tokens depend on: its pieces' names, places and bytes, the tokenizer
-        and the settings that shape documents and their split."""
-        cfg, h = self.cfg, hashlib.sha256()
-        tokenizer = self.partial.dir / "tokenizer.json"
+    @functools.cached_property  # the tokenizer's sha256 once, not once per unit
+    def unit_settings(self) -> list:
+        """The settings that shape a unit's documents, their split and their tokens."""
+        cfg, tokenizer = self.cfg, self.partial.dir / "tokenizer.json"
         settings = [cfg.source, cfg.tokenizer, cfg.val_fraction, cfg.doc_separator, cfg.text_field]
         settings += [self.dtype.name, self.chunk, encode.MIN_DOCS_FOR_FILE_SPLIT]
         settings.append(file_sha256(tokenizer) if tokenizer.exists() else "byte")
+        return settings
+
+    def identity(self, pieces: list[sources.Piece]) -> str:
+        """What a unit's tokens depend on: its pieces' names, places and bytes, the tokenizer
+        and the settings that shape documents and their split. Remembered by the pieces' files'
+        stats (training.data.filehash), so a rebuild after an edit reads only the edited files'
+        units here."""
+        h, settings = hashlib.sha256(), self.unit_settings
+        places = [json.dumps([p.rel, p.start, p.end, p.base, p.kind]) for p in pieces]
+        stats, newest = signature_of([(p.rel, Path(p.path)) for p in pieces])
+        memo = ("unit", json.dumps(settings), *places, stats)
+        if ident := recall(memo, in_process=False):  # asked once per build: keep none here
+            return ident
         h.update(json.dumps(settings).encode())
-        for p in pieces:
-            h.update(json.dumps([p.rel, p.start, p.end, p.base, p.kind]).encode())
+        for p, place in zip(pieces, places):
+            h.update(place.encode())
             with open(p.path, "rb") as f:
                 f.seek(p.start)
                 left = p.end - p.start
                 while left > 0 and (block := f.read(min(left, 1 << 22))):
                     h.update(block)
                     left -= len(block)
+        remember(memo, h.hexdigest()[:32], newest, in_process=False)
         return h.hexdigest()[:32]
 
     def run_files(self) -> None:

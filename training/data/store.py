@@ -27,14 +27,16 @@ VERIFY_MAX_BYTES = 2 << 30  # checksum caches up to 2 GiB on load (sha256 ~1.5 G
 _verified: set[tuple] = set()  # caches whose checksums matched in this process, by file stats
 
 
-def cache_problem(cache: Path) -> str | None:
+def cache_problem(cache: Path, just_built: bool = False) -> str | None:
     """Why the token cache folder `cache` does not hold what its meta.json promises, or None.
 
     Checks that meta.json parses, that train.bin / val.bin have exactly n_*_tokens tokens of
     its dtype (a truncated file, even to a whole number of tokens, is caught), that a BPE cache
     has its tokenizer.json, and, for caches that record sha256 checksums (built since they were
     added) and total at most VERIFY_MAX_BYTES, that every file matches its checksum (once per
-    file state: remembered in this process and on disk, training.data.filehash)."""
+    file state: remembered in this process and on disk, training.data.filehash). `just_built`:
+    the caller holds the cache's lock right after it was built and published, so its files are
+    settled although new (a match is remembered: the next process's start-up reads none)."""
     try:
         meta = json.loads((cache / "meta.json").read_text())
         itemsize = np.dtype(meta["dtype"]).itemsize
@@ -66,7 +68,8 @@ def cache_problem(cache: Path) -> str | None:
                 if file_sha256(cache / name) != digest:
                     return f"{name} does not match its sha256 in meta.json"
             _verified.add(signature)
-            remember(("verified", *signature), "ok", max(st.st_mtime_ns for st in stats))
+            newest = 0 if just_built else max(st.st_mtime_ns for st in stats)
+            remember(("verified", *signature), "ok", newest)
     except (OSError, ValueError, KeyError, TypeError) as e:
         return f"unreadable ({type(e).__name__}: {e})".splitlines()[0]
     return None
@@ -118,5 +121,5 @@ def ensure_cache(final: Path, build: Callable[[Path], None]) -> None:
                 log.warning("token cache %s is corrupt (%s); rebuilding it", final, why)
                 discard(final)
             build(final)
-        if why := cache_problem(final):
+        if why := cache_problem(final, just_built=True):
             raise RuntimeError(f"token cache {final}: {why} right after building it")
