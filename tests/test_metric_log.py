@@ -1,0 +1,95 @@
+"""The metric writer's requests: coalesced to one per interval, at once when flushed,
+committed or full, and every point stored once (a real SQLite store)."""
+
+from __future__ import annotations
+
+import time
+
+from training import tracking
+from training.metric_log import MAX_METRICS_PER_BATCH, MetricLog
+
+
+class Counting:
+    """A client that records the size of each `log_batch` request it passes on."""
+
+    def __init__(self, client):
+        self.client, self.requests = client, []
+
+    def log_batch(self, run_id, metrics):
+        self.requests.append(len(metrics))
+        return self.client.log_batch(run_id, metrics=metrics)
+
+    def __getattr__(self, name: str):
+        return getattr(self.client, name)
+
+
+def _run(tmp_path, name: str):
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    client = tracking.client(uri)
+    run_id = client.create_run(tracking.ensure_experiment(uri, name)).info.run_id
+    return uri, client, run_id
+
+
+def _wait_for(condition, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "the writer did not write in time"
+        time.sleep(0.01)
+
+
+def _steps(client, run_id: str, key: str) -> list[int]:
+    return sorted(m.step for m in client.get_metric_history(run_id, key))
+
+
+def test_windows_within_the_interval_go_in_one_request_and_a_flush_sends_them_at_once(tmp_path):
+    uri, client, run_id = _run(tmp_path, "coalesce")
+    counting = Counting(client)
+    log = MetricLog(counting, run_id, uri, interval_s=3600.0)
+    log.add(10, train_loss=3.0, lr=1e-3)
+    log.send()  # an idle writer sends the first window at once
+    _wait_for(lambda: counting.requests == [2])
+    for step in (20, 30, 40):
+        log.add(step, train_loss=3.0, lr=1e-3)
+        log.send()
+    time.sleep(0.5)
+    assert counting.requests == [2]  # held: the last request was under an interval ago
+    assert _steps(client, run_id, "train_loss") == [10]
+    log.flush()  # returns without waiting; the writer sends what it holds now
+    _wait_for(lambda: len(counting.requests) == 2)
+    assert counting.requests == [2, 6]
+    log.commit()  # nothing handed over since that: no request, no wait on the writer
+    assert counting.requests == [2, 6]
+    assert _steps(client, run_id, "lr") == [10, 20, 30, 40]
+    log.add(50, val_loss=2.0)
+    log.close()  # a commit: written at once
+    assert counting.requests == [2, 6, 1]
+    assert _steps(client, run_id, "val_loss") == [50]
+
+
+def test_a_full_batch_is_written_without_waiting_for_the_interval(tmp_path):
+    uri, client, run_id = _run(tmp_path, "full")
+    counting = Counting(client)
+    log = MetricLog(counting, run_id, uri, interval_s=3600.0)
+    log.add(0, train_loss=1.0)
+    log.send()
+    _wait_for(lambda: len(counting.requests) == 1)
+    for step in range(1, MAX_METRICS_PER_BATCH + 1):
+        log.add(step, train_loss=1.0)
+        if step % 100 == 0:
+            log.send()
+    _wait_for(lambda: len(counting.requests) == 2)
+    assert counting.requests == [1, MAX_METRICS_PER_BATCH]
+    log.close()
+    assert _steps(client, run_id, "train_loss") == list(range(MAX_METRICS_PER_BATCH + 1))
+
+
+def test_without_an_interval_each_window_is_its_own_request(tmp_path):
+    uri, client, run_id = _run(tmp_path, "per-window")
+    counting = Counting(client)
+    log = MetricLog(counting, run_id, uri, interval_s=0.0)
+    for step in (10, 20, 30):
+        log.add(step, train_loss=3.0)
+        log.send()
+        _wait_for(lambda n=step // 10: len(counting.requests) == n)
+    log.close()
+    assert counting.requests == [1, 1, 1]
