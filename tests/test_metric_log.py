@@ -1,12 +1,19 @@
 """The metric writer's requests: coalesced to one per interval, at once when flushed,
-committed or full, and every point stored once (a real SQLite store)."""
+committed or full, and every point stored once; MLflow's system metrics per run (a real SQLite
+store)."""
 
 from __future__ import annotations
 
 import time
 
 from training import tracking
-from training.metric_log import MAX_METRICS_PER_BATCH, MetricLog
+from training.metric_log import (
+    MAX_METRICS_PER_BATCH,
+    MetricLog,
+    logged_pairs,
+    start_system_metrics,
+    stop_system_metrics,
+)
 
 
 class Counting:
@@ -93,3 +100,22 @@ def test_without_an_interval_each_window_is_its_own_request(tmp_path):
         _wait_for(lambda n=step // 10: len(counting.requests) == n)
     log.close()
     assert counting.requests == [1, 1, 1]
+
+
+def test_system_metrics_are_sampled_for_the_run_and_a_resumed_run_continues_their_steps(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
+    uri, client, run_id = _run(tmp_path, "system")
+    key = "system/cpu_utilization_percentage"
+    counts = []
+    for resumed in (False, True):  # the first process, then a rerun that reopens the run
+        monitor = start_system_metrics(uri, run_id, resumed)
+        time.sleep(2.0)
+        stop_system_metrics(monitor)
+        counts.append(len(_steps(client, run_id, key)))
+    steps = _steps(client, run_id, key)
+    assert counts[0] >= 2 and counts[1] - counts[0] >= 2, counts
+    assert steps == list(range(len(steps)))  # continued, none doubled
+    assert "system/system_memory_usage_megabytes" in client.get_run(run_id).data.metrics
+    assert logged_pairs(client, run_id) == set()  # samples, not per-step points to re-log

@@ -22,12 +22,15 @@ Imported with the training loop (`training.trainer`), which needs mlflow anyway.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import logging
 import queue
 import threading
 import time
 from collections.abc import Iterable
 
+import torch
 from mlflow.entities import Metric
 from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
@@ -199,9 +202,20 @@ def start_system_metrics(uri: str, run_id: str, resumed: bool):
     every `MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL` s (default 10); a resumed run continues
     their steps. Returns the monitor for `stop_system_metrics`."""
     logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)  # no INFO per run
+    nvidia = torch.cuda.is_available() and torch.version.hip is None  # AMD: MLflow uses pyrsmi
+    if nvidia and importlib.util.find_spec("pynvml") is None:
+        _warn_no_gpu_metrics()
     monitor = SystemMetricsMonitor(run_id, resume_logging=resumed, tracking_uri=uri)
     monitor.start()
     return monitor
+
+
+@functools.cache  # once per process, not once per run of a sweep
+def _warn_no_gpu_metrics() -> None:
+    logging.getLogger("training.train").warning(
+        "GPU utilisation and memory are not in the runs' system metrics: MLflow reads them "
+        "with nvidia-ml-py (pip install nvidia-ml-py; docs/tracking.md)"
+    )
 
 
 def stop_system_metrics(monitor, store_lost: bool = False) -> None:
