@@ -207,6 +207,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--commit-every", type=int, default=500)
     p.add_argument("--round-steps", type=int, default=500)
     p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--cost-reps", type=int, default=20, help="requests timed per size")
     p.add_argument("--kinds", nargs="+", choices=("sleep", "spin"), default=["sleep", "spin"])
     args = p.parse_args(argv)
     args.spins = spin_iterations(args.step_ms / 1000)
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
         server, uri = (None, args.uri) if args.uri else start_server(Path(tmp))
         try:
             times = measure(uri, args)
-            cost = request_cost(uri)
+            cost = request_cost(uri, reps=args.cost_reps)
         finally:
             if server is not None:
                 server.terminate()
@@ -224,7 +225,10 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.eval_every}, commit every {args.commit_every}; server {uri}"
     )
     print(table(times, args))
-    print("\nCPU time of one `log_batch` request, on the calling thread (median of 20):\n")
+    print(
+        f"\nCPU time of one `log_batch` request, on the calling thread (median of "
+        f"{args.cost_reps}):\n"
+    )
     print(cost)
 
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
+from benchmarks import logging_overhead
 from training import tracking
 from training.metric_log import (
     MAX_METRICS_PER_BATCH,
@@ -119,3 +122,23 @@ def test_system_metrics_are_sampled_for_the_run_and_a_resumed_run_continues_thei
     assert steps == list(range(len(steps)))  # continued, none doubled
     assert "system/system_memory_usage_megabytes" in client.get_run(run_id).data.metrics
     assert logged_pairs(client, run_id) == set()  # samples, not per-step points to re-log
+
+
+@pytest.mark.slow
+def test_logging_benchmark_against_a_real_server_coalesces_the_writers_requests(capsys):
+    """`python -m benchmarks.logging_overhead`, small: 100 steps of 1 ms (~0.1-0.5 s) log 10
+    windows; the per-window writer sends 10 requests, the coalesced one at most the first
+    window at once, one a second after it, and the rest at the round's closing commit."""
+    args = ["--kinds", "sleep", "--step-ms", "1", "--rounds", "2", "--round-steps", "100"]
+    args += ["--cost-reps", "1"]
+    logging_overhead.main([*args, "--commit-every", "0"])
+    rows = {
+        cells[1]: cells[2:]
+        for line in capsys.readouterr().out.splitlines()
+        if (cells := [c.strip() for c in line.strip("|").split("|")])[0] == "sleep"
+    }
+    assert list(rows) == ["none", "sync", "per-window", "coalesced"]
+    requests = {mode: float(cells[-1]) for mode, cells in rows.items()}
+    assert (requests["none"], requests["sync"], requests["per-window"]) == (0.0, 10.0, 10.0)
+    assert 1.0 <= requests["coalesced"] <= 3.0
+    assert all(float(cells[0]) > 0 for cells in rows.values())  # ms per step
