@@ -14,10 +14,10 @@ alike (the median round is reported):
 - `none`: the step alone;
 - `sync`: `training.metric_log.MetricLog(background=False)`: each log window written on the
   loop's thread;
-- `per-window`: `MetricLog(interval_s=0)`: a writer thread that sends one request per log
-  window as it arrives (the trainer's writer before requests were coalesced);
-- `coalesced`: `MetricLog()` as the trainer uses it: a writer thread sending at most one
-  request per `training.metric_log.WRITE_INTERVAL_S`.
+- `per-window`: `MetricLog(interval_s=0)`: a writer thread, each log window handed to it and
+  sent as its own request (the trainer's writer before windows were coalesced);
+- `coalesced`: `MetricLog()` as the trainer uses it: windows handed to the writer at most once
+  per `training.metric_log.HAND_OVER_INTERVAL_S`, one request each.
 
 After each round, outside its timing, the round's log is committed, so that no writer works in
 another mode's round; the writer's CPU column counts that last write too.

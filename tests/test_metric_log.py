@@ -1,5 +1,5 @@
-"""The metric writer's requests: coalesced to one per interval, at once when flushed,
-committed or full, and every point stored once; MLflow's system metrics per run (a real SQLite
+"""The metric writer's requests: windows coalesced into one hand-over per interval, at once
+when flushed, committed or full, and every point stored once; MLflow's system metrics per run (a real SQLite
 store)."""
 
 from __future__ import annotations
@@ -56,18 +56,18 @@ def test_windows_within_the_interval_go_in_one_request_and_a_flush_sends_them_at
     counting = Counting(client)
     log = MetricLog(counting, run_id, uri, interval_s=3600.0)
     log.add(10, train_loss=3.0, lr=1e-3)
-    log.send()  # an idle writer sends the first window at once
+    log.send()  # the first window is handed over at once
     _wait_for(lambda: counting.requests == [2])
     for step in (20, 30, 40):
         log.add(step, train_loss=3.0, lr=1e-3)
         log.send()
     time.sleep(0.5)
-    assert counting.requests == [2]  # held: the last request was under an interval ago
+    assert counting.requests == [2]  # held: the last hand-over was under an interval ago
     assert _steps(client, run_id, "train_loss") == [10]
-    log.flush()  # returns without waiting; the writer sends what it holds now
+    log.flush()  # hands them over now, without waiting for the store
     _wait_for(lambda: len(counting.requests) == 2)
     assert counting.requests == [2, 6]
-    log.commit()  # nothing handed over since that: no request, no wait on the writer
+    log.commit()  # nothing added since: no request
     assert counting.requests == [2, 6]
     assert _steps(client, run_id, "lr") == [10, 20, 30, 40]
     log.add(50, val_loss=2.0)

@@ -5,14 +5,15 @@
   its first checkpoint) trains steps the killed process may have logged: those pairs are
   skipped, every other one is written, so nothing is doubled and nothing is missing.
 - `MetricLog`: `add` queues points (a pair already stored or queued is dropped), `send` hands
-  them to a writer thread (or writes them, `background=False`), `flush` asks it to write now,
+  them to a writer thread (or writes them, `background=False`), `flush` hands them over now,
   `commit` returns once everything added is in the store. The trainer flushes before every
   checkpoint and commits before its rename: a checkpoint never records progress whose metrics
   are not stored, so a resume re-logs only what the store lacks.
-- The writer sends at most one `log_batch` per `interval_s` (what arrives meanwhile is
-  coalesced, up to MLflow's 1000 metrics per request): a request costs ~2 ms of Python (the
-  GIL) whatever it carries, so a training step that runs Python pays for requests, not points
-  (docs/performance.md, section 9). A flush, a commit or a full batch is written at once.
+- `send` hands points over at most once per `interval_s` (the windows in between go in the same
+  request, up to MLflow's 1000 metrics): a request costs ~2 ms of Python (the GIL) whatever it
+  carries, and each hand-over wakes the writer, so a training step that runs Python pays per
+  hand-over, not per point (docs/performance.md, section 9). `flush`, `commit` and a full
+  request hand over at once.
 - The writer retries a server that stopped answering for `timeout_s` (re-reading which points
   of a failed batch arrived before sending the rest again), then stops with `TrackingLost`,
   raised on the main thread at its next `add`, `send` or `commit`.
@@ -37,10 +38,9 @@ from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 from training.tracking import TrackingLost, is_remote, unreachable
 
 MAX_METRICS_PER_BATCH = 1000  # MLflow log_batch limit
-QUEUE_BATCHES = 64  # log windows in flight before `send` waits for the writer
-WRITE_INTERVAL_S = 1.0  # the writer's requests at most this often (a flush or commit: at once)
+QUEUE_BATCHES = 64  # hand-overs in flight before `send` waits for the writer
+HAND_OVER_INTERVAL_S = 1.0  # points reach the writer at most this often (flush/commit: at once)
 SYSTEM_PREFIX = "system/"  # MLflow's system metrics: samples, not per-step points
-_WRITE_NOW = object()  # `flush`'s message to the writer
 
 
 def logged_pairs(client, run_id: str) -> set[tuple[str, int]]:
@@ -51,8 +51,8 @@ def logged_pairs(client, run_id: str) -> set[tuple[str, int]]:
 
 class MetricLog:
     """Points of one run written once each (module docstring). `client` is the run's client,
-    `logged` what the store held when the run was (re)opened; `interval_s` 0 writes each
-    window as it arrives."""
+    `logged` what the store held when the run was (re)opened; `interval_s` 0 hands each log
+    window over as it is sent."""
 
     def __init__(
         self,
@@ -62,12 +62,13 @@ class MetricLog:
         logged: Iterable[tuple[str, int]] = (),
         background: bool = True,
         timeout_s: float = 30.0,
-        interval_s: float = WRITE_INTERVAL_S,
+        interval_s: float = HAND_OVER_INTERVAL_S,
     ):
         self.run_id, self.uri, self.timeout_s, self.interval_s = run_id, uri, timeout_s, interval_s
         self._client = getattr(client, "inner", client)  # retries are this class's own
         self._seen = set(logged)
         self._pending: list[tuple[str, float, int, int]] = []  # Metric objects: the writer's
+        self._handed_at = -float("inf")
         self._unconfirmed = False  # handed to the writer since the last commit
         self._error: BaseException | None = None
         self._queue: queue.Queue | None = None
@@ -86,27 +87,32 @@ class MetricLog:
                 self._pending.append((key, float(value), ts, step))
 
     def send(self) -> None:
-        """Hand the points added so far to the writer (or write them, without a thread)."""
+        """Hand the points added so far to the writer if `interval_s` has passed since the last
+        hand-over or they fill a request (without a thread: write them)."""
+        self.check()
+        if self._queue is None:
+            self.flush()
+        elif self._pending and (
+            len(self._pending) >= MAX_METRICS_PER_BATCH
+            or time.monotonic() - self._handed_at >= self.interval_s
+        ):
+            self._hand_over()
+
+    def flush(self) -> None:
+        """Hand the points added so far to the writer now, without waiting for the store (a
+        checkpoint is coming: its `commit` then waits less)."""
         self.check()
         if not self._pending:
             return
-        batch, self._pending = self._pending, []
         if self._queue is None:
+            batch, self._pending = self._pending, []
             self._write(batch)
         else:
-            self._unconfirmed = True
-            self._queue.put(batch)  # waits only when QUEUE_BATCHES windows are unwritten
-
-    def flush(self) -> None:
-        """`send`, and have the writer write everything it holds now, without waiting for it
-        (a checkpoint is coming: its `commit` then waits less)."""
-        self.send()
-        if self._unconfirmed:
-            self._queue.put(_WRITE_NOW)
+            self._hand_over()
 
     def commit(self) -> None:
         """Return once every point added is in the store (or raise why it cannot be)."""
-        self.send()
+        self.flush()
         if self._unconfirmed:
             done = threading.Event()
             self._queue.put(done)
@@ -133,34 +139,20 @@ class MetricLog:
         if self._error is not None and self._thread is not None:
             raise self._error
 
+    def _hand_over(self) -> None:
+        batch, self._pending = self._pending, []
+        self._handed_at, self._unconfirmed = time.monotonic(), True
+        self._queue.put(batch)  # waits only when QUEUE_BATCHES hand-overs are unwritten
+
     def _drain(self) -> None:
-        """The writer: hold what arrives until `interval_s` after its last request (at once
-        when it has been idle that long), a full batch, a flush or a commit; then write it."""
-        held: list[tuple[str, float, int, int]] = []
-        due, last = None, -float("inf")  # when the held points are written; the last request
-        while True:
-            try:
-                wait = None if due is None else max(0.0, due - time.monotonic())
-                item = self._queue.get(timeout=wait)
-            except queue.Empty:
-                item = _WRITE_NOW
-            if item is None:
-                return
-            if isinstance(item, list):
-                held += item
-                if due is None:
-                    due = max(time.monotonic(), last + self.interval_s)
-                if len(held) < MAX_METRICS_PER_BATCH and time.monotonic() < due:
-                    continue
-            if held and self._error is None:
-                last = time.monotonic()
-                try:
-                    self._write(held)
-                except BaseException as e:  # surfaced on the main thread by `check`
-                    self._error = e
-            held, due = [], None
+        while (item := self._queue.get()) is not None:
             if isinstance(item, threading.Event):
                 item.set()
+            elif self._error is None:
+                try:
+                    self._write(item)
+                except BaseException as e:  # surfaced on the main thread by `check`
+                    self._error = e
 
     def _write(self, points: list[tuple[str, float, int, int]]) -> None:
         """log_batch in chunks; while the server does not answer, retry for `timeout_s`,
