@@ -351,8 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     written = ["md", "csv", "json"]
     if any("skipped" not in r for r in result["rows"]):  # a figure of nothing is not written
         plots.setup()
-        plots.save(plots.law_errors(result), out, "compare_laws")
-        written += ["png", "svg"]
+        figures = plots.save(plots.law_errors(result), out, "compare_laws")
+        written += [path.suffix.lstrip(".") for path in figures]
     for line in caveats(result):
         print(f"warning: {line}", file=sys.stderr)
     print(table + f"wrote {out}/compare_laws.{{{','.join(written)}}}")

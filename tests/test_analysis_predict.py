@@ -247,7 +247,10 @@ def test_compare_laws_fits_each_law_at_its_own_minimum_and_writes_only_what_it_s
     assert rows["overtrain"]["n_train"] == 5 and rows["overtrain"]["n_test"] == 1
     captured = capsys.readouterr()
     assert "single run" in captured.err and "single run" in (out / "compare_laws.md").read_text()
-    assert "compare_laws.{md,csv,json,png,svg}" in captured.out
+    assert "compare_laws.{md,csv,json,png,svg,pdf}" in captured.out
+    assert sorted(p.name for p in out.iterdir()) == [
+        f"compare_laws.{ext}" for ext in sorted(("md", "csv", "json", "png", "svg", "pdf"))
+    ]  # the message names every file written
     # every law skipped: no figure, and the message says so
     out2 = tmp_path / "cmp2"
     assert (
@@ -257,4 +260,4 @@ def test_compare_laws_fits_each_law_at_its_own_minimum_and_writes_only_what_it_s
         == 0
     )
     assert "compare_laws.{md,csv,json}\n" in capsys.readouterr().out
-    assert not (out2 / "compare_laws.png").exists() and not (out2 / "compare_laws.svg").exists()
+    assert sorted(p.suffix for p in out2.iterdir()) == [".csv", ".json", ".md"]

@@ -441,7 +441,7 @@ class Trainer:
     def save(self, name: str) -> None:
         """Checkpoint the run as it is now to `<run dir>/<name>` (main process)."""
         if self.main:
-            self.metrics.send()  # written while the checkpoint is; committed before its rename
+            self.metrics.flush()  # written while the checkpoint is; committed before its rename
             trained = time.perf_counter() - self.t_run
             model, optimizer, train = self.raw_model, self.optimizer.optimizer, self.spec.train
             state = capture(model, optimizer, self.sampler, self.state, train, trained)
