@@ -48,7 +48,7 @@ STEPS = (
     ("head", "+ the last layer counted in N and C", 0.706, True),
     ("warmup", "+ warmup short relative to each run", 0.602, True),
     ("decay", "+ cosine decay matched to each budget", 0.571, True),
-    ("tuned", "+ per-size lr and batch size, AdamW beta2 0.999", 0.497, True),
+    ("tuned", "+ per-size lr (2 values), AdamW beta2 0.999", 0.497, True),
 )
 SWEEPS = {f"porian_{i}_{name}": name for i, (name, *_) in enumerate(STEPS, 1)}
 
