@@ -69,7 +69,7 @@ interleave: true
 @pytest.mark.slow
 def test_an_interleaved_sweep_starts_the_variants_in_turn(tmp_path):
     """Four real runs, one at a time: MLflow's start times give base, mqa, mqa, base."""
-    import mlflow
+    import mlflow  # lazy: ~2.5 s to import, and only this slow test reads the store
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()
