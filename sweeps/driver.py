@@ -34,6 +34,7 @@ from models.accounting import GB
 from sweeps import batch_axis, curve_tuning, plan, rules, slurm, sweep_records, tuning, ui
 from sweeps.job import ENV_GPU_LOCKS, ENV_GPU_POOL, PointInterrupted, training_config
 from sweeps.names import RunNames
+from sweeps.order import interleaved
 from sweeps.slurm import JobLost
 from sweeps.stopping import SweepStopped, stop_on_sigterm
 from sweeps.sweep_view import Closing, SweepProgress, plan_rows, print_plan, print_summary
@@ -49,7 +50,7 @@ from training.step import planned_memory
 Compose = Callable[[Sequence[str]], DictConfig]
 # (override lists, first job index, on_submit(job ids) or None) -> hydra JobReturn per job
 Launch = Callable[[list[list[str]], int, Callable | None], Sequence[Any]]
-SETTINGS = {"name", "jobs", "dry_run", "retry_failed", "throughput", "report"}
+SETTINGS = {"name", "jobs", "dry_run", "retry_failed", "throughput", "report", "interleave"}
 FAILED_BEFORE = "failed before"  # how a point skipped because its run key FAILED begins
 
 
@@ -151,6 +152,10 @@ class Sweep:
         if jobs < 1:
             raise plan.PlanError(
                 f"sweep.jobs: expected a positive number of parallel jobs, got {jobs}"
+            )
+        if not isinstance(cfg.sweep.get("interleave", False), bool):
+            raise plan.PlanError(
+                f"sweep.interleave: expected true or false, got {cfg.sweep.interleave!r}"
             )
         fixed_args, cli_axes, cli_keys = parse_cli(arguments)
         spec = spec_from_config(cfg, cli_axes)
@@ -453,6 +458,8 @@ def _run_waves(sweep: Sweep, runs, outcomes, launch: Launch, more, parent: Paren
     job_idx = 0
     with progress:
         for wave in _waves(todo, runs, outcomes, more, progress):
+            if sweep.cfg.sweep.get("interleave", False):
+                wave = interleaved(wave)
             batch = []
             for r in wave:
                 stable = r.stable_index

@@ -86,3 +86,35 @@ def test_tuning_candidates_are_left_out():
     both = pd.concat([runs.assign(tune_role="chosen"), worse], ignore_index=True)
     rows = porian.exponent_table(both, n_boot=100, seed=0)
     assert rows[-1]["n_runs"] == len(runs[runs["step"] == "tuned"])
+
+
+def test_the_exported_runs_regenerate_the_table_and_each_step_gets_a_figure(tmp_path, capsys):
+    csv = tmp_path / "runs.csv"
+    ladder().drop(columns="step").assign(
+        sweep=lambda r: (
+            ["porian_1_kaplan"] * (len(r) // 3)
+            + ["porian_2_head"] * (len(r) // 3)
+            + ["porian_5_tuned"] * (len(r) - 2 * (len(r) // 3))
+        )
+    ).to_csv(csv, index=False)
+    out, export, figures = tmp_path / "t.md", tmp_path / "x" / "runs.csv", tmp_path / "fig"
+    args = ["--bootstrap", "100", "--out", str(out)]
+    assert (
+        porian.main(
+            ["--csv", str(csv), *args, "--runs-csv", str(export), "--figures", str(figures)]
+        )
+        == 0
+    )
+    exported = pd.read_csv(export)
+    assert sorted(set(exported["step"])) == ["head", "kaplan", "tuned"]  # named from `sweep`
+    assert sorted(p.name for p in figures.iterdir()) == [
+        "isoflop_head.png",
+        "isoflop_kaplan.png",
+        "isoflop_tuned.png",
+    ]
+    first = out.read_text()
+    assert porian.main(["--csv", str(export), *args]) == 0
+    assert out.read_text() == first
+    capsys.readouterr()
+    assert porian.main(["--csv", str(csv), "--figures", str(out)]) == 2
+    assert capsys.readouterr().err.startswith("error: --figures: ")
