@@ -110,6 +110,24 @@ def test_thin_designs_are_not_identified():
     assert "move together" in why
 
 
+def test_a_law_in_compute_needs_optima_at_two_budgets_and_two_sizes():
+    # every cell at one D: C = 6 N D varies only through N, so no law in C (nor in D) is
+    # identified and no batch_rule is written, though the N-trend at that D is clean
+    truth = synthetic.HparamTruth()
+    one_d = [(N, 2e6) for N in (1e4, 3e4, 1e5)]
+    hp = laws_of(synthetic.hparam_runs(truth, one_d, LR_GRID, BATCH_GRID, noise=0.001))
+    for role in ("lr", "batch"):
+        law = hp["laws"][role]["C"]
+        assert law["n_cells"] == 3 and set(law["not_identified"]) == {"scale", "exponent"}
+        assert "C varies only through N" in law["why_not_identified"]["exponent"]
+    assert hp["rules"]["batch"] is None and "batch_rule" not in fit.hparam_entries(hp)
+    # every cell at one N: C varies only through D
+    one_n = [(3e4, m * 3e4) for m in (20, 40, 80)]
+    hp = laws_of(synthetic.hparam_runs(truth, one_n, LR_GRID, BATCH_GRID, noise=0.001))
+    assert "C varies only through D" in hp["laws"]["lr"]["C"]["why_not_identified"]["exponent"]
+    assert hp["laws"]["batch"]["D"]["not_identified"] == []  # B* in D alone is still measured
+
+
 def test_fit_json_holds_batch_rule_only_when_identified(tmp_path):
     truth = synthetic.HparamTruth()
     runs = synthetic.hparam_runs(truth, CELLS, LR_GRID, BATCH_GRID, noise=0.001)
