@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import fit, hparam_laws, predict, report, synthetic, tuning
+from analysis import fit, hparam_laws, hparam_report, predict, report, synthetic, tuning
 
 KEYS = ["train.lr", "train.batch_tokens"]
 LR_GRID = [float(x) for x in 2.0 ** np.arange(-7, 1)]  # 0.0078 .. 1
@@ -121,6 +121,8 @@ def test_a_law_in_compute_needs_optima_at_two_budgets_and_two_sizes():
         assert law["n_cells"] == 3 and set(law["not_identified"]) == {"scale", "exponent"}
         assert "C varies only through N" in law["why_not_identified"]["exponent"]
     assert hp["rules"]["batch"] is None and "batch_rule" not in fit.hparam_entries(hp)
+    summary = hparam_report.summary_sentences(hp)
+    assert all("no law identified" in s and "C varies only through N" in s for s in summary)
     # every cell at one N: C varies only through D
     one_n = [(3e4, m * 3e4) for m in (20, 40, 80)]
     hp = laws_of(synthetic.hparam_runs(truth, one_n, LR_GRID, BATCH_GRID, noise=0.001))
