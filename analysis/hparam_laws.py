@@ -13,8 +13,9 @@ intervals resampling cells, in the forms the field uses:
   (batch from D alone; Power Lines, arXiv 2505.13738, also finds B_opt a power law in D,
   independent of N). B_opt in (N, D) is fitted too, to show whether N matters here.
 
-Each law says what it does not identify (`identification.lr_rule`, `identification.plane_rule`:
-too few cells, one value of a variable, N and D collinear, an exponent interval wider than 1);
+Each law says what it does not identify (`identification.lr_rule`, `identification.plane_rule`,
+`identification.compute_rule`: too few cells, one value of a variable, N and D collinear, an
+exponent interval wider than 1, a law in C whose optima all sit at one D or one N);
 cells whose optimum sits on the grid's edge, on a flat surface or on an untuned key are left
 out with the reason. `rules` picks, per key, the first identified law in RULE_PREFERENCE: the
 form a sweep can read (fit.json's `batch_rule`; `lr_rule` stays the lr-in-N rule of
@@ -65,6 +66,10 @@ def fit_law(points: list[dict], variables: tuple[str, ...], n_boot: int, seed: i
     """y = scale * prod(variable^exponent) over the points, with intervals and identification."""
     if len(variables) == 1:
         law = critical_batch.power_law(points, variables[0], n_boot, seed)
+        if variables == ("C",) and len({p["C"] for p in points}) >= identification.MIN_RULE_SIZES:
+            # C = 6 N D: a law in C needs optima at 2+ N and 2+ D (identification.compute_rule)
+            span = identification.compute_rule({v: [p[v] for p in points] for v in ("N", "D")})
+            law = identification.with_reasons(law, {**law["why_not_identified"], **span})
         return {**law, "form": SOURCES[variables]}
     logx = np.log(np.array([[p[v] for v in variables] for p in points], dtype=float))
     logy = np.log(np.array([p["y"] for p in points], dtype=float))

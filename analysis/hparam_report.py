@@ -38,10 +38,16 @@ def summary_sentences(hparams: dict | None) -> list[str]:
         if found:
             out.append(f"Optimal {NAMES[role]} over {n} cells: " + "; ".join(found) + ".")
         else:
+            # the first form's reason: with every cell usable it is why the law fails
+            first, law = next(iter(forms.items()))
+            why = next(iter(law["why_not_identified"].values()), "")
+            others = (
+                "; the others are at an edge, flat or untuned" if n < hparams["n_cells"] else ""
+            )
             out.append(
                 f"Optimal {NAMES[role]}: no law identified ({n} of {hparams['n_cells']} cells "
-                "place their optimum inside a grid that is not flat; the others are at an "
-                f"edge, flat or untuned, see '{HEADING}')."
+                f"place their optimum inside a grid that is not flat{others}; in {first}: "
+                f"{why}; see '{HEADING}')."
             )
     crit = hparams.get("critical_batch")
     if crit and not crit["law"].get("not_identified"):

@@ -316,6 +316,28 @@ def lr_rule(section: dict, n_sizes: int) -> dict[str, str]:
     return reasons
 
 
+def compute_rule(values: dict[str, list[float]]) -> dict[str, str]:
+    """A one-variable law in C = 6 N D (DeepSeek's form) over tuned optima: C must vary through
+    both of its ingredients. With every optimum at one D, C varies only through N, so the "law
+    in C" is the N-trend at that D and a sweep applying it at other D extrapolates a trend that
+    was never measured (and likewise at one N). `values`: the optima's N and D. Names: 'scale',
+    'exponent'."""
+    single = {v: float(x[0]) for v, x in values.items() if len(set(x)) == 1}
+    if not single:
+        return {}
+    if len(single) == len(values):
+        where = " and ".join(f"one {v} ({x:.3g})" for v, x in single.items())
+        why = f"every optimum at {where}: C does not vary"
+    else:
+        (fixed, at), moving = next(iter(single.items())), next(v for v in values if v not in single)
+        why = (
+            f"every optimum at one {fixed} ({fixed} = {at:.3g}); C varies only through "
+            f"{moving}, so a law in C is the {moving}-trend at that {fixed}; optima at 2 or "
+            f"more distinct {fixed} would identify it"
+        )
+    return {"scale": why, "exponent": why}
+
+
 MAX_VARIABLE_CORRELATION = 0.95  # |corr(log N, log D)| above this: the exponents trade off
 
 

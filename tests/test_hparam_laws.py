@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import fit, hparam_laws, predict, report, synthetic, tuning
+from analysis import fit, hparam_laws, hparam_report, predict, report, synthetic, tuning
 
 KEYS = ["train.lr", "train.batch_tokens"]
 LR_GRID = [float(x) for x in 2.0 ** np.arange(-7, 1)]  # 0.0078 .. 1
@@ -108,6 +108,26 @@ def test_thin_designs_are_not_identified():
     hp = laws_of(synthetic.hparam_runs(truth, line, LR_GRID, BATCH_GRID, noise=0.001))
     why = hp["laws"]["lr"]["N_D"]["why_not_identified"]["N"]
     assert "move together" in why
+
+
+def test_a_law_in_compute_needs_optima_at_two_budgets_and_two_sizes():
+    # every cell at one D: C = 6 N D varies only through N, so no law in C (nor in D) is
+    # identified and no batch_rule is written, though the N-trend at that D is clean
+    truth = synthetic.HparamTruth()
+    one_d = [(N, 2e6) for N in (1e4, 3e4, 1e5)]
+    hp = laws_of(synthetic.hparam_runs(truth, one_d, LR_GRID, BATCH_GRID, noise=0.001))
+    for role in ("lr", "batch"):
+        law = hp["laws"][role]["C"]
+        assert law["n_cells"] == 3 and set(law["not_identified"]) == {"scale", "exponent"}
+        assert "C varies only through N" in law["why_not_identified"]["exponent"]
+    assert hp["rules"]["batch"] is None and "batch_rule" not in fit.hparam_entries(hp)
+    summary = hparam_report.summary_sentences(hp)
+    assert all("no law identified" in s and "C varies only through N" in s for s in summary)
+    # every cell at one N: C varies only through D
+    one_n = [(3e4, m * 3e4) for m in (20, 40, 80)]
+    hp = laws_of(synthetic.hparam_runs(truth, one_n, LR_GRID, BATCH_GRID, noise=0.001))
+    assert "C varies only through D" in hp["laws"]["lr"]["C"]["why_not_identified"]["exponent"]
+    assert hp["laws"]["batch"]["D"]["not_identified"] == []  # B* in D alone is still measured
 
 
 def test_fit_json_holds_batch_rule_only_when_identified(tmp_path):
