@@ -15,6 +15,7 @@ from training.config import (
     SECTIONS,
     ConfigError,
     DataConfig,
+    TrackingConfig,
     TrainConfig,
     field_defaults,
 )
@@ -72,3 +73,8 @@ def test_sections_convert_and_check_themselves():
         DataConfig(source="text")
     with pytest.raises(ConfigError, match=r"^train\.foo: unknown key; known keys: tokens, "):
         TrainConfig.from_dict({"foo": 1})
+    assert TrackingConfig(send_interval_s=0).send_interval_s == 0  # every window at once
+    with pytest.raises(ConfigError, match=r"^tracking\.send_interval_s: must be >= 0 seconds"):
+        TrackingConfig(send_interval_s=-1)
+    with pytest.raises(ConfigError, match=r"^tracking\.send_interval_s: expected a finite number"):
+        TrackingConfig(send_interval_s=float("inf"))

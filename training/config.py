@@ -467,11 +467,18 @@ class TrackingConfig(_Section):
     # checkpoint kept, a rerun resumes); MLflow's system metrics (CPU, memory, GPU) per run
     timeout_s: float = 30.0
     system_metrics: bool = True
+    # metrics reach the store at most this often (each request costs the loop GIL time;
+    # docs/performance.md section 9); checkpoints and the run's end send at once; 0: every window
+    send_interval_s: float = 1.0
 
     def validate(self) -> None:
         if not (isinstance(self.timeout_s, (int, float)) and 0 < self.timeout_s < math.inf):
             raise ConfigError(
                 f"tracking.timeout_s: must be a positive number, got {self.timeout_s}"
+            )
+        if self.send_interval_s < 0:  # finite numbers are checked with every float field
+            raise ConfigError(
+                f"tracking.send_interval_s: must be >= 0 seconds, got {self.send_interval_s}"
             )
         if self.uri:  # null or "": $MLFLOW_TRACKING_URI, else the project's SQLite store
             check_tracking_uri(self.uri)

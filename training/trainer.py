@@ -340,7 +340,12 @@ class Trainer:
         uri = tracking.resolve_tracking_uri(tracking_cfg.uri)
         logged = metric_log.logged_pairs(self.client, run_id) if reopened else ()
         self.metrics = metric_log.MetricLog(
-            self.client, run_id, uri, logged, timeout_s=tracking_cfg.timeout_s
+            self.client,
+            run_id,
+            uri,
+            logged,
+            timeout_s=tracking_cfg.timeout_s,
+            interval_s=tracking_cfg.send_interval_s,
         )
         if tracking_cfg.system_metrics:
             self.system = metric_log.start_system_metrics(uri, run_id, reopened)
