@@ -3,16 +3,19 @@
     python -m benchmarks.depth_transfer                    # train what is missing, then analyse
     python -m benchmarks.depth_transfer --seed 1 --depths 2 16   # a second seed, added to runs.csv
     python -m benchmarks.depth_transfer --analyse-only     # figures and summary from runs.csv
+    python -m benchmarks.depth_transfer --tokens 1e6 --out /tmp/dt  # another budget, own folder
 
 Crosses SP, muP (width rules only) and CompleteP (``model.parametrization=completep``, base
 depth ``BASE_DEPTH``, depth_alpha 1) x n_layers ``DEPTHS`` (one width, ``D_MODEL``, which is
 also the muP base width, so only the depth rules differ between muP and CompleteP) x ``LRS``
-(log-spaced, factor 2) and trains every point with ``training.train.train``, the public entry
+(log-spaced, factor 2; ``--lrs``) at ``TOKENS`` tokens per run (``--tokens``) and trains every point with ``training.train.train``, the public entry
 point, into the project's MLflow store and runs folder. A rerun finds each FINISHED run by its
 run key and reuses it, so an interrupted experiment resumes where it stopped. Points run
 ``--jobs`` at a time, one thread each. ``--seed S --depths ...`` trains the grid again with
 ``train.seed=S`` at those depths and merges the rows into runs.csv (by run key); the analysis
-averages each point's loss over its seeds.
+averages each point's loss over its seeds. ``train.tokens`` is in every run key and a column of
+runs.csv, and a runs.csv holds one budget: training at another ``--tokens`` into the same
+``--out`` stops with an error instead of mixing budgets.
 
 Writes to ``--out``: ``runs.csv`` (one row per point: parametrization, n_layers, train.lr, loss =
 final validation loss, N, N_total, D, C, ...), ``loss_vs_lr_{sp,mup,completep}.png`` (one line
