@@ -8,8 +8,9 @@
 Crosses SP, muP (width rules only) and CompleteP (``model.parametrization=completep``, base
 depth ``BASE_DEPTH``, depth_alpha 1) x n_layers ``DEPTHS`` (one width, ``D_MODEL``, which is
 also the muP base width, so only the depth rules differ between muP and CompleteP) x ``LRS``
-(log-spaced, factor 2; ``--lrs``) at ``TOKENS`` tokens per run (``--tokens``) and trains every point with ``training.train.train``, the public entry
-point, into the project's MLflow store and runs folder. A rerun finds each FINISHED run by its
+(log-spaced, factor 2; ``--lrs``) at ``TOKENS`` tokens per run (``--tokens``) and trains every
+point with ``training.train.train``, the public entry point, into the project's MLflow store and
+runs folder. A rerun finds each FINISHED run by its
 run key and reuses it, so an interrupted experiment resumes where it stopped. Points run
 ``--jobs`` at a time, one thread each. ``--seed S --depths ...`` trains the grid again with
 ``train.seed=S`` at those depths and merges the rows into runs.csv (by run key); the analysis
