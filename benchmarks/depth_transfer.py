@@ -3,16 +3,20 @@
     python -m benchmarks.depth_transfer                    # train what is missing, then analyse
     python -m benchmarks.depth_transfer --seed 1 --depths 2 16   # a second seed, added to runs.csv
     python -m benchmarks.depth_transfer --analyse-only     # figures and summary from runs.csv
+    python -m benchmarks.depth_transfer --tokens 1e6 --out /tmp/dt  # another budget, own folder
 
 Crosses SP, muP (width rules only) and CompleteP (``model.parametrization=completep``, base
 depth ``BASE_DEPTH``, depth_alpha 1) x n_layers ``DEPTHS`` (one width, ``D_MODEL``, which is
 also the muP base width, so only the depth rules differ between muP and CompleteP) x ``LRS``
-(log-spaced, factor 2) and trains every point with ``training.train.train``, the public entry
-point, into the project's MLflow store and runs folder. A rerun finds each FINISHED run by its
+(log-spaced, factor 2; ``--lrs``) at ``TOKENS`` tokens per run (``--tokens``) and trains every
+point with ``training.train.train``, the public entry point, into the project's MLflow store and
+runs folder. A rerun finds each FINISHED run by its
 run key and reuses it, so an interrupted experiment resumes where it stopped. Points run
 ``--jobs`` at a time, one thread each. ``--seed S --depths ...`` trains the grid again with
 ``train.seed=S`` at those depths and merges the rows into runs.csv (by run key); the analysis
-averages each point's loss over its seeds.
+averages each point's loss over its seeds. ``train.tokens`` is in every run key and a column of
+runs.csv, and a runs.csv holds one budget: training at another ``--tokens`` into the same
+``--out`` stops with an error instead of mixing budgets.
 
 Writes to ``--out``: ``runs.csv`` (one row per point: parametrization, n_layers, train.lr, loss =
 final validation loss, N, N_total, D, C, ...), ``loss_vs_lr_{sp,mup,completep}.png`` (one line
@@ -47,7 +51,8 @@ DEPTHS = (2, 4, 8, 16)
 BASE_DEPTH = 2
 D_MODEL = 32
 HEAD_DIM = 8
-LRS = tuple(1.5e-3 * 2**k for k in range(7))  # 1.5e-3 .. 9.6e-2: 64x
+LRS = tuple(1.5e-3 * 2**k for k in range(6))  # 1.5e-3 .. 4.8e-2: 32x, around the 1e5 optima
+TOKENS = 5e5  # per run (489 steps); at 1e5 (98 steps) every model sat on the unigram plateau
 PARAMETRIZATIONS = ("sp", "mup", "completep")
 NAMES = {
     "sp": "SP",
@@ -63,7 +68,6 @@ FIXED = [
     "data.tokenizer=byte",
     "train.seq_len=64",
     "train.batch_tokens=1024",
-    "train.tokens=1e5",
     "train.warmup=0.05",
     "train.eval_every=1000",
     "data.eval_tokens=32768",
@@ -74,8 +78,12 @@ FIXED = [
 ]
 
 
-def point_overrides(parametrization: str, n_layers: int, lr: float, seed: int = 0) -> list[str]:
-    over = [f"model.n_layers={n_layers}", f"train.lr={lr:g}"]
+def point_overrides(
+    parametrization: str, n_layers: int, lr: float, seed: int = 0, tokens: float = TOKENS
+) -> list[str]:
+    # train.tokens is in the run key, so runs at different budgets are never reused for each
+    # other; runs.csv carries it too and a table holds one budget (see ``merge_runs``).
+    over = [f"model.n_layers={n_layers}", f"train.lr={lr:g}", f"train.tokens={tokens:g}"]
     if seed != 0:  # seed 0 is the default: its run keys stay those of the first grid
         over += [f"train.seed={seed}"]
     if parametrization != "sp":
@@ -85,7 +93,10 @@ def point_overrides(parametrization: str, n_layers: int, lr: float, seed: int = 
     return FIXED + over
 
 
-def train_point(point: tuple[str, int, float, int]) -> dict:
+Point = tuple[str, int, float, int, float]  # parametrization, n_layers, lr, seed, tokens
+
+
+def train_point(point: Point) -> dict:
     """Train (or reuse) one point; its row of runs.csv."""
     # Hydra, torch and MLflow in the workers only: `--analyse-only` needs none of them.
     from hydra import compose, initialize_config_dir
@@ -94,9 +105,10 @@ def train_point(point: tuple[str, int, float, int]) -> dict:
     from training.spec import resolve_config
     from training.train import train
 
-    parametrization, n_layers, lr, seed = point
+    parametrization, n_layers, lr, seed, tokens = point
+    over = point_overrides(parametrization, n_layers, lr, seed, tokens)
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=point_overrides(parametrization, n_layers, lr, seed))
+        cfg = compose("config", overrides=over)
     spec = resolve_config(cfg)
     result = train(cfg)
     pc = count_params(spec.model)
@@ -109,6 +121,7 @@ def train_point(point: tuple[str, int, float, int]) -> dict:
         "d_model": spec.model.d_model,
         "train.lr": lr,
         "train.seed": seed,
+        "train.tokens": spec.train.tokens,
         "loss": loss if loss is not None and math.isfinite(loss) else float("nan"),
         "final_train_loss": result.final_train_loss,
         "status": result.status,
@@ -125,7 +138,7 @@ def train_point(point: tuple[str, int, float, int]) -> dict:
     }
 
 
-def run_all(points: list[tuple[str, int, float, int]], jobs: int) -> list[dict]:
+def run_all(points: list[Point], jobs: int) -> list[dict]:
     rows, t0 = [], time.perf_counter()
     ctx = get_context("spawn")
     with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=one_thread) as pool:
@@ -141,13 +154,13 @@ def run_all(points: list[tuple[str, int, float, int]], jobs: int) -> list[dict]:
     return rows
 
 
-def all_points(depths=DEPTHS, seed: int = 0) -> list[tuple[str, int, float, int]]:
+def all_points(depths=DEPTHS, seed: int = 0, tokens: float = TOKENS, lrs=LRS) -> list[Point]:
     # Deepest first: the long runs start early and the short ones fill the gaps at the end.
     return [
-        (p, L, lr, seed)
+        (p, L, lr, seed, tokens)
         for L in sorted(depths, reverse=True)
         for p in PARAMETRIZATIONS
-        for lr in LRS
+        for lr in lrs
     ]
 
 
@@ -254,7 +267,23 @@ def plot(rows: list[dict], summary: dict, out: Path, noise: float | None = None)
         plt.close(fig)
 
 
-def main() -> None:
+def merge_runs(old: pd.DataFrame | None, new: pd.DataFrame) -> pd.DataFrame:
+    """``new`` plus the rows of ``old`` it does not retrain (other seeds and depths), sorted.
+    A table holds one budget: rows at another ``train.tokens`` (or a table from before the
+    column, all at 1e5) are refused rather than averaged with these."""
+    if old is None:
+        return new.sort_values(["parametrization", "n_layers", "train.lr", "train.seed"])
+    old_tokens = set(old["train.tokens"]) if "train.tokens" in old else {1e5}
+    if old_tokens != set(new["train.tokens"]):
+        raise SystemExit(
+            f"error: train.tokens: runs.csv holds {sorted(old_tokens)}, these runs "
+            f"{sorted(set(new['train.tokens']))}; use another --out"
+        )
+    frame = pd.concat([old[~old["run_key"].isin(new["run_key"])], new])
+    return frame.sort_values(["parametrization", "n_layers", "train.lr", "train.seed"])
+
+
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "depth_transfer")
     ap.add_argument("--jobs", type=int, default=2)
@@ -262,10 +291,21 @@ def main() -> None:
     ap.add_argument("--only", help="train one point PARAM:LAYERS:LR (sizing), write nothing")
     ap.add_argument("--seed", type=int, default=0, help="train.seed of the points to train")
     ap.add_argument("--depths", type=int, nargs="+", default=list(DEPTHS))
+    ap.add_argument("--tokens", type=float, default=TOKENS, help="train.tokens of every run")
+    ap.add_argument("--lrs", type=float, nargs="+", default=list(LRS), help="peak lr grid")
     args = ap.parse_args()
+    if args.tokens <= 0 or not math.isfinite(args.tokens):
+        ap.exit(2, f"error: --tokens: must be a positive number, got {args.tokens:g}\n")
+    if any(lr <= 0 or not math.isfinite(lr) for lr in args.lrs):
+        ap.exit(2, "error: --lrs: every lr must be a positive number\n")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
     if args.only:
         p, L, lr = args.only.split(":")
-        print(run_all([(p, int(L), float(lr), args.seed)], 1)[0])
+        print(run_all([(p, int(L), float(lr), args.seed, args.tokens)], 1)[0])
         return
     args.out.mkdir(parents=True, exist_ok=True)
     csv = args.out / "runs.csv"
@@ -275,10 +315,8 @@ def main() -> None:
     if args.analyse_only:
         frame = old
     else:
-        new = pd.DataFrame(run_all(all_points(args.depths, args.seed), args.jobs))
-        if old is not None:  # the other seeds' and depths' rows stay
-            new = pd.concat([old[~old["run_key"].isin(new["run_key"])], new])
-        frame = new.sort_values(["parametrization", "n_layers", "train.lr", "train.seed"])
+        points = all_points(args.depths, args.seed, args.tokens, tuple(args.lrs))
+        frame = merge_runs(old, pd.DataFrame(run_all(points, args.jobs)))
         frame.to_csv(csv, index=False)
     rows = frame.to_dict("records")
     noise = seed_noise(rows)

@@ -473,3 +473,34 @@ def test_the_optimizer_uses_each_groups_epsilon():
         step = model.get_parameter(name).detach() - before[name]
         ulp = torch.finfo(torch.float32).eps * before[name].abs().max().item()
         torch.testing.assert_close(step, expected, rtol=1e-4, atol=4 * ulp)  # step = new - old
+
+
+def test_depth_transfer_budget_in_key_and_table(tmp_path):
+    """benchmarks.depth_transfer: --tokens reaches train.tokens (so the run key) of every
+    point, and runs.csv holds one budget: merging rows at another budget is refused."""
+    import pandas as pd
+
+    from benchmarks.depth_transfer import all_points, merge_runs, point_overrides
+    from training.spec import resolve_config
+
+    points = all_points(depths=(2,), tokens=2e5, lrs=(1e-3, 2e-3))
+    assert {pt[4] for pt in points} == {2e5} and len(points) == 3 * 2
+    over = point_overrides("completep", 4, 1e-3, tokens=2e5)
+    assert "train.tokens=200000" in over and "model.mup_base_depth=2" in over
+    runs = [f"paths.runs_dir={tmp_path}"]
+    keys = {
+        resolve_config(compose(point_overrides("sp", 2, 1e-3, tokens=t) + runs)).run_key
+        for t in (1e5, 2e5)
+    }
+    assert len(keys) == 2
+
+    def table(tokens: float, key: str) -> pd.DataFrame:
+        row = {"parametrization": "sp", "n_layers": 2, "train.lr": 1e-3, "train.seed": 0}
+        return pd.DataFrame([{**row, "train.tokens": tokens, "run_key": key, "loss": 2.0}])
+
+    merged = merge_runs(table(2e5, "a"), table(2e5, "b"))
+    assert sorted(merged["run_key"]) == ["a", "b"]
+    with pytest.raises(SystemExit, match="train.tokens"):
+        merge_runs(table(1e5, "a"), table(2e5, "b"))
+    with pytest.raises(SystemExit, match="train.tokens"):  # a table from before the column
+        merge_runs(table(1e5, "a").drop(columns="train.tokens"), table(2e5, "b"))
