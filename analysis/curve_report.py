@@ -153,7 +153,14 @@ def _tuning_blocks(grid: pd.DataFrame, curves: pd.DataFrame, keys: list[str]) ->
     try:
         table = curve_check.check(grid, curves, keys or ["train.lr"])
     except InputError as err:
-        return [("p", f"Curve-aware tuning is not checked: {err}.")]
+        return [
+            (
+                "p",
+                f"Curve-aware tuning is not checked on these curves: {err}. "
+                "`python -m analysis.tuning_check --strategy curve` checks it on a full grid "
+                "logged with a train loss per step (docs/curve-laws.md).",
+            )
+        ]
     text = curve_check.markdown(table, curve_check.curve_tuning.RUNS).split("\n")
     rows = [
         [r.variant, f"{r.N:.3g}", r.points, r.choice, r.grid_choice, f"{r.rank}/{r.n_grid}"]
