@@ -356,7 +356,7 @@ def _tokens_row(n_tokens: int, workdir: Path) -> dict:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def main(argv: list[str] | None = None) -> None:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes-mb", type=int, nargs="*", default=[250, 500])
     p.add_argument("--baseline-mb", type=int, default=25, help="0: skip the baseline")
@@ -373,7 +373,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rehash", type=Path, help="a text corpus folder to fingerprint from scratch")
     p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "data_prepare")
     p.add_argument("--json", type=Path)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
     os.environ["SCALING_LAB_CACHE_DIR"] = str(args.workdir / "memo")  # fingerprints memo
     rows = []
     for mb in args.sizes_mb:
