@@ -159,6 +159,27 @@ def test_non_utf8_text_becomes_replacement_characters(tmp_path):
     assert tokens.count("\ufffd".encode()) == 30000
 
 
+def test_streaming_without_a_token_limit_is_one_warning(tmp_path, capsys, monkeypatch):
+    """data.streaming=true without data.max_tokens is legal (a stream you want whole) but reads
+    the whole dataset before the first step: one `warning:` line when the run is resolved."""
+    import training.spec as spec
+    from tests.train_helpers import compose
+
+    path = tmp_path / "docs.jsonl"
+    path.write_text("".join(json.dumps({"text": f"document {i}"}) + "\n" for i in range(50)))
+    monkeypatch.setattr(spec, "_WARNED", set())  # once per process: this test's process
+    hf = ["data=hf", "data.name=json", f"data.data_files={path}", "data.tokenizer=byte"]
+    capsys.readouterr()
+    spec.resolve_config(compose(*hf, "data.streaming=true", "data.max_tokens=1e4"))
+    assert "warning:" not in capsys.readouterr().err
+    spec.resolve_config(compose(*hf, "data.streaming=true"))
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [
+        "warning: data.streaming=true without data.max_tokens: the whole dataset is streamed "
+        "and tokenized before training starts; set data.max_tokens to bound it"
+    ]
+
+
 # ---------------------------------------------------------------- hf, streaming
 def test_streaming_gives_the_same_tokens_as_a_download(tmp_path):
     path = tmp_path / "docs.jsonl"

@@ -105,7 +105,7 @@ def resolve_config(cfg: Any) -> RunSpec:
     }
     if model.family != "decoder":  # the other families key their objective's fields too
         payload["objective"] = objective.key_fields(model.family, train.seq_len, data)
-    _warn([*lines, *_surprises(train, sections["tracking"])])  # the config is valid: say them
+    _warn([*lines, *_surprises(train, sections["tracking"]), *_unbounded_stream(data)])
     return RunSpec(
         model=model,
         model_size=None if size is None else float(size),
@@ -170,6 +170,17 @@ def _surprises(train: TrainConfig, tracking_cfg: Any) -> list[str]:
             f"run (train.tokens={train.tokens}): the lr never decays"
         )
     return lines
+
+
+def _unbounded_stream(data: DataConfig) -> list[str]:
+    """Streaming exists for corpora too large to download; without a token limit the whole
+    stream is read and tokenized into the cache before the first step."""
+    if data.streaming and data.max_tokens is None:
+        return [
+            "data.streaming=true without data.max_tokens: the whole dataset is streamed and "
+            "tokenized before training starts; set data.max_tokens to bound it"
+        ]
+    return []
 
 
 # ---------------------------------------------------------------- pre-flight
