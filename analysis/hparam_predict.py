@@ -17,7 +17,6 @@ Exit code 2 with one line on stderr, and nothing written, when the input cannot 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import pandas as pd
 
 from analysis.bootstrap import percentile_interval, resample_counts
 from analysis.hparam_laws import fit_loglinear, form_name
-from analysis.load import ArgumentParser, InputError, check_out_file, check_text
+from analysis.load import ArgumentParser, InputError, check_out_file, read_fit_json
 
 ROLES = {"lr": ("lr_rule", "learning rate"), "batch": ("batch_rule", "batch size (tokens)")}
 
@@ -34,15 +33,7 @@ ROLES = {"lr": ("lr_rule", "learning rate"), "batch": ("batch_rule", "batch size
 def load_rules(path: str) -> tuple[dict, dict]:
     """{role: [rule, ...]} of the identified rules in a fit.json, best first, and the file."""
     p = Path(path)
-    if not p.is_file():
-        raise InputError(f"--fit: no such file: {p}")
-    check_text(p, "--fit")
-    try:
-        data = json.loads(p.read_text())
-    except json.JSONDecodeError as err:
-        raise InputError(f"--fit: {p} is not JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"--fit: {p} holds a JSON {type(data).__name__}, not a fit.json object")
+    data = read_fit_json(p)
     hparams = data.get("hparam_laws") or {}
     rules = {}
     for role, (top, _) in ROLES.items():

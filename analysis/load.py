@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import re
 import tempfile
@@ -203,6 +204,21 @@ def check_text(path: Path, flag: str) -> None:
                     f"{flag}: cannot read {path}:{lineno}: not UTF-8 text (byte "
                     f"0x{byte:02x} at column {err.start + 1})"
                 ) from None
+
+
+def read_fit_json(path: str | Path, flag: str = "--fit") -> dict:
+    """A fit.json (or a hand-written one) as a JSON object, else one line naming the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{flag}: no such file: {p}")
+    check_text(p, flag)
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as err:
+        raise InputError(f"{flag}: {p} is not JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{flag}: {p} holds a JSON {type(data).__name__}, not a fit.json object")
+    return data
 
 
 def _check_header(path: Path, df: pd.DataFrame) -> None:

@@ -23,7 +23,6 @@ Exit code 2 with one line on stderr, and nothing written, when the input cannot 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -33,22 +32,14 @@ import pandas as pd
 from analysis import hparam_predict
 from analysis.bootstrap import percentile_interval
 from analysis.laws import Law, law_of, replicates_path
-from analysis.load import ArgumentParser, InputError, check_out_file, check_text
+from analysis.load import ArgumentParser, InputError, check_out_file, check_text, read_fit_json
 
 
 def load_fit(path: str, group: str | None = None) -> dict:
     """The `parametric` section of a fit.json (of one group when grouped), or the file itself
     when it is a bare section written by hand."""
     p = Path(path)
-    if not p.is_file():
-        raise InputError(f"--fit: no such file: {p}")
-    check_text(p, "--fit")
-    try:
-        data = json.loads(p.read_text())
-    except json.JSONDecodeError as err:
-        raise InputError(f"--fit: {p} is not JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"--fit: {p} holds a JSON {type(data).__name__}, not a fit.json object")
+    data = read_fit_json(p)
     if "groups" in data:
         names = sorted(data["groups"])
         if group is None or group not in data["groups"]:
