@@ -306,8 +306,9 @@ def test_a_request_no_node_can_satisfy_fails_before_submitting(site):
 @needs_cluster
 def test_ctrl_c_cancels_the_sweeps_jobs_without_a_traceback(site):
     tmp, env, experiment, cmd = site
+    # long enough never to finish before the Ctrl-C (an idle node trains 1M tokens in ~10 s)
     (tmp / "sweep" / "slurm_long.yaml").write_text(
-        _sweep_file("  train.tokens: [1000000]\n  model.size: [6e4]")
+        _sweep_file("  train.tokens: [8000000]\n  model.size: [6e4]")
     )
     sweep = subprocess.Popen(
         cmd("slurm_long"),
@@ -318,7 +319,7 @@ def test_ctrl_c_cancels_the_sweeps_jobs_without_a_traceback(site):
         text=True,
     )
     try:
-        victim = _wait_for_training(experiment, 1000000)
+        victim = _wait_for_training(experiment, 8000000)
         job = victim.data.tags["slurm_job_id"]
         sweep.send_signal(signal.SIGINT)  # what Ctrl-C sends the sweep
         stdout, stderr = sweep.communicate(timeout=120)
@@ -344,8 +345,9 @@ def test_ctrl_c_cancels_the_sweeps_jobs_without_a_traceback(site):
 @needs_cluster
 def test_a_rerun_never_submits_a_point_whose_job_still_runs(site):
     tmp, env, experiment, cmd = site
+    # long enough to be still running at the rerun (an idle node trains 1M tokens in ~10 s)
     (tmp / "sweep" / "slurm_long.yaml").write_text(
-        _sweep_file("  train.tokens: [1000000]\n  model.size: [6e4]")
+        _sweep_file("  train.tokens: [8000000]\n  model.size: [6e4]")
     )
     sweep = subprocess.Popen(
         cmd("slurm_long"),
@@ -356,20 +358,23 @@ def test_a_rerun_never_submits_a_point_whose_job_still_runs(site):
         text=True,
     )
     try:
-        job = _wait_for_training(experiment, 1000000).data.tags["slurm_job_id"]
+        job = _wait_for_training(experiment, 8000000).data.tags["slurm_job_id"]
     finally:
         sweep.kill()  # kill -9: the sweep is gone, its job trains on
         sweep.communicate(timeout=30)
-    assert _squeue_state(job) == "RUNNING"
-    again = subprocess.run(
-        cmd("slurm_long"), env=env, cwd=tmp, capture_output=True, text=True, timeout=300
-    )
-    out = again.stdout + again.stderr
-    assert again.returncode == 0, out[-3000:]
-    assert "submitted SLURM array" not in out  # nothing submitted
-    assert f"SLURM job {job} still RUNNING" in out.replace("\n", " ")
-    assert _squeue_state(job) == "RUNNING"  # the one job, untouched
-    assert len(_children(experiment)) == 1
+    try:
+        assert _squeue_state(job) == "RUNNING"
+        again = subprocess.run(
+            cmd("slurm_long"), env=env, cwd=tmp, capture_output=True, text=True, timeout=300
+        )
+        out = again.stdout + again.stderr
+        assert again.returncode == 0, out[-3000:]
+        assert "submitted SLURM array" not in out  # nothing submitted
+        assert f"SLURM job {job} still RUNNING" in out.replace("\n", " ")
+        assert _squeue_state(job) == "RUNNING"  # the one job, untouched
+        assert len(_children(experiment)) == 1
+    finally:
+        subprocess.run(["scancel", job], check=False)  # the node is free for the next test
 
 
 # ---------------------------------------------------------------- without a cluster
