@@ -317,6 +317,9 @@ def test_ctrl_c_cancels_the_sweeps_jobs_without_a_traceback(site):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a shell's background job (`cmd &` without job control) ignores SIGINT, and so would
+        # the sweep: give it the terminal's default, as a user's Ctrl-C finds it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         victim = _wait_for_training(experiment, 8000000)
