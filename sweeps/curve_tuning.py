@@ -6,7 +6,7 @@ Every candidate of a tuned arm trains the shared WSD stable phase up to one rung
 train loss and lr at every step (`train.log_every=1`, not part of the run key). The rung is
 then ranked not by the val loss there, as halving ranks, but by each candidate's final loss as
 the curve law predicts it from the prefix (`analysis.curve_tuning.predict_final`), read back
-from MLflow (`losses_from_curves`); the predicted best continues from its checkpoint to the
+from MLflow (`ranked_loss`); the predicted best continues from its checkpoint to the
 budget with the decay, exactly as halving's winner does. Each segment carries the arm's budget
 as tag `tune_budget`, so the prediction is made for the run the candidate would be.
 """
@@ -14,12 +14,10 @@ as tag `tune_budget`, so the prediction is made for the run the candidate would 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 from analysis import curve_tuning
 from sweeps.plan import CurveSpec, PlanError
-from training import tracking
 
 BUDGET_TAG = "tune_budget"
 
@@ -71,27 +69,11 @@ def predicted_loss(client, run) -> float:
     return curve_tuning.predict_final(row, tokens, [h.value for h in hist], max(tokens, default=0))
 
 
-def losses_from_curves(uri: str, experiment: str):
-    """The rung reader of `sweep.tune_curve`: like `tuning.losses_from_mlflow` (status, loss,
-    failure reason per run key), with a candidate segment's loss its predicted final loss;
-    other runs (the chosen one's decay, transfers) keep their final val loss."""
-
-    def losses_of(keys: Sequence[str]) -> dict[str, tuple[str, float | None, str]]:
-        client = tracking.client(uri)
-        exp = client.get_experiment_by_name(experiment)
-        if exp is None:
-            return {}
-        found = tracking.latest_runs_by_key(client, exp.experiment_id)
-        out = {}
-        for key in keys:
-            run = found.get(key)
-            if run is None:
-                continue
-            loss = run.data.metrics.get("final_val_loss")
-            if BUDGET_TAG in run.data.tags and run.info.status == "FINISHED":
-                pred = predicted_loss(client, run)
-                loss = pred if math.isfinite(pred) else None
-            out[key] = (run.info.status, loss, run.data.tags.get("failure_reason", ""))
-        return out
-
-    return losses_of
+def ranked_loss(client, run) -> float | None:
+    """The loss `sweep.tune_curve` ranks a run by (`tuning.losses_from_mlflow`'s `loss_of`): a
+    candidate segment's predicted final loss; other runs (the chosen one's decay, transfers)
+    keep their final val loss."""
+    if BUDGET_TAG in run.data.tags and run.info.status == "FINISHED":
+        pred = predicted_loss(client, run)
+        return pred if math.isfinite(pred) else None
+    return run.data.metrics.get("final_val_loss")

@@ -298,8 +298,8 @@ def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: L
 
 def _next_stages(sweep: Sweep, tuned: tuning.TuningPlan) -> Callable[[dict], list]:
     """A tuned sweep's next stage from the outcomes so far, ranked on MLflow's records."""
-    reader = curve_tuning.losses_from_curves if tuned.spec.curve else tuning.losses_from_mlflow
-    losses_of = reader(sweep.uri, sweep.experiment)
+    ranked = curve_tuning.ranked_loss if tuned.spec.curve else None
+    losses_of = tuning.losses_from_mlflow(sweep.uri, sweep.experiment, ranked)
     tag_chosen = tuning.tag_chosen_in_mlflow(sweep.uri, sweep.experiment)
     return lambda outcomes: tuned.next_stage(outcomes, losses_of, tag_chosen)
 

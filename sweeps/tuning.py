@@ -415,9 +415,10 @@ def _candidate(spec: TuneSpec, arm: Arm, i: int, values: dict, default_warmup) -
     return Candidate(i, values, tuple(over), bt, w_steps)
 
 
-def losses_from_mlflow(uri: str, experiment: str) -> LossesOf:
+def losses_from_mlflow(uri: str, experiment: str, loss_of: Callable | None = None) -> LossesOf:
     """The MLflow reader of rung results: the run of each key (`tracking.latest_runs_by_key`),
-    its status, final_val_loss and failure reason."""
+    its status, loss and failure reason. The loss is final_val_loss, or `loss_of(client, run)`
+    where a strategy ranks by another number (`sweeps.curve_tuning`: a predicted loss)."""
 
     def losses_of(keys: Sequence[str]) -> dict[str, tuple[str, float | None, str]]:
         client = tracking.client(uri)
@@ -430,6 +431,8 @@ def losses_from_mlflow(uri: str, experiment: str) -> LossesOf:
             run = found.get(key)
             if run is not None:
                 loss = run.data.metrics.get("final_val_loss")
+                if loss_of is not None:
+                    loss = loss_of(client, run)
                 reason = run.data.tags.get("failure_reason", "")
                 out[key] = (run.info.status, loss, reason)
         return out
