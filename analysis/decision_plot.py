@@ -36,6 +36,9 @@ def agreement(decision: dict, baseline: str):
         )
     ax.axhline(1.0, color="gray", ls=":", lw=1)
     ax.set_xscale("log")
+    # the limits from the fractions themselves: autoscaling from the lines alone fails on a
+    # log axis when every agreement is nan (no level with a comparable verdict)
+    ax.set_xlim(x.min() / 1.5, x.max() * 1.5)
     ax.set_ylim(-0.05, 1.08)
     ax.set_xlabel("compute fraction C / the pair's largest measured C")
     ax.set_ylabel(f"agreement (pairs vs {baseline})")

@@ -123,3 +123,19 @@ def test_the_report_states_decision_accuracy_and_draws_the_figure(tmp_path):
     assert "Extrapolation, not a measurement: the fitted laws' multiplier at C = 1e+17" in summary
     assert "## Decision accuracy: verdicts at smaller budgets against the largest" in md
     assert (out / "figures" / "agreement.svg").is_file()
+
+
+def test_agreement_figure_when_no_level_has_a_comparable_verdict(tmp_path):
+    """Every agreement nan (no smaller-budget cell with a verdict to compare): the figure is
+    still drawn on its fractions' log axis (it used to fail: autoscaling from all-nan lines)."""
+    from analysis import decision_plot, plots  # lazy in the report too: seaborn ~3 s
+
+    levels = [
+        {"fraction": f, "cells": 2, "verdict_agreement": np.nan, "sign_agreement": np.nan}
+        for f in (0.1, 0.33)
+    ]
+    fig = decision_plot.agreement({"levels": levels}, "base")
+    plots.save(fig, tmp_path, "agreement")
+    assert (tmp_path / "agreement.svg").stat().st_size > 0
+    lo, hi = fig.axes[0].get_xlim()
+    assert 0 < lo < 0.1 and hi > 0.33
