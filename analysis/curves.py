@@ -335,13 +335,20 @@ def read_inputs(csv: str, curves_csv: str) -> tuple[pd.DataFrame, pd.DataFrame]:
         if not Path(p).is_file():
             raise InputError(f"{flag}: no such file: {p}")
     runs, points = pd.read_csv(csv), pd.read_csv(curves_csv)
+    check_curve_inputs(runs, points, f"--csv {csv}", f"--curves {curves_csv}")
+    return runs, points
+
+
+def check_curve_inputs(runs: pd.DataFrame, points: pd.DataFrame, runs_from: str, curves_from: str):
+    """Curves with the columns a curve law reads, and runs whose lr can be replayed; else one
+    InputError naming the source and the missing columns (otherwise every curve is silently
+    left out and nothing is fitted)."""
     missing = sorted({"run_id", "tokens", "val_loss"} - set(points.columns))
     if missing:
-        raise InputError(f"--curves {curves_csv}: no column(s) {missing}")
+        raise InputError(f"{curves_from}: no column(s) {missing}")
     if not replayable(runs):
         missing = [k for k in SCHEDULE_KEYS if k not in runs.columns]
-        raise InputError(f"--csv {csv}: no schedule columns {missing}: the lr cannot be replayed")
-    return runs, points
+        raise InputError(f"{runs_from}: no schedule columns {missing}: the lr cannot be replayed")
 
 
 def main(argv: list[str] | None = None) -> int:
