@@ -291,8 +291,9 @@ def decayed_at(row: dict, step: int) -> dict:
 def checkpoint_runs(law: Law, runs: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
     """Pseudo-runs from the stable-phase points of every run (D the tokens at the point, C
     scaled with D), their loss corrected by the group's curve law for the decay they did not
-    have: measured + law(decayed run to there) - law(own schedule there). Groups whose curves
-    show no annealing, or are too few to fit, add none."""
+    have: measured + law(decayed run to there) - law(own schedule there); a point several runs
+    share is one pseudo-run. Groups whose curves show no annealing, or are too few to fit, add
+    none."""
     _, members = curves_by_group(runs, points)
     rows = []
     for group in members.values():
@@ -300,8 +301,15 @@ def checkpoint_runs(law: Law, runs: pd.DataFrame, points: pd.DataFrame) -> pd.Da
         cf = fit_curves(law, group) if cols is not None and anneals(cols) else None
         if cf is None or not np.all(np.isfinite(cf.theta)):
             continue
+        # Runs of a group whose warmup is a number of steps share their stable phase up to the
+        # shorter one's decay (the longer budgets continue the same trajectory): a point they
+        # share is one observation, so it is kept once, not once per run.
+        kept = set()
         for c in group:
-            rows += _stable_points(cf, c)
+            for row in _stable_points(cf, c):
+                if (key := (round(row["D"]), row["loss"])) not in kept:
+                    kept.add(key)
+                    rows.append(row)
     return pd.DataFrame(rows)
 
 

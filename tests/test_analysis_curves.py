@@ -201,6 +201,20 @@ def test_checkpoint_runs_are_the_decayed_runs_they_stand_for():
         assert p["loss"] == pytest.approx(decayed["loss"].iloc[0], rel=1e-6), p["run_id"]
 
 
+def test_a_stable_phase_several_runs_share_is_one_checkpoint_each_step():
+    """Warmup in steps: the 600- and 1200-step runs follow the same trajectory up to the first
+    one's decay (identical val points there); each shared point is one pseudo-run."""
+    rows = [
+        _row(f"r{s}", tokens=64 * s, C=6e5 * 64 * s, **{"train.warmup": 20}) for s in (600, 1200)
+    ]
+    runs, points = _simulate("tissue", {"r600": TISSUE, "r1200": TISSUE}, rows, every=20)
+    pseudo = C.checkpoint_runs(CURVE_LAWS["tissue"], runs, points)
+    shared = set(range(60, 479, 20))  # past twice the warmup, before r600's decay (step 480)
+    own = set(range(480, 959, 20))  # r1200 alone, before its decay (step 960)
+    assert sorted(pseudo["D"] / 64) == pytest.approx(sorted(shared | own))
+    assert pseudo["run_id"].str.startswith("r600@").sum() == len(shared)
+
+
 def _compare(tmp_path, runs, points, *extra):
     runs.to_csv(tmp_path / "runs.csv", index=False)
     points.to_csv(tmp_path / "curves.csv", index=False)
