@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import compare_laws, curve_report
+from analysis import checkpoint_check, compare_laws, curve_report
 from analysis import curves as C
 from analysis import schedule_replay as R
 from analysis.laws.curve import CURVE_LAWS, features
@@ -272,3 +272,27 @@ def test_compare_laws_curves_bad_input_exits_2_before_fitting(
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1
     assert not out.exists()
+
+
+def test_checkpoint_check_against_the_runs_that_decayed_there(tmp_path, capsys):
+    """Runs of 300, 600, 1200 steps on one trajectory (warmup in steps): the 300-step run's
+    final loss is the corrected checkpoint at step 300 of the others, the 600-step run's that
+    of the 1200-step run, each with the curve law fitted without the run it is checked on."""
+    rows = [
+        _row(f"r{s}", tokens=64 * s, C=6e5 * 64 * s, **{"train.warmup": 20})
+        for s in (300, 600, 1200)
+    ]
+    runs, points = _simulate("tissue", {r["run_id"]: TISSUE for r in rows}, rows, every=20)
+    errors = checkpoint_check.checkpoint_errors(CURVE_LAWS["tissue"], runs, points)
+    assert sorted(errors["run_id"]) == ["r300", "r600"]
+    assert errors["checkpoint_D"].tolist() == pytest.approx(errors["D"].tolist())
+    assert errors["rel_err"].abs().max() < 1e-6
+    runs.to_csv(tmp_path / "runs.csv", index=False)
+    points.to_csv(tmp_path / "curves.csv", index=False)
+    argv = ["--csv", str(tmp_path / "runs.csv"), "--curves", str(tmp_path / "curves.csv")]
+    assert checkpoint_check.main(argv) == 0
+    assert "2 corrected checkpoints" in capsys.readouterr().out
+    assert checkpoint_check.main([*argv, "--rtol", "-1", "--out", str(tmp_path / "c.md")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --rtol") and err.count("\n") == 1
+    assert not (tmp_path / "c.md").exists()
