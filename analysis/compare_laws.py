@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.bootstrap import percentile_interval
-from analysis.curves import checkpoint_runs
+from analysis.curves import check_curve_inputs, checkpoint_runs
 from analysis.fit import default_holdout_threshold, jsonable
 from analysis.isoflop import budget_groups
 from analysis.laws import LAWS, Law, check_columns, check_fittable, fit_law
@@ -35,6 +35,7 @@ from analysis.load import (
     InputError,
     add_selection_args,
     check_out_dir,
+    check_text,
     load_selected,
 )
 
@@ -104,25 +105,47 @@ def compare(
     }
 
 
-def read_curves(path: str) -> pd.DataFrame:
+def read_curves(path: str, runs: pd.DataFrame, runs_from: str) -> pd.DataFrame:
+    """The curves' points, checked before any fit: a file with the columns a curve law reads,
+    for runs whose lr can be replayed (else every checkpoint is silently left out)."""
     if not Path(path).is_file():
         raise InputError(f"--curves: no such file: {path}")
-    return pd.read_csv(path)
+    check_text(Path(path), "--curves")
+    try:
+        points = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+        raise InputError(f"--curves: cannot read {path} as CSV: {err}".splitlines()[0]) from None
+    check_curve_inputs(runs, points, runs_from, f"--curves {path}")
+    return points
 
 
 def with_checkpoints(result: dict, runs: pd.DataFrame, points: pd.DataFrame, laws, **split):
     """`result` with one more row per law: the same windows, each training set extended by its
     runs' stable-phase checkpoints, corrected for the missing decay by the curve law
-    (`analysis.curves.checkpoint_runs`); the held-out runs are the same."""
-    parts = [
-        (pd.concat([train, checkpoint_runs(TISSUE, train, points)], ignore_index=True), test)
-        for train, test in splits(runs, split.get("threshold"), split.get("rollout", False))
-    ]
+    (`analysis.curves.checkpoint_runs`); the held-out runs are the same. Each +checkpoints row
+    is judged on the windows its final-only row was fitted in, so both average the same
+    held-out runs; a window that only the checkpoints make fittable is listed, not averaged."""
+    extended = []
+    for train, test in splits(runs, split.get("threshold"), split.get("rollout", False)):
+        extra = checkpoint_runs(TISSUE, train, points)
+        extended.append((pd.concat([train, extra], ignore_index=True), test, len(extra)))
     for law in laws:
-        done, skipped = _windows(law, parts, result["n_boot"], split.get("seed", 0))
-        row = _error_row(law, done, skipped)
-        row["law"] = f"{law.name}+checkpoints"
+        fitted = {r["train_below_C"] for r in result["runs"] if r["law"] == law.name}
+        same = [e for e in extended if not e[1].empty and float(e[1]["C"].min()) in fitted]
+        only = [
+            f"C < {test['C'].min():.3g}: not compared (the final-only fit failed there)"
+            for _, test, _ in extended
+            if not test.empty and float(test["C"].min()) not in fitted
+        ]
+        done, skipped = _windows(
+            law, [(t, h) for t, h, _ in same], result["n_boot"], split.get("seed", 0)
+        )
+        name = f"{law.name}+checkpoints"
+        row = {**_error_row(law, done, skipped + only), "law": name}
+        if same:  # per window, as "train runs"; 0 only where no window gained one
+            row["n_checkpoints"] = float(np.mean([n for *_, n in same]))
         result["rows"].append(row)
+        result["runs"] += _per_run_errors(law, done, name)
     return result
 
 
@@ -164,11 +187,12 @@ def _error_row(law: Law, done: list, skipped: list[str]) -> dict:
     return row
 
 
-def _per_run_errors(law: Law, done: list) -> list[dict]:
-    """One record per held-out run of each window: its loss and the law's relative error."""
+def _per_run_errors(law: Law, done: list, name: str | None = None) -> list[dict]:
+    """One record per held-out run of each window: its loss and the law's relative error
+    (`name`: the row's label, e.g. "chinchilla+checkpoints"; default the law's)."""
     return [
         {
-            "law": law.name,
+            "law": name or law.name,
             "train_below_C": float(test["C"].min()),
             "run_id": r,
             "N": n,
@@ -185,20 +209,31 @@ def _per_run_errors(law: Law, done: list) -> list[dict]:
 
 
 def caveats(result: dict) -> list[str]:
-    """What the table cannot show: a ranking on a single held-out run."""
+    """What the table cannot show: a ranking on a single held-out run, +checkpoints rows
+    without a checkpoint."""
+    none = [r["law"] for r in result["rows"] if r.get("n_checkpoints") == 0]
+    lines = (
+        [
+            f"{', '.join(none)}: no stable-phase checkpoint could be corrected for its missing decay "
+            "(no group of runs with more curve points than the curve law's parameters and some "
+            "annealing): these rows are the final-only fits"
+        ]
+        if none
+        else []
+    )
     held = {(r["train_below_C"], r["run_id"]) for r in result["runs"]}
     per_window: dict[float, int] = {}
     for below, _ in held:
         per_window[below] = per_window.get(below, 0) + 1
     single = sorted(c for c, n in per_window.items() if n == 1)
     if not single:
-        return []
+        return lines
     if result["mode"] == "holdout":
-        return [
+        return lines + [
             "the hold-out set has a single run: the laws are ranked on one point, which "
             "a seed's noise can reorder; hold out more runs (--holdout-above a lower C)"
         ]
-    return [
+    return lines + [
         f"{len(single)} of {len(per_window)} windows hold out a single run (budgets at C >= "
         f"{', '.join(f'{c:.3g}' for c in single)}): each ranks the laws on one point"
     ]
@@ -324,14 +359,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.seed < 0:
             raise InputError(f"--seed must be a non-negative integer (got {args.seed})")
         check_out_dir(args.out)
-        runs = load_selected(args).frame
+        selected = load_selected(args)
+        runs = selected.frame
         laws = [LAWS[k] for k in dict.fromkeys(args.law)] if args.law else applicable(runs)
         for law in laws:
             check_columns(runs, law)
+        points = read_curves(args.curves, runs, f"runs {selected.source}") if args.curves else None
         result = compare(runs, args.holdout_above, args.rollout, args.bootstrap, args.seed, laws)
-        if args.curves:
+        if points is not None:
             split = dict(threshold=args.holdout_above, rollout=args.rollout, seed=args.seed)
-            result = with_checkpoints(result, runs, read_curves(args.curves), laws, **split)
+            result = with_checkpoints(result, runs, points, laws, **split)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

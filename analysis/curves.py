@@ -291,8 +291,9 @@ def decayed_at(row: dict, step: int) -> dict:
 def checkpoint_runs(law: Law, runs: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
     """Pseudo-runs from the stable-phase points of every run (D the tokens at the point, C
     scaled with D), their loss corrected by the group's curve law for the decay they did not
-    have: measured + law(decayed run to there) - law(own schedule there). Groups whose curves
-    show no annealing, or are too few to fit, add none."""
+    have: measured + law(decayed run to there) - law(own schedule there); a point several runs
+    share is one pseudo-run. Groups whose curves show no annealing, or are too few to fit, add
+    none."""
     _, members = curves_by_group(runs, points)
     rows = []
     for group in members.values():
@@ -300,8 +301,15 @@ def checkpoint_runs(law: Law, runs: pd.DataFrame, points: pd.DataFrame) -> pd.Da
         cf = fit_curves(law, group) if cols is not None and anneals(cols) else None
         if cf is None or not np.all(np.isfinite(cf.theta)):
             continue
+        # Runs of a group whose warmup is a number of steps share their stable phase up to the
+        # shorter one's decay (the longer budgets continue the same trajectory): a point they
+        # share is one observation, so it is kept once, not once per run.
+        kept = set()
         for c in group:
-            rows += _stable_points(cf, c)
+            for row in _stable_points(cf, c):
+                if (key := (round(row["D"]), row["loss"])) not in kept:
+                    kept.add(key)
+                    rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -335,13 +343,20 @@ def read_inputs(csv: str, curves_csv: str) -> tuple[pd.DataFrame, pd.DataFrame]:
         if not Path(p).is_file():
             raise InputError(f"{flag}: no such file: {p}")
     runs, points = pd.read_csv(csv), pd.read_csv(curves_csv)
+    check_curve_inputs(runs, points, f"--csv {csv}", f"--curves {curves_csv}")
+    return runs, points
+
+
+def check_curve_inputs(runs: pd.DataFrame, points: pd.DataFrame, runs_from: str, curves_from: str):
+    """Curves with the columns a curve law reads, and runs whose lr can be replayed; else one
+    InputError naming the source and the missing columns (otherwise every curve is silently
+    left out and nothing is fitted)."""
     missing = sorted({"run_id", "tokens", "val_loss"} - set(points.columns))
     if missing:
-        raise InputError(f"--curves {curves_csv}: no column(s) {missing}")
+        raise InputError(f"{curves_from}: no column(s) {missing}")
     if not replayable(runs):
         missing = [k for k in SCHEDULE_KEYS if k not in runs.columns]
-        raise InputError(f"--csv {csv}: no schedule columns {missing}: the lr cannot be replayed")
-    return runs, points
+        raise InputError(f"{runs_from}: no schedule columns {missing}: the lr cannot be replayed")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,13 +1,16 @@
 """Loss-curve laws: the schedule replay equals training's schedule, the laws recover known
-parameters from simulated curves, predictions from part of a curve, curve-aware tuning."""
+parameters from simulated curves, predictions from part of a curve, curve-aware tuning, N, D
+laws from checkpoints (`analysis.compare_laws --curves`)."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import curve_report
+from analysis import checkpoint_check, compare_laws, curve_report
 from analysis import curves as C
 from analysis import schedule_replay as R
 from analysis.laws.curve import CURVE_LAWS, features
@@ -165,3 +168,131 @@ def test_report_section_for_a_full_grid_with_curves(tmp_path):
     assert ("fig", "curve_law") == blocks[3][:2] and (tmp_path / "curve_law.png").is_file()
     # val points only (an old curves.csv): the tuning check says why it is not there
     assert any(b[0] == "p" and "no train_loss column" in b[1] for b in blocks)
+
+
+# ---------------------------------------------------------------- laws from checkpoints
+
+
+def _ladder(sizes=(1e5, 3e5), steps=(300, 600, 1200), schedule="wsd"):
+    """runs.csv and curves.csv of a small ladder: one curve law per size (L0 falls with N),
+    each size at several budgets, every run's val loss exactly the law's."""
+    rows, truth = [], {}
+    for n, floor in zip(sizes, (2.8, 2.5, 2.3)):
+        for s in steps:
+            run_id = f"n{n:.0e}-{s}"
+            truth[run_id] = {**TISSUE, "L0": floor}
+            rows.append(_row(run_id, tokens=64 * s, schedule=schedule, N=n, C=6 * n * 64 * s))
+    return _simulate("tissue", truth, rows, every=20)
+
+
+def test_checkpoint_runs_are_the_decayed_runs_they_stand_for():
+    """A stable-phase point, corrected by the fitted curve law, is the final loss of the run
+    that decays there (simulated from the true law, warmup a fraction of its own length)."""
+    runs, points = _ladder(sizes=(1e5,))
+    pseudo = C.checkpoint_runs(CURVE_LAWS["tissue"], runs, points)
+    assert len(pseudo) > 10
+    for p in pseudo.to_dict("records"):
+        run_id, step = p["run_id"].split("@")
+        own = runs.set_index("run_id").loc[run_id]
+        step = int(step)
+        assert 2 * R.warmup_steps(0.05, round(own["D"] / 64)) < step <= 0.8 * own["D"] / 64
+        assert p["D"] == pytest.approx(64 * step) and p["C"] == pytest.approx(6e5 * 64 * step)
+        decayed, _ = _simulate("tissue", {"d": TISSUE}, [_row("d", tokens=64 * step)])
+        assert p["loss"] == pytest.approx(decayed["loss"].iloc[0], rel=1e-6), p["run_id"]
+
+
+def test_a_stable_phase_several_runs_share_is_one_checkpoint_each_step():
+    """Warmup in steps: the 600- and 1200-step runs follow the same trajectory up to the first
+    one's decay (identical val points there); each shared point is one pseudo-run."""
+    rows = [
+        _row(f"r{s}", tokens=64 * s, C=6e5 * 64 * s, **{"train.warmup": 20}) for s in (600, 1200)
+    ]
+    runs, points = _simulate("tissue", {"r600": TISSUE, "r1200": TISSUE}, rows, every=20)
+    pseudo = C.checkpoint_runs(CURVE_LAWS["tissue"], runs, points)
+    shared = set(range(60, 479, 20))  # past twice the warmup, before r600's decay (step 480)
+    own = set(range(480, 959, 20))  # r1200 alone, before its decay (step 960)
+    assert sorted(pseudo["D"] / 64) == pytest.approx(sorted(shared | own))
+    assert pseudo["run_id"].str.startswith("r600@").sum() == len(shared)
+
+
+def _compare(tmp_path, runs, points, *extra):
+    runs.to_csv(tmp_path / "runs.csv", index=False)
+    points.to_csv(tmp_path / "curves.csv", index=False)
+    argv = ["--csv", str(tmp_path / "runs.csv"), "--curves", str(tmp_path / "curves.csv")]
+    out = tmp_path / "cmp"
+    code = compare_laws.main(
+        [*argv, "--law", "kaplan", "--bootstrap", "10", *extra, "--out", str(out)]
+    )
+    return code, out
+
+
+def test_compare_laws_with_checkpoints_judges_the_final_only_windows(tmp_path, capsys):
+    """Rollout over 6 budgets: Kaplan's 4 parameters fit only the last window's 5 runs, the
+    checkpoints make earlier windows fittable too; the +checkpoints row is judged on the same
+    window and held-out run, and lists the others as not compared."""
+    code, out = _compare(tmp_path, *_ladder(), "--rollout")
+    assert code == 0, capsys.readouterr().err
+    result = json.loads((out / "compare_laws.json").read_text())
+    final, ckpt = result["rows"]
+    assert ckpt["law"] == "kaplan+checkpoints" and final["windows"] == ckpt["windows"] == 1
+    assert ckpt["n_train"] > final["n_train"] == 5 and ckpt["n_checkpoints"] > 0
+    assert sum("not compared" in s for s in ckpt["skipped_windows"]) == 4  # fittable, left out
+    held = {
+        law: {r["run_id"] for r in result["runs"] if r["law"] == law}
+        for law in ("kaplan", "kaplan+checkpoints")
+    }
+    assert held["kaplan"] == held["kaplan+checkpoints"] == {"n3e+05-1200"}
+
+
+def test_compare_laws_says_when_no_checkpoint_was_added(tmp_path, capsys):
+    """Constant-lr curves never anneal: the curve law's decay term is not identified, so no
+    checkpoint can be corrected and the +checkpoints row is the final-only fit, said so."""
+    code, out = _compare(tmp_path, *_ladder(schedule="constant"))
+    err = capsys.readouterr().err
+    assert code == 0 and "kaplan+checkpoints: no stable-phase checkpoint" in err
+    final, ckpt = json.loads((out / "compare_laws.json").read_text())["rows"]
+    assert ckpt["n_checkpoints"] == 0 and ckpt["mean_rel_error"] == final["mean_rel_error"]
+
+
+@pytest.mark.parametrize(
+    "drop,where,message",
+    [
+        ("train.schedule", "runs", "no schedule columns ['train.schedule']"),
+        ("val_loss", "curves", "no column(s) ['val_loss']"),
+    ],
+)
+def test_compare_laws_curves_bad_input_exits_2_before_fitting(
+    tmp_path, capsys, drop, where, message
+):
+    runs, points = _ladder()
+    runs, points = (
+        (runs.drop(columns=drop), points) if where == "runs" else (runs, points.drop(columns=drop))
+    )
+    code, out = _compare(tmp_path, runs, points)
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_checkpoint_check_against_the_runs_that_decayed_there(tmp_path, capsys):
+    """Runs of 300, 600, 1200 steps on one trajectory (warmup in steps): the 300-step run's
+    final loss is the corrected checkpoint at step 300 of the others, the 600-step run's that
+    of the 1200-step run, each with the curve law fitted without the run it is checked on."""
+    rows = [
+        _row(f"r{s}", tokens=64 * s, C=6e5 * 64 * s, **{"train.warmup": 20})
+        for s in (300, 600, 1200)
+    ]
+    runs, points = _simulate("tissue", {r["run_id"]: TISSUE for r in rows}, rows, every=20)
+    errors = checkpoint_check.checkpoint_errors(CURVE_LAWS["tissue"], runs, points)
+    assert sorted(errors["run_id"]) == ["r300", "r600"]
+    assert errors["checkpoint_D"].tolist() == pytest.approx(errors["D"].tolist())
+    assert errors["rel_err"].abs().max() < 1e-6
+    runs.to_csv(tmp_path / "runs.csv", index=False)
+    points.to_csv(tmp_path / "curves.csv", index=False)
+    argv = ["--csv", str(tmp_path / "runs.csv"), "--curves", str(tmp_path / "curves.csv")]
+    assert checkpoint_check.main(argv) == 0
+    assert "2 corrected checkpoints" in capsys.readouterr().out
+    assert checkpoint_check.main([*argv, "--rtol", "-1", "--out", str(tmp_path / "c.md")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --rtol") and err.count("\n") == 1
+    assert not (tmp_path / "c.md").exists()
