@@ -27,7 +27,11 @@ full grid alone (no --tuned): each candidate's curve in --curves (with train_los
 the strategy stops it, its final loss predicted from that prefix (`analysis.curve_check`):
 
     python -m analysis.tuning_check --strategy curve --grid GRID/runs.csv \
-        --curves GRID/curves.csv --tune train.lr --tune train.warmup [--runs 2] [--out FILE]
+        --curves GRID/curves.csv --tune train.lr --tune train.warmup [--runs 2] \
+        [--seed-grid OTHER_SEED/runs.csv] [--out FILE]
+
+--seed-grid: the same grid run with another seed; each arm's one-seed spread is measured from
+it (`analysis.curve_check.seed_sd`) and a choice within it counts as a success.
 
 Exit code 2 with one line on stderr, and nothing written, when the input cannot be compared.
 """
@@ -220,6 +224,9 @@ def _parser() -> ArgumentParser:
         default="tissue",
         help="curve: the strategy's curve law, or the prefix's last train loss (a baseline)",
     )
+    parser.add_argument(
+        "--seed-grid", help="curve: the same grid with another seed (measures the seed spread)"
+    )
     parser.add_argument("--tune", action="append", required=True, help="a tuned key (repeatable)")
     parser.add_argument("--out", help="also write the comparison as markdown here")
     return parser
@@ -232,17 +239,22 @@ def _curve_text(args) -> str:
         raise InputError("--curves: required by --strategy curve (the grid's dense curves)")
     if not args.runs > 1.0:
         raise InputError(f"--runs: expected more than 1 run per arm, got {args.runs}")
-    for flag, path in (("--grid", args.grid), ("--curves", args.curves)):
-        if not Path(path).is_file():
+    paths = (("--grid", args.grid), ("--curves", args.curves), ("--seed-grid", args.seed_grid))
+    for flag, path in paths:
+        if path and not Path(path).is_file():
             raise InputError(f"{flag}: no such file: {path}")
     runs = read_csv(args.grid).frame
-    table = curve_check.check(runs, pd.read_csv(args.curves), args.tune, args.runs, args.rule)
+    other = read_csv(args.seed_grid).frame if args.seed_grid else None
+    points = pd.read_csv(args.curves)
+    table = curve_check.check(runs, points, args.tune, args.runs, args.rule, other)
     return curve_check.markdown(table, args.runs, args.rule)
 
 
 def _halving_text(args) -> str:
     if not args.tuned:
         raise InputError("--tuned: required by --strategy halving (the halving sweep's runs)")
+    if args.seed_grid:
+        raise InputError("--seed-grid: used by --strategy curve only")
     tuned = _arms(args.tuned, args.tune, tuned_only=True)
     grid = _arms(args.grid, args.tune, tuned_only=False)
     table, missing = compare(tuned, grid, args.tune)

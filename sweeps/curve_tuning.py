@@ -27,15 +27,15 @@ def rung(spec: CurveSpec, n_candidates: int, budget_tokens: int, batch_tokens: i
     return curve_tuning.prefix_tokens(n_candidates, budget_tokens, batch_tokens, spec.runs)
 
 
-def check_points(arm: str, rung: int, warmup_steps: int, batch_tokens: int, label: str) -> None:
-    """PlanError unless a candidate's prefix holds enough train losses after its warmup for
-    the curve law (`analysis.curve_tuning.MIN_POINTS`)."""
-    points = rung // batch_tokens - warmup_steps - 1  # losses after s - 1 > warmup updates
+def check_points(arm: str, rung: int, batch_tokens: int) -> None:
+    """PlanError unless a candidate's prefix holds enough train losses for the curve law
+    (`analysis.curve_tuning.MIN_POINTS`, counted from its first update)."""
+    points = rung // batch_tokens - curve_tuning.FIRST_STEP  # FIRST_STEP .. rung / batch - 1
     if points < curve_tuning.MIN_POINTS:
         raise PlanError(
-            f"sweep.tune_curve.runs: candidate {label} of arm {arm} sees {max(points, 0)} train "
-            f"losses after its warmup ({warmup_steps} steps) in its prefix of {rung} tokens; "
-            f"the curve law needs {curve_tuning.MIN_POINTS}: raise runs or shorten the warmup"
+            f"sweep.tune_curve.runs: the candidates of arm {arm} see {max(points, 0)} train "
+            f"loss{'' if points == 1 else 'es'} in their prefix of {rung} tokens; the curve law needs "
+            f"{curve_tuning.MIN_POINTS}: raise runs"
         )
 
 

@@ -407,7 +407,7 @@ def _candidate(spec: TuneSpec, arm: Arm, i: int, values: dict, default_warmup) -
                 "raise the first rung or shorten the warmup"
             )
         if spec.curve:
-            curve_tuning.check_points(arm.id, arm.rungs[0], w_steps, bt, f"{WARMUP_KEY}={warmup:g}")
+            curve_tuning.check_points(arm.id, arm.rungs[0], bt)
         over.append(f"{WARMUP_KEY}={w_steps}")
         arm.warmup_steps = max(arm.warmup_steps, w_steps)
     elif WARMUP_KEY in values:

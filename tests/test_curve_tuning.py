@@ -108,7 +108,7 @@ def test_curve_strategy_plans_one_prefix_per_candidate_at_two_runs(comp, capsys)
         ("+sweep.tune_curve={rungs: 2}", "sweep.tune_curve.rungs: unknown field"),
         ("+sweep.tune_halving=false", "remove sweep.tune_halving"),
         ("+sweep.tune_curve={runs: 1.01}", "sweep.tune_curve.runs: arm .* a prefix of 0 tokens"),
-        ("+sweep.tune_curve={runs: 1.3}", "sees 0 train losses after its warmup .* needs 6"),
+        ("+sweep.tune_curve={runs: 1.3}", "see 0 train losses in their prefix .* needs 6"),
     ],
 )
 def test_bad_tune_curve_fails_naming_the_key(comp, extra, message):  # noqa: F811
@@ -163,8 +163,8 @@ def test_offline_check_chooses_the_known_best_where_the_current_loss_does_not(tm
     row = table.iloc[0]
     assert row["choice"] == "0.002" and row["rank"] == 1 and row["regret"] == 0.0
     assert (
-        row["cost_runs"] == pytest.approx(2.0) and row["points"] == "169-169"
-    )  # steps 31..199: after warmup, s - 1 updates
+        row["cost_runs"] == pytest.approx(2.0) and row["points"] == "198-198"
+    )  # steps 2..199, warmup included: s - 1 updates
     runs.to_csv(tmp_path / "grid.csv", index=False)
     points.to_csv(tmp_path / "curves.csv", index=False)
     argv = ["--strategy", "curve", "--grid", str(tmp_path / "grid.csv"), "--tune", "train.lr"]
