@@ -55,31 +55,13 @@ TEST = (
     "wsdcon_18",
 )
 
-# src/config.py PARAMS: [L0, A, alpha, B, C, beta, gamma] (the README table rounds them)
-PARAMS = {
-    size: dict(zip(LAW.params, values))
-    for size, values in {
-        "25": (
-            3.04045406,
-            0.52468604,
-            0.50786857,
-            363.78751622,
-            2.06560812,
-            0.58279013,
-            0.64142257,
-        ),
-        "100": (2.6514477, 0.60115152, 0.45295811, 437.9464276, 2.13245612, 0.59785199, 0.65523644),
-        "400": (
-            2.37474466,
-            0.65421216,
-            0.42878731,
-            523.42464371,
-            2.02462735,
-            0.59350493,
-            0.63472457,
-        ),
-    }.items()
+# src/config.py PARAMS, in LAW.params order (L0, A, alpha, B, C, beta, gamma); the README rounds
+CONFIG_PARAMS = {
+    "25": [3.04045406, 0.52468604, 0.50786857, 363.78751622, 2.06560812, 0.58279013, 0.64142257],
+    "100": [2.6514477, 0.60115152, 0.45295811, 437.9464276, 2.13245612, 0.59785199, 0.65523644],
+    "400": [2.37474466, 0.65421216, 0.42878731, 523.42464371, 2.02462735, 0.59350493, 0.63472457],
 }
+PARAMS = {size: dict(zip(LAW.params, values)) for size, values in CONFIG_PARAMS.items()}
 
 # README "Evaluation Metrics": each the mean over the TEST curves, as printed (3-4 digits)
 README = {
