@@ -184,7 +184,7 @@ def test_multipower_reproduces_the_authors_25m_metrics():
     assert 0.100 < offset.min() and offset.max() < 0.109
 
 
-@pytest.mark.slow  # 100 s at load 7: 18 curves, two of 546 points x 70,000 lr falls
+@pytest.mark.slow  # 22 s at load 4 (100 s at 7): 18 curves, two of 546 points x 70,000 falls
 @pytest.mark.skipif(MPL_REPO is None, reason="MULTIPOWERLAW_REPO: a checkout of the authors' repo")
 def test_multipower_reproduces_the_published_readme_table():
     """The README's metrics of every size: means over the 6 held-out curves at the published
