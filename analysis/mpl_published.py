@@ -20,7 +20,7 @@ how it maps onto `analysis.laws.curve.features`:
 - every lr change from step 1 on enters the annealing sum LD, the warmup's rises included
   (as negative drops): `--definition code`, `features(..., warmup=0)`. The paper's equation
   (and `analysis.curves`, which passes the run's warmup) leaves the warmup out of LD
-  (`--definition paper`); at the published 25M parameters the rises' term adds 0.100-0.108
+  (`--definition paper`); at the published 25M parameters the rises' term adds 0.100-0.109
   nats to every prediction, nearly a constant, so L0 differs by about that much between the two;
 - the objective is the sum over the training curves of Huber(delta 1e-3) of log(loss) -
   log(prediction), the engine's. Their fit (src/fitting.py) is AdamW from an L-BFGS-B fit of a
@@ -171,7 +171,7 @@ def start_for(size: str, folder: Path, warmup: int) -> dict:
 def refit(folder: Path, start: dict, warmup: int = 0) -> Fit:
     """Our engine's fit of the law to the training curves (every point, as the authors fit),
     from `start`. Each evaluation spans every point x every lr fall before it (437 x 23,919
-    on the 25M curves): about 9 CPU-minutes."""
+    on the 25M curves): 9-18 minutes on a shared 2-core machine."""
     cols, loss = columns(TRAIN, folder, warmup)
     with one_thread():
         return fit(LAW, cols, loss, LAW.to_theta(start)[None, :])
