@@ -196,6 +196,12 @@ def test_multipower_reproduces_the_published_readme_table():
             assert round(ours[k], digits) == pytest.approx(v, abs=1e-12), (size, k, ours[k])
 
 
+def test_mpl_published_cli_needs_the_authors_checkout(tmp_path, capsys):
+    assert MPL.main(["--repo", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --repo") and err.count("\n") == 1
+
+
 def _last(row):
     lrs = R.lrs_of(row)
     return lrs, [lrs.size], R.warmup_steps(row["train.warmup"], lrs.size)
@@ -232,9 +238,3 @@ def test_report_section_for_a_full_grid_with_curves(tmp_path):
     assert ("fig", "curve_law") == blocks[3][:2] and (tmp_path / "curve_law.png").is_file()
     # val points only (an old curves.csv): the tuning check says why it is not there
     assert any(b[0] == "p" and "no train_loss column" in b[1] for b in blocks)
-
-
-def test_mpl_published_cli_needs_the_authors_checkout(tmp_path, capsys):
-    assert MPL.main(["--repo", str(tmp_path)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: --repo") and err.count("\n") == 1
