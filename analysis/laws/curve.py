@@ -8,7 +8,9 @@ sum of m_i, m_i = lambda m_(i-1) + (eta_(i-1) - eta_i) (annealing area with mome
 0.999 as the paper's default). `multipower`: Luo et al. 2025, the multi-power law (arXiv
 2503.12811), L(t) = L0 + A (S1(t) + S_W)^-alpha - LD(t), LD(t) = B sum_k (eta_(k-1) - eta_k)
 G(eta_k^-gamma S_k(t)), G(x) = 1 - (C x + 1)^-beta, S_k(t) = sum of the lr from step k to t.
-Warmup: both count its lr in the forward area; neither counts its rising lr as annealing.
+Warmup: both count its lr in the forward area; neither counts its rising lr as annealing
+(the papers' equations; Luo et al.'s code counts the rises as negative drops, so their
+published parameters need warmup=0 here: `analysis.mpl_published`).
 
 Both are `analysis.laws.base.Law`s: fitted by the one engine (start grid, batched L-BFGS,
 L-BFGS-B polish, bootstrap refits) and flagged by `analysis.identification`. Their columns are
