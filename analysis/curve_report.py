@@ -136,10 +136,16 @@ def blocks(
         shown = metric.replace("_", " ").capitalize()
         b.append(("fig", "curve_law", f"{shown} (points) and the fitted curve law (lines)."))
     errors = C.prediction_errors(TISSUE, grid, curves, metric=metric)
+    final = (
+        f"Final train loss (the mean of each run's last {C.FINAL_TRAIN_POINTS} points, the "
+        "curve the law is fitted to)"
+        if metric == "train_loss"
+        else "Final val loss"
+    )
     b.append(
         (
             "p",
-            "Final val loss predicted from the group's points up to k of each run's tokens "
+            f"{final} predicted from the group's points up to k of each run's tokens "
             "(a run is predicted only where some seen point had annealed):",
         )
     )

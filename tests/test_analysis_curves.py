@@ -220,6 +220,21 @@ def test_prediction_errors_from_part_of_a_run():
     assert "| sim | 50% | 2 | 1 |" in table  # b at 50% has seen no decay: not predicted
 
 
+def test_train_loss_predictions_are_compared_with_the_train_loss():
+    """A law fitted to the train loss predicts the train loss: its error is measured against
+    the run's last train points, not the final val loss (here 0.5 nats below the train loss,
+    as a split's own offset can be)."""
+    rows = [_row("a"), _row("b", tokens=64 * 300)]
+    runs, points = _simulate("tissue", {"a": TISSUE, "b": TISSUE}, rows, every=1, noise=1e-3)
+    dense = points.rename(columns={"val_loss": "train_loss"})
+    dense["tokens"] += 64  # a train loss logged at step s is of the model after s - 1 updates
+    runs["loss"] -= 0.5
+    err = C.prediction_errors(CURVE_LAWS["tissue"], runs, dense, ks=(0.75,), metric="train_loss")
+    a = err[err["run_id"] == "a"].iloc[0]
+    last = dense[dense["run_id"] == "a"]["train_loss"].tail(C.FINAL_TRAIN_POINTS).mean()
+    assert a["loss"] == pytest.approx(last) and abs(a["rel_err"]) < 0.02
+
+
 def test_cli_needs_schedule_columns(tmp_path, capsys):
     (tmp_path / "runs.csv").write_text("run_id,N,D,loss\na,1,2,3\n")
     (tmp_path / "curves.csv").write_text("run_id,tokens,val_loss\na,1,3\n")
