@@ -21,6 +21,7 @@ best: the issue's "within the grid's one-seed margin".
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -66,7 +67,9 @@ def seed_sd(g: pd.DataFrame, other: pd.DataFrame | None, keys: list[str]) -> flo
     return float(d.median() * MEDIAN_ABS_TO_SD) if len(d) >= 3 else math.nan
 
 
-def check_arm(g: pd.DataFrame, curves: dict, keys: list[str], runs_allowed: float, rule) -> dict:
+def check_arm(
+    g: pd.DataFrame, curves: dict, keys: list[str], runs_allowed: float, rule, first=None
+) -> dict:
     """The strategy's choice at one arm against the grid's (`rule`: a `curve_tuning.RULES`
     function of the candidate's row, tokens, train losses and prefix end)."""
     budget = int(g["D"].max())
@@ -77,7 +80,8 @@ def check_arm(g: pd.DataFrame, curves: dict, keys: list[str], runs_allowed: floa
         pts = curves.get(row["run_id"])
         tokens, loss = (pts["tokens"], pts["train_loss"]) if pts is not None else ([], [])
         preds[row["run_id"]] = rule(row, tokens, loss, upto)
-        seen.append(curve_tuning.prefix_points(row, tokens, loss, upto)[0].size)
+        start = curve_tuning.FIRST_STEP if first is None else first
+        seen.append(curve_tuning.prefix_points(row, tokens, loss, upto, start)[0].size)
     losses = dict(zip(g["run_id"], g["loss"].astype(float)))
     label = {r: tuning.combo_text(keys, tuple(v)) for r, *v in g[["run_id", *keys]].values}
     ordered = sorted(losses, key=losses.get)
@@ -107,10 +111,12 @@ def check(
     runs_allowed=2.0,
     rule="tissue",
     seed_runs: pd.DataFrame | None = None,
+    first_step: int | None = None,
 ):
     """One row per arm of the full grid (`check_arm`, plus `seed_sd` from `seed_runs`, the
     same grid with another seed); `rule` names a `curve_tuning.RULES` entry (`tissue`: the
-    strategy's; `last`: the prefix's last train losses, a baseline)."""
+    strategy's; `last`: the prefix's last train losses, a baseline); `first_step`: the curve
+    law's first step fitted, instead of `curve_tuning.FIRST_STEP` (its sensitivity)."""
     if "train_loss" not in points.columns or points["train_loss"].notna().sum() == 0:
         raise InputError(
             "--curves: no train_loss column (curves.csv exported before the dense export); "
@@ -122,12 +128,17 @@ def check(
     dense = points.dropna(subset=["train_loss"])
     curves = dict(tuple(dense.groupby("run_id", sort=False)))
     how = curve_tuning.RULES[rule]
+    if first_step is not None and rule == "tissue":
+        how = functools.partial(how, first=first_step)
     if seed_runs is not None:
         for col in ("loss", *keys):
             if col not in seed_runs.columns:
                 raise InputError(f"--seed-grid: no column '{col}'")
     rows = [
-        {**check_arm(g, curves, keys, runs_allowed, how), "seed_sd": seed_sd(g, seed_runs, keys)}
+        {
+            **check_arm(g, curves, keys, runs_allowed, how, first_step),
+            "seed_sd": seed_sd(g, seed_runs, keys),
+        }
         for _, g in grid_arms(runs)
     ]
     if not rows:

@@ -63,7 +63,7 @@ def decay_start(row: Mapping) -> int:
     return warm + int(below[0]) if below.size else lrs.size
 
 
-def prefix_points(row: Mapping, tokens, train_loss, upto_tokens: float):
+def prefix_points(row: Mapping, tokens, train_loss, upto_tokens: float, first: int = FIRST_STEP):
     """(steps, losses) of a candidate's train loss logged at or before `upto_tokens`, from the
     first update on: steps as curve-law points (a loss logged at step s is after s - 1
     updates; the loss before any update has S1 = 0, where the law is infinite)."""
@@ -71,16 +71,18 @@ def prefix_points(row: Mapping, tokens, train_loss, upto_tokens: float):
     tokens = np.asarray(tokens, float)
     loss = np.asarray(train_loss, float)
     steps = np.round(tokens / bt).astype(int) - 1
-    keep = (tokens <= upto_tokens) & (steps >= FIRST_STEP) & np.isfinite(loss)
+    keep = (tokens <= upto_tokens) & (steps >= first) & np.isfinite(loss)
     return steps[keep], loss[keep]
 
 
-def predict_final(row: Mapping, tokens, train_loss, upto_tokens: float) -> float:
+def predict_final(
+    row: Mapping, tokens, train_loss, upto_tokens: float, first: int = FIRST_STEP
+) -> float:
     """The candidate's loss at its decay start, predicted from its prefix (nan: too few
     points, or no fit). `row`: the candidate's run as it would train to the arm's budget
     (runs.csv columns `train.lr`, `train.tokens`, `train.batch_tokens`, `train.schedule`,
-    `train.warmup`, ...)."""
-    steps, loss = prefix_points(row, tokens, train_loss, upto_tokens)
+    `train.warmup`, ...); `first`: the first step fitted."""
+    steps, loss = prefix_points(row, tokens, train_loss, upto_tokens, first)
     if steps.size < MIN_POINTS:
         return math.nan
     lrs = lrs_of(row)

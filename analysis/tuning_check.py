@@ -28,7 +28,7 @@ the strategy stops it, its final loss predicted from that prefix (`analysis.curv
 
     python -m analysis.tuning_check --strategy curve --grid GRID/runs.csv \
         --curves GRID/curves.csv --tune train.lr --tune train.warmup [--runs 2] \
-        [--seed-grid OTHER_SEED/runs.csv] [--out FILE]
+        [--seed-grid OTHER_SEED/runs.csv] [--first-step K] [--out FILE]
 
 --seed-grid: the same grid run with another seed; each arm's one-seed spread is measured from
 it (`analysis.curve_check.seed_sd`) and a choice within it counts as a success.
@@ -225,6 +225,11 @@ def _parser() -> ArgumentParser:
         help="curve: the strategy's curve law, or the prefix's last train loss (a baseline)",
     )
     parser.add_argument(
+        "--first-step",
+        type=int,
+        help="curve: the first step the curve law fits (default: the strategy's, 2)",
+    )
+    parser.add_argument(
         "--seed-grid", help="curve: the same grid with another seed (measures the seed spread)"
     )
     parser.add_argument("--tune", action="append", required=True, help="a tuned key (repeatable)")
@@ -239,6 +244,8 @@ def _curve_text(args) -> str:
         raise InputError("--curves: required by --strategy curve (the grid's dense curves)")
     if not args.runs > 1.0:
         raise InputError(f"--runs: expected more than 1 run per arm, got {args.runs}")
+    if args.first_step is not None and args.first_step < 1:
+        raise InputError(f"--first-step: expected a step >= 1 (S1 > 0), got {args.first_step}")
     paths = (("--grid", args.grid), ("--curves", args.curves), ("--seed-grid", args.seed_grid))
     for flag, path in paths:
         if path and not Path(path).is_file():
@@ -246,7 +253,9 @@ def _curve_text(args) -> str:
     runs = read_csv(args.grid).frame
     other = read_csv(args.seed_grid).frame if args.seed_grid else None
     points = pd.read_csv(args.curves)
-    table = curve_check.check(runs, points, args.tune, args.runs, args.rule, other)
+    table = curve_check.check(
+        runs, points, args.tune, args.runs, args.rule, other, first_step=args.first_step
+    )
     return curve_check.markdown(table, args.runs, args.rule)
 
 

@@ -186,6 +186,40 @@ def test_offline_check_chooses_the_known_best_where_the_current_loss_does_not(tm
         assert not (tmp_path / "x.md").exists()
 
 
+def test_seed_grid_sets_the_margin_and_first_step_is_checked(tmp_path, capsys):
+    """--seed-grid: each arm's one-seed spread is the robust sd of its candidates' paired
+    differences (median |d| / (0.6745 sqrt 2)); a choice within it counts, and the text says
+    which margin it used. --first-step: the curve law's first step, checked."""
+    runs, points = _grid(lrs=(5e-4, 1e-3, 2e-3, 4e-3), floors=(3.3, 3.1, 2.9, 3.2))
+    other = runs.copy()
+    other["loss"] = other["loss"] + np.array([0.01, -0.03, 0.05, -0.07])
+    table = curve_check.check(runs, points, ["train.lr"], seed_runs=other)
+    want = np.median([0.01, 0.03, 0.05, 0.07]) / (0.6745 * np.sqrt(2))
+    assert table["seed_sd"].iloc[0] == pytest.approx(want)
+    text = curve_check.markdown(table, 2.0)
+    assert "within one seed's spread (seed sd) of it at 1 of 1" in text
+    assert "| seed sd |" in text and f"| {want:.3f} |" in text
+    # without another seed: the second-best gap, and the text says so
+    assert "second-best gap (margin)" in curve_check.markdown(
+        curve_check.check(runs, points, ["train.lr"]), 2.0
+    )
+    # the first step fitted moves the points seen (steps first..199 of the prefix)
+    late = curve_check.check(runs, points, ["train.lr"], first_step=50)
+    assert late["points"].iloc[0] == "150-150"
+    runs.to_csv(tmp_path / "grid.csv", index=False)
+    points.to_csv(tmp_path / "curves.csv", index=False)
+    argv = ["--strategy", "curve", "--grid", str(tmp_path / "grid.csv"), "--tune", "train.lr"]
+    argv += ["--curves", str(tmp_path / "curves.csv")]
+    for extra, want_err in (
+        (["--first-step", "0"], "--first-step: expected a step >= 1"),
+        (["--seed-grid", str(tmp_path / "none.csv")], "--seed-grid: no such file"),
+    ):
+        capsys.readouterr()
+        assert tuning_check.main([*argv, *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and want_err in err and err.count("\n") == 1
+
+
 @pytest.mark.slow
 def test_a_curve_tuned_sweep_trains_prefixes_then_the_predicted_best(tmp_path):
     """`sweep.tune_curve` end to end: 4 candidates' prefixes (a train loss per step), each
