@@ -31,7 +31,7 @@ AXES = ("N", "D", "C")
 # config params that become columns: the model's shape, and the training hyperparameters a
 # tuned sweep varies (train.lr, train.warmup, ...); --tune names one of these columns
 CONFIG_COLUMNS = ("model.", "train.", "objective.")  # objective.*: non-decoder families only
-TUNING_TAGS = ("arm", "tune_role")
+TUNING_TAGS = ("arm", "tune_role", "tune_budget")  # tune_budget: a curve-tuned prefix
 PARAMETRIC_PARAMS = 5  # E, A, B, alpha, beta
 K_COLUMN = "k"  # C / (6 N D) of a run whose C is not 6 N D (analysis.compute_factor)
 # MLflow's tracking store schemes (its store registry), for a one-line error on any other

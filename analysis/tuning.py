@@ -126,6 +126,8 @@ def _arm_entry(arm: str, g: pd.DataFrame, keys: list[str], variant: str) -> tupl
                 "value": combo_text(keys, tuple(r[k] for k in keys)),
                 "D": float(r["D"]),
                 "loss": float(r["loss"]),
+                # a prefix of curve-aware tuning (ranked by a curve law), not a halving loser
+                "curve": bool(pd.notna(r.get("tune_budget", np.nan))),
             }
             for _, r in stopped.sort_values([*keys, "D"]).iterrows()
         ],
@@ -168,6 +170,7 @@ def select(
         "n_runs": int(len(runs)),
         "n_selected": int(len(selected)),
         "n_stopped_early": sum(len(a["stopped_early"]) for a in arms),
+        "n_curve_prefixes": sum(s["curve"] for a in arms for s in a["stopped_early"]),
         "arms": arms,
     }
     return selected.reset_index(drop=True), section
@@ -191,6 +194,7 @@ def for_runs(section: dict, run_ids) -> dict:
         "n_runs": sum(a["n_runs"] for a in arms),
         "n_selected": sum(len(a["selected"]) for a in arms),
         "n_stopped_early": sum(len(a["stopped_early"]) for a in arms),
+        "n_curve_prefixes": sum(s["curve"] for a in arms for s in a["stopped_early"]),
     }
 
 

@@ -68,7 +68,15 @@ def summary_sentences(section: dict, rule: dict | None) -> list[str]:
         )
     else:
         out.append("Every arm's best value lies inside its grid.")
-    if section["n_stopped_early"]:
+    if section.get("n_curve_prefixes"):
+        out.append(
+            f"The values were chosen from partial curves (sweep.tune_curve: "
+            f"{section['n_curve_prefixes']} candidate prefixes, each ranked by the final loss "
+            "a curve law predicts from it, the predicted best trained on): these runs cannot "
+            "show whether the full grid would choose the same (check arms against a full "
+            "grid with python -m analysis.tuning_check)."
+        )
+    elif section["n_stopped_early"]:
         out.append(
             f"The values were chosen by successive halving ({section['n_stopped_early']} "
             "candidate segments stopped early): candidates were compared at early rungs, "
@@ -92,9 +100,10 @@ def blocks(section: dict, rule: dict | None) -> list[tuple]:
             "this report uses only the run at each arm's lowest final validation loss "
             "(mean over seeds where an arm has several). "
             f"{section['n_arms']} arms, {section['n_runs']} runs, "
-            f"{section['n_stopped_early']} stopped early (successive halving's losers: "
-            "fewer tokens than the arm's budget, never an arm's result; drawn hollow at "
-            "their loss at their own tokens).",
+            f"{section['n_stopped_early']} stopped early (candidates that did not go on to "
+            "the budget: halving's losers or curve-tuned prefixes; fewer tokens than the "
+            "arm's budget, never an arm's result; drawn hollow at their loss at their own "
+            "tokens).",
         )
     )
     b.append(_arms_table(section))

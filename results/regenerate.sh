@@ -17,6 +17,8 @@ run() { local name=$1; shift; if [ ${#sel[@]} -eq 0 ] || [[ " ${sel[*]} " == *" 
 
 run demo report demo --compare arch --baseline pre-rmsnorm-rope-gqa2-swiglu --tune train.lr --tune train.warmup \
   --title scaling-lab
+run demo report demo/full_grid --compare arch --baseline pre-rmsnorm-rope-gqa2-swiglu --tune train.lr \
+  --tune train.warmup --title "scaling-lab demo, tuned by the full grid (the check of results/demo)"
 run ref_ladder report ref_ladder \
   --title "Reference scaling ladder: llama block, IsoFLOP, stdlib corpus, CPU"
 run ref_ladder_v2 report ref_ladder_v2 \
@@ -37,10 +39,17 @@ run ref_ablation_tuned python -m analysis.tuning_check --tuned results/ref_ablat
   --grid results/ref_ablation_tuned/grid/runs.csv --tune train.lr --tune train.warmup \
   --out results/ref_ablation_tuned/halving_check.md
 run demo python -m analysis.tuning_check --tuned results/demo/halving_runs.csv \
-  --grid results/demo/runs.csv --tune train.lr --tune train.warmup --out results/demo/halving_check.md
-run demo python -m analysis.tuning_check --strategy curve --grid results/demo/curve_grid/runs.csv \
-  --curves results/demo/curve_grid/curves.csv --tune train.lr --tune train.warmup \
-  --out results/demo/curve_tuning_check.md
+  --grid results/demo/full_grid/runs.csv --tune train.lr --tune train.warmup --out results/demo/halving_check.md
+run demo python -m analysis.tuning_check --tuned results/demo/runs.csv \
+  --grid results/demo/full_grid/runs.csv --tune train.lr --tune train.warmup --out results/demo/curve_vs_grid.md
+curve_check() {  # grid folder, other seed's folder, output
+  python -m analysis.tuning_check --strategy curve --grid "results/demo/$1/runs.csv" \
+    --curves "results/demo/$1/curves.csv" --seed-grid "results/demo/$2/runs.csv" \
+    --tune train.lr --tune train.warmup --out "results/demo/$3"
+}
+run demo curve_check curve_grid curve_grid_seed1 curve_tuning_check.md
+run demo curve_check curve_grid_seed1 curve_grid curve_tuning_check_seed1.md
+run demo curve_check curve_grid_seed2 curve_grid curve_tuning_check_seed2.md
 run ref_ladder_tuned report ref_ladder_tuned --tune train.lr --compute exact \
   --title "Reference ladder, tuned: IsoFLOP ladder in exact FLOPs, lr tuned per size, site-packages corpus (under one epoch), llama block, CPU"
 run ref_families report ref_families --tune train.lr --group family \

@@ -130,6 +130,11 @@ def test_runs_stopped_early_are_candidates_never_an_arms_result():
     assert "chosen by successive halving (40 candidate segments stopped early)" in said
     plain = " ".join(tuning_report.summary_sentences(tuning.select(full, ["train.lr"])[1], None))
     assert "successive halving" not in plain
+    # curve-aware tuning's prefixes carry their budget (tag tune_budget): the summary says so
+    curve = runs.assign(tune_budget=np.where(runs["run_id"].str.endswith("stopped"), 1.0, np.nan))
+    said = " ".join(tuning_report.summary_sentences(tuning.select(curve, ["train.lr"])[1], None))
+    assert "chosen from partial curves (sweep.tune_curve: 40 candidate prefixes" in said
+    assert "successive halving" not in said
 
 
 def test_lr_rule_recovers_the_power_law_with_an_interval_covering_it():

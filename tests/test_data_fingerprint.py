@@ -96,9 +96,10 @@ def test_up_to_the_limit_the_fingerprint_is_the_one_every_key_had_before(tmp_pat
     reason=f"the demo's run keys hash Python {DEMO_PYTHON}'s stdlib files",
 )
 def test_the_committed_demo_run_keys_are_computed_again(memo):
-    """A candidate of results/demo (stdlib corpus) keyed from scratch gives its committed key."""
+    """A candidate of the demo's full grid (stdlib corpus) keyed from scratch gives its
+    committed key."""
     sweep = yaml.safe_load((ROOT / "conf/sweep/demo.yaml").read_text())
-    rows = list(csv.DictReader((ROOT / "results/demo/runs.csv").open()))
+    rows = list(csv.DictReader((ROOT / "results/demo/full_grid/runs.csv").open()))
     candidates = [r for r in rows if r["tune_role"] == "candidate"][:2]
     for row in candidates:
         overrides = [f"{k}={v}" for k, v in sweep["fixed"].items()]
