@@ -1,4 +1,5 @@
-"""Does successive halving choose what the full grid would? Per arm, the value halving chose
+"""Does successive halving (or curve-aware tuning: a sweep's runs whose prefixes carry the tag
+`tune_budget`) choose what the full grid would? Per arm, the value halving chose
 against the one the full grid chooses, and what the difference costs in loss.
 
     python -m analysis.tuning_check --tuned results/ref_ablation_tuned/runs.csv \
@@ -151,11 +152,15 @@ def compare(tuned: list[dict], grid: list[dict], keys: list[str]) -> tuple[pd.Da
     return pd.DataFrame(rows), missing
 
 
-def summary(table: pd.DataFrame, missing: list[str], keys: list[str]) -> list[str]:
-    """The comparison in words: agreement, regret, and how decisive the grid itself is."""
+def summary(
+    table: pd.DataFrame, missing: list[str], keys: list[str], who: str = "Halving"
+) -> list[str]:
+    """The comparison in words: agreement, regret, and how decisive the grid itself is (`who`:
+    the tuning strategy, `strategy_of` the tuned runs)."""
     n = len(table)
     agree = int((table["rank"] == 1).sum())
-    out = [f"Halving chose the full grid's value at {agree} of {n} arms."]
+    low = who.lower()
+    out = [f"{who} chose the full grid's value at {agree} of {n} arms."]
     if WARMUP_KEY in keys:
         out[0] += f" ({WARMUP_KEY} in steps, as the runs trained it.)"
     off = table[table["rank"] != 1]
@@ -163,7 +168,7 @@ def summary(table: pd.DataFrame, missing: list[str], keys: list[str]) -> list[st
         worst = off.loc[off["regret"].idxmax()]
         within = int((off["regret"] <= off["margin"].fillna(0) + 1e-12).sum())
         out.append(
-            f"Where they differ, halving's choice ranks {', '.join(map(str, off['rank'].astype(int)))} "
+            f"Where they differ, {low}'s choice ranks {', '.join(map(str, off['rank'].astype(int)))} "
             f"in the grid and costs {off['regret'].mean():.3f} nats on average (worst "
             f"{worst['regret']:.3f}: {worst['variant']} at N={worst['N']:.3g}, "
             f"{worst['halving_choice']} instead of {worst['grid_choice']}); {within} of these "
@@ -172,13 +177,13 @@ def summary(table: pd.DataFrame, missing: list[str], keys: list[str]) -> list[st
         )
     replay = table["replay"].abs().max()
     out.append(
-        f"Largest |halving result - grid run at the same value|: {replay:.2g} nats (the same "
+        f"Largest |{low} result - grid run at the same value|: {replay:.2g} nats (the same "
         "trajectory; non-zero only from float and thread order)."
     )
     wider = int(table["n_left_out"].max())
     if wider:
         out.append(
-            f"The grid's values that halving did not try (up to {wider} per arm) are left "
+            f"The grid's values that {low} did not try (up to {wider} per arm) are left "
             "out: every rank and regret is among the values both compared."
         )
     if missing:
@@ -186,12 +191,12 @@ def summary(table: pd.DataFrame, missing: list[str], keys: list[str]) -> list[st
     return out
 
 
-def markdown(table: pd.DataFrame, lines: list[str]) -> str:
+def markdown(table: pd.DataFrame, lines: list[str], who: str = "Halving") -> str:
     head = [
         "variant",
         "N",
         "D",
-        "halving chose",
+        f"{who.lower()} chose",
         "grid chose",
         "rank",
         "regret",
@@ -204,7 +209,15 @@ def markdown(table: pd.DataFrame, lines: list[str]) -> str:
         for r in table.itertuples()
     ]
     grid = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *body]
-    return "\n".join(["# Halving against the full grid", "", *lines, "", *grid, ""])
+    return "\n".join([f"# {who} against the full grid", "", *lines, "", *grid, ""])
+
+
+def strategy_of(path: str) -> str:
+    """How a tuned sweep chose: curve-aware tuning's prefixes carry their arm's budget (tag
+    `tune_budget`, a runs.csv column), halving's segments do not."""
+    runs = read_csv(path).frame
+    curve = "tune_budget" in runs.columns and runs["tune_budget"].notna().any()
+    return "Curve-aware tuning" if curve else "Halving"
 
 
 def _parser() -> ArgumentParser:
@@ -272,7 +285,8 @@ def _halving_text(args) -> str:
             f"--grid {args.grid}: none of the {len(tuned)} tuned arms is in it "
             "(arms match on variant x N x D)"
         )
-    return markdown(table, summary(table, missing, args.tune))
+    who = strategy_of(args.tuned)
+    return markdown(table, summary(table, missing, args.tune, who), who)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -113,6 +113,28 @@ def test_rank_regret_margin_and_replay_per_arm(tmp_path, capsys):
     assert "halving did not try (up to 1 per arm) are left out" in text
 
 
+def test_a_curve_tuned_sweep_is_named_as_such(tmp_path, capsys):
+    """Prefixes carrying `tune_budget` (curve-aware tuning's tag): the same check, its text
+    and header name the strategy; the numbers do not change."""
+    _grid_csv(tmp_path / "grid.csv")
+    _tuned_csv(tmp_path / "tuned.csv")
+    tuned = pd.read_csv(tmp_path / "tuned.csv")
+    tuned["tune_budget"] = tuned["tune_role"].map({"candidate": 1000.0})
+    tuned.to_csv(tmp_path / "curve.csv", index=False)
+    argv = ["--grid", str(tmp_path / "grid.csv"), "--tune", "train.lr", "--tuned"]
+    assert tuning_check.main([*argv, str(tmp_path / "tuned.csv")]) == 0
+    halving = capsys.readouterr().out
+    assert tuning_check.main([*argv, str(tmp_path / "curve.csv")]) == 0
+    curve = capsys.readouterr().out
+    assert curve.startswith("# Curve-aware tuning against the full grid")
+    assert "Curve-aware tuning chose the full grid's value at 1 of 2 arms" in curve
+    assert "| curve-aware tuning chose |" in curve and "halving" not in curve.lower()
+    assert halving.startswith("# Halving against the full grid")
+    assert [x for x in curve.splitlines() if x.startswith("| a ")] == [
+        x for x in halving.splitlines() if x.startswith("| a ")
+    ]
+
+
 def test_bad_input_names_the_column_or_the_arms(tmp_path, capsys):
     _grid_csv(tmp_path / "grid.csv")
     _tuned_csv(tmp_path / "plain.csv", with_role=False)
