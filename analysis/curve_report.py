@@ -25,14 +25,21 @@ MAX_GROUPS = 6  # fitted groups drawn in the figure (those with the most points)
 
 
 def applies(grid: pd.DataFrame | None, curves: pd.DataFrame | None) -> bool:
-    """A full grid with curves and replayable schedules."""
+    """A full grid, or a sweep tuned from partial curves (`curve_tuned`), with curves and
+    replayable schedules."""
     if grid is None or curves is None or curves.empty or not C.replayable(grid):
         return False
     if not {"tune_role", "arm", "D"} <= set(grid.columns):
         return False
     cand = grid[grid["tune_role"] == "candidate"]
     budget = grid.groupby("arm")["D"].transform("max")[cand.index]
-    return len(cand) > 0 and bool((cand["D"] >= budget).all())
+    return len(cand) > 0 and (bool((cand["D"] >= budget).all()) or curve_tuned(grid))
+
+
+def curve_tuned(grid: pd.DataFrame) -> bool:
+    """Tuned by `sweep.tune_curve`: its candidates are prefixes tagged with their budget."""
+    cand = grid[grid["tune_role"] == "candidate"]
+    return "tune_budget" in grid.columns and bool(cand["tune_budget"].notna().any())
 
 
 def fitted_groups(
@@ -117,6 +124,11 @@ def blocks(
         return []
     from analysis import plots  # lazy: seaborn ~3 s (a report has imported it already)
 
+    prefixes = None
+    if curve_tuned(grid):  # the law on the runs that trained on; the prefixes ranked them
+        prefixes = grid[grid["tune_role"] == "candidate"]
+        grid = grid[grid["tune_role"] != "candidate"]
+        curves = curves[curves["run_id"].isin(grid["run_id"])]
     metric = C.choose_metric(curves)
     fits = fitted_groups(grid, curves, metric)
     b: list[tuple] = [("h2", HEADING)]
@@ -151,7 +163,23 @@ def blocks(
     )
     header = ["k", "runs", "predicted", "median abs error", "max abs error"]
     b.append(("table", header, _error_rows(errors)))
+    if prefixes is not None:
+        return b + [("p", _prefix_note(prefixes))]
     return b + _tuning_blocks(grid, curves, list(keys))
+
+
+def _prefix_note(prefixes: pd.DataFrame) -> str:
+    """What a curve-tuned sweep's report can say of its tuning: how, and how to check it."""
+    lo, hi = (int(x) for x in prefixes["D"].astype(float).agg(["min", "max"]))
+    span = f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
+    return (
+        f"The tuned values were chosen from partial curves (`sweep.tune_curve`): "
+        f"{len(prefixes)} candidate prefixes of {span} tokens, "
+        "each ranked by its final loss as this law (without its annealing term) predicts it "
+        "from the prefix's train loss. These runs cannot show what the full grid would have "
+        "chosen: `python -m analysis.tuning_check --tuned runs.csv --grid FULL_GRID/runs.csv` "
+        "compares the choices with a full grid of the same arms."
+    )
 
 
 def _tuning_blocks(grid: pd.DataFrame, curves: pd.DataFrame, keys: list[str]) -> list[tuple]:

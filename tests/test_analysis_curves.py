@@ -257,6 +257,27 @@ def test_report_section_for_a_full_grid_with_curves(tmp_path):
     assert any(b[0] == "p" and "no train_loss column" in b[1] for b in blocks)
 
 
+def test_report_section_for_a_curve_tuned_sweep(tmp_path):
+    """A sweep tuned from partial curves (prefixes tagged tune_budget, ending before the
+    budget): the law is fitted to the runs that trained on, not the prefixes, and the section
+    says how to check the choice against a full grid."""
+    truth = {"win": TISSUE, "big": TISSUE, "p0": TISSUE, "p1": {**TISSUE, "L0": 3.3}}
+    rows = [_row("win", arm="a", tune_role="chosen"), _row("big", tokens=64 * 300)]
+    rows[1].update(arm="b", tune_role="transfer")
+    for name in ("p0", "p1"):  # 40-step prefixes of the 200-step arm
+        rows.append(_row(name, tokens=64 * 40, arm="a", tune_role="candidate"))
+    runs, points = _simulate("tissue", truth, rows, every=10, noise=1e-4)
+    runs["tune_budget"] = np.where(runs["tune_role"] == "candidate", 64 * 200, np.nan)
+    assert curve_report.applies(runs, points) and curve_report.curve_tuned(runs)
+    assert not curve_report.applies(runs.drop(columns="tune_budget"), points)  # not a full grid
+    blocks = curve_report.blocks(runs, points, tmp_path)
+    errors = next(b for b in blocks if b[0] == "table" and b[1][0] == "k")
+    assert errors[2][0][1] == "2"  # 2 runs scored (the prefixes are not)
+    note = blocks[-1]
+    assert note[0] == "p" and "2 candidate prefixes of 2,560 tokens" in note[1]
+    assert "tuning_check --tuned runs.csv --grid FULL_GRID/runs.csv" in note[1]
+
+
 # ---------------------------------------------------------------- laws from checkpoints
 
 
