@@ -25,6 +25,7 @@ import numpy as np
 
 PLAUSIBLE_EXPONENT = (0.0, 2.5)  # alpha, beta, gamma of a loss law; published ones are 0.05-0.8
 E_ZERO_FRACTION = 1e-3  # E below this fraction of the lowest measured loss is "E -> 0"
+ZERO_EFFECT = 1e-6  # an effect below this fraction of its interval's high end is "no effect"
 MIN_CONVERGED = 0.8  # fraction of bootstrap refits that must converge
 NOISE_CAP = 0.01  # a run's seed-to-seed spread is well under 1% in published sweeps
 COLLAPSE_RTOL = 1e-9  # an interval narrower than this (relative) has collapsed to its point
@@ -46,6 +47,21 @@ def _interval(value: float, ci) -> str | None:
         return (
             "its interval collapsed to the point: every usable bootstrap replicate gives "
             "the same value (too few distinct points, or none could leave the estimate)"
+        )
+    return None
+
+
+def effect_problem(name: str, value: float, ci) -> str | None:
+    """Why an effect size that may be 0 (a law's `effects`) is not identified, or None: the
+    estimate or the low end of its interval below ZERO_EFFECT of the interval's high end."""
+    if ci is None or not np.isfinite(value) or ci[1] <= 0:
+        return None
+    if value < ZERO_EFFECT * ci[1]:
+        return f"{name} = {value:.2g} sits on its lower bound 0: the data cannot tell it from none"
+    if ci[0] < ZERO_EFFECT * ci[1]:
+        return (
+            f"its 95% interval [{ci[0]:.2g}, {ci[1]:.3g}] reaches down to 0: the data cannot "
+            "tell it from none"
         )
     return None
 
@@ -143,6 +159,8 @@ def law_reasons(
         elif name in law.exponents:
             shown = f"{'-' if law.exponents[name] < 0 else ''}{name}"
             why = exponent_problem(shown, law.exponents[name] * value) or why
+        elif name in getattr(law, "effects", ()):
+            why = why or effect_problem(name, value, ci.get(name))
         if why:
             reasons[name] = why
     for scale, exponent in law.tradeoffs.items():

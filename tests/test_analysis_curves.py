@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import checkpoint_check, compare_laws, curve_report
+from analysis import checkpoint_check, compare_laws, curve_report, identification
 from analysis import curves as C
 from analysis import mpl_published as MPL
 from analysis import schedule_replay as R
@@ -404,3 +404,23 @@ def test_checkpoint_check_against_the_runs_that_decayed_there(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: --rtol") and err.count("\n") == 1
     assert not (tmp_path / "c.md").exists()
+
+
+def test_an_annealing_gain_indistinguishable_from_none_is_not_identified():
+    """Tissue's C at ~0, or with an interval reaching down to ~0, is flagged like an
+    irreducible loss on its bound (a gain of 0 fits as well); a clear C is not."""
+    ok = np.ones(50, bool)
+    base = {"L0": 2.0, "A": 4.2, "alpha": 0.14}
+    ci = {"L0": (1.5, 2.5), "A": (4.1, 4.3), "alpha": (0.13, 0.15)}
+    law = CURVE_LAWS["tissue"]
+    on_zero = identification.law_reasons(
+        law, {**base, "C": 2.6e-72}, {**ci, "C": (2.6e-72, 0.48)}, ok, 3.0
+    )
+    assert list(on_zero) == ["C"] and "sits on its lower bound 0" in on_zero["C"]
+    reaches = identification.law_reasons(
+        law, {**base, "C": 0.048}, {**ci, "C": (1.3e-10, 0.58)}, ok, 3.0
+    )
+    assert "reaches down to 0" in reaches["C"]
+    assert (
+        identification.law_reasons(law, {**base, "C": 1.0}, {**ci, "C": (0.5, 2.0)}, ok, 3.0) == {}
+    )

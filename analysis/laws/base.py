@@ -50,6 +50,9 @@ class Law:
     exponents: dict[str, int] = field(default_factory=dict)
     tradeoffs: dict[str, str] = field(default_factory=dict)
     irreducible: str | None = None
+    # effect sizes whose 0 is a law of its own (no such effect): not identified where the
+    # estimate or its interval reaches down to 0 (Tissue's annealing gain C)
+    effects: tuple[str, ...] = ()
     # (values {name: (R,)}, C (K,), U (K,) or None) -> (N_opt, D_opt), each (R, K)
     optimal: Callable | None = None
     # (law, runs, counts (R, n), fixed) -> (theta (P,), objective, thetas (R, P), converged (R,));

@@ -107,6 +107,7 @@ TISSUE = Law(
     exponents={"alpha": 1},
     tradeoffs={"A": "alpha"},
     irreducible="L0",
+    effects=("C",),
 )
 
 MULTIPOWER = Law(
