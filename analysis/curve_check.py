@@ -68,10 +68,11 @@ def seed_sd(g: pd.DataFrame, other: pd.DataFrame | None, keys: list[str]) -> flo
 
 
 def check_arm(
-    g: pd.DataFrame, curves: dict, keys: list[str], runs_allowed: float, rule, first=None
+    g: pd.DataFrame, curves: dict, keys: list[str], runs_allowed: float, rule, first: int
 ) -> dict:
     """The strategy's choice at one arm against the grid's (`rule`: a `curve_tuning.RULES`
-    function of the candidate's row, tokens, train losses and prefix end)."""
+    function of the candidate's row, tokens, train losses and prefix end; `first`: the first
+    step it fits, for the points column)."""
     budget = int(g["D"].max())
     bt = int(g["train.batch_tokens"].iloc[0])
     upto = curve_tuning.prefix_tokens(len(g), budget, bt, runs_allowed)
@@ -80,8 +81,7 @@ def check_arm(
         pts = curves.get(row["run_id"])
         tokens, loss = (pts["tokens"], pts["train_loss"]) if pts is not None else ([], [])
         preds[row["run_id"]] = rule(row, tokens, loss, upto)
-        start = curve_tuning.FIRST_STEP if first is None else first
-        seen.append(curve_tuning.prefix_points(row, tokens, loss, upto, start)[0].size)
+        seen.append(curve_tuning.prefix_points(row, tokens, loss, upto, first)[0].size)
     losses = dict(zip(g["run_id"], g["loss"].astype(float)))
     label = {r: tuning.combo_text(keys, tuple(v)) for r, *v in g[["run_id", *keys]].values}
     ordered = sorted(losses, key=losses.get)
@@ -127,16 +127,17 @@ def check(
             raise InputError(f"--grid: no column '{col}'")
     dense = points.dropna(subset=["train_loss"])
     curves = dict(tuple(dense.groupby("run_id", sort=False)))
+    first = curve_tuning.FIRST_STEP if first_step is None else first_step
     how = curve_tuning.RULES[rule]
-    if first_step is not None and rule == "tissue":
-        how = functools.partial(how, first=first_step)
+    if rule == "tissue":
+        how = functools.partial(how, first=first)
     if seed_runs is not None:
         for col in ("loss", *keys):
             if col not in seed_runs.columns:
                 raise InputError(f"--seed-grid: no column '{col}'")
     rows = [
         {
-            **check_arm(g, curves, keys, runs_allowed, how, first_step),
+            **check_arm(g, curves, keys, runs_allowed, how, first),
             "seed_sd": seed_sd(g, seed_runs, keys),
         }
         for _, g in grid_arms(runs)

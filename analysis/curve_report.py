@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import curve_check
+from analysis import curve_check, tuning
 from analysis import curves as C
 from analysis.laws.curve import TISSUE
 from analysis.load import InputError
@@ -38,8 +38,7 @@ def applies(grid: pd.DataFrame | None, curves: pd.DataFrame | None) -> bool:
 
 def curve_tuned(grid: pd.DataFrame) -> bool:
     """Tuned by `sweep.tune_curve`: its candidates are prefixes tagged with their budget."""
-    cand = grid[grid["tune_role"] == "candidate"]
-    return "tune_budget" in grid.columns and bool(cand["tune_budget"].notna().any())
+    return bool(tuning.curve_prefixes(grid[grid["tune_role"] == "candidate"]).any())
 
 
 def fitted_groups(

@@ -18,8 +18,9 @@ S1, and at two runs' compute they are most of a candidate's prefix (20 of 27 ste
 demo's 8% warmup). The loss after the first update is left out: its S1 is one warmup step's
 lr, where A S1^-alpha is near its pole and the real loss still near ln(vocab), so that one
 point sets alpha. The first step fitted moves the result (docs/curve-laws.md has the counts
-for steps 1, 2, 3 and 5 on two seeds' grids); 2 was chosen on those grids. Every candidate
-decays the same way, so the rank at the decay start is the rank the rule uses. `sweeps.run` calls the same function on the runs it trains (`sweep.tune_curve`);
+for steps 1, 2, 3 and 5 on three seeds' grids); 2 was chosen on seeds 0 and 1. Every
+candidate decays the same way, so the rank at the decay start is the rank the rule uses.
+`sweeps.run` calls the same function on the runs it trains (`sweep.tune_curve`);
 `analysis.tuning_check --strategy curve` calls it on full-grid runs cut where the sweep would
 stop them (the same steps and losses: the candidates' prefixes are the grid runs' first steps).
 """
@@ -64,9 +65,9 @@ def decay_start(row: Mapping) -> int:
 
 
 def prefix_points(row: Mapping, tokens, train_loss, upto_tokens: float, first: int = FIRST_STEP):
-    """(steps, losses) of a candidate's train loss logged at or before `upto_tokens`, from the
-    first update on: steps as curve-law points (a loss logged at step s is after s - 1
-    updates; the loss before any update has S1 = 0, where the law is infinite)."""
+    """(steps, losses) of a candidate's train loss logged at or before `upto_tokens`, from step
+    `first` on: steps as curve-law points (a loss logged at step s is after s - 1 updates; the
+    loss before any update has S1 = 0, where the law is infinite)."""
     bt = float(row["train.batch_tokens"])
     tokens = np.asarray(tokens, float)
     loss = np.asarray(train_loss, float)

@@ -159,7 +159,7 @@ def law_reasons(
         elif name in law.exponents:
             shown = f"{'-' if law.exponents[name] < 0 else ''}{name}"
             why = exponent_problem(shown, law.exponents[name] * value) or why
-        elif name in getattr(law, "effects", ()):
+        elif name in law.effects:
             why = why or effect_problem(name, value, ci.get(name))
         if why:
             reasons[name] = why

@@ -36,6 +36,7 @@ from analysis.load import InputError
 
 FULL_RTOL = 0.01  # a run within 1% of its arm's largest D trained the arm's budget
 BATCH_COLUMN = "train.batch_tokens"
+PREFIX_TAG = "tune_budget"  # curve-aware tuning's prefixes carry their arm's budget (a tag)
 
 
 def full_length(g: pd.DataFrame, budget: float) -> pd.Series:
@@ -99,11 +100,20 @@ def _vertex(xs: list[float], losses: list[float], best: float) -> float:
     return float(np.exp(np.clip(-c1 / (2 * c2), x[0], x[2])))
 
 
+def curve_prefixes(runs: pd.DataFrame) -> pd.Series:
+    """Which runs are prefixes of curve-aware tuning (`sweep.tune_curve`: tagged with their
+    arm's budget), not halving's segments or full-length runs."""
+    if PREFIX_TAG not in runs.columns:
+        return pd.Series(False, index=runs.index)
+    return runs[PREFIX_TAG].notna()
+
+
 def _arm_entry(arm: str, g: pd.DataFrame, keys: list[str], variant: str) -> tuple[dict, list]:
     """The tuning section's entry of one arm, and the run ids of its result."""
     budget = float(g["D"].max())
     full = g[full_length(g, budget)]
     stopped = g.drop(full.index)
+    prefix = curve_prefixes(stopped)
     combos = full.groupby(keys, sort=True)["loss"].mean()  # value (tuple) -> mean over seeds
     combos.index = [c if isinstance(c, tuple) else (c,) for c in combos.index]
     best = combos.idxmin()
@@ -127,9 +137,9 @@ def _arm_entry(arm: str, g: pd.DataFrame, keys: list[str], variant: str) -> tupl
                 "D": float(r["D"]),
                 "loss": float(r["loss"]),
                 # a prefix of curve-aware tuning (ranked by a curve law), not a halving loser
-                "curve": bool(pd.notna(r.get("tune_budget", np.nan))),
+                "curve": bool(prefix[i]),
             }
-            for _, r in stopped.sort_values([*keys, "D"]).iterrows()
+            for i, r in stopped.sort_values([*keys, "D"]).iterrows()
         ],
     }
     for j, key in enumerate(keys):

@@ -212,11 +212,10 @@ def markdown(table: pd.DataFrame, lines: list[str], who: str = "Halving") -> str
     return "\n".join([f"# {who} against the full grid", "", *lines, "", *grid, ""])
 
 
-def strategy_of(path: str) -> str:
-    """How a tuned sweep chose: curve-aware tuning's prefixes carry their arm's budget (tag
-    `tune_budget`, a runs.csv column), halving's segments do not."""
-    runs = read_csv(path).frame
-    curve = "tune_budget" in runs.columns and runs["tune_budget"].notna().any()
+def strategy_of(tuned: list[dict]) -> str:
+    """How a tuned sweep chose (its arms from `_arms`): curve-aware tuning's prefixes carry
+    their arm's budget (`tuning.curve_prefixes`), halving's segments do not."""
+    curve = any(s["curve"] for arm in tuned for s in arm["stopped_early"])
     return "Curve-aware tuning" if curve else "Halving"
 
 
@@ -285,7 +284,7 @@ def _halving_text(args) -> str:
             f"--grid {args.grid}: none of the {len(tuned)} tuned arms is in it "
             "(arms match on variant x N x D)"
         )
-    who = strategy_of(args.tuned)
+    who = strategy_of(tuned)
     return markdown(table, summary(table, missing, args.tune, who), who)
 
 
