@@ -69,7 +69,8 @@ def verdicts(ablation: dict) -> pd.DataFrame:
 def _verdict_row(v: str, m: dict, top: dict) -> dict:
     verdict, reference = m["verdict"] or "not identified", top["verdict"] or "not identified"
     identified = "not identified" not in (verdict, reference)
-    signs = np.isfinite([m["multiplier"], top["multiplier"]]).all()
+    better, top_better = _better(m), _better(top)
+    signs = better is not None and top_better is not None
     return {
         "variant": v,
         "C": m["C"],
@@ -78,9 +79,18 @@ def _verdict_row(v: str, m: dict, top: dict) -> dict:
         "verdict": verdict,
         "reference": reference,
         "agrees": (verdict == reference) if identified else None,
-        "sign_agrees": ((m["multiplier"] > 1) == (top["multiplier"] > 1)) if signs else None,
+        "sign_agrees": (better == top_better) if signs else None,
         "largest": m is top,
     }
+
+
+def _better(m: dict) -> bool | None:
+    """Whether m > 1 at a measured cell: the variant's loss below the baseline's at the same
+    compute (a bound on m has no sign of its own); None where that is not known."""
+    gap = m.get("loss_gap")
+    if gap is not None:
+        return bool(gap < 0) if np.isfinite(gap) else None
+    return bool(m["multiplier"] > 1) if np.isfinite(m["multiplier"]) else None
 
 
 def agreement(table: pd.DataFrame) -> pd.DataFrame:

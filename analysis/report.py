@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from analysis import (
@@ -30,6 +31,7 @@ from analysis import (
     families_report,
     hparam_laws,
     hparam_report,
+    noise,
     tuning,
     tuning_report,
     wallclock,
@@ -132,7 +134,7 @@ def build_blocks(an: Analysis, excluded, figures, title, source="") -> list[tupl
     if ablation:
         b.extend(_ablation_blocks(ablation) + wallclock.detail_blocks(ablation))
         b.extend(decision.detail_blocks(ablation))
-        b.extend(_matched_loss_blocks(runs, ablation["baseline"]))
+        b.extend(_matched_loss_blocks(ablation))
     if "training_curves" in figs:
         b.append(("h2", "Training curves"))
     # the frontier figure, when not in the summary, goes with the single-variable laws
@@ -231,28 +233,35 @@ def _source_blocks(runs: pd.DataFrame, source: str) -> list[tuple]:
     return [("p", text)]
 
 
-def _matched_loss_blocks(runs: pd.DataFrame, baseline: str) -> list[tuple]:
-    """The raw comparison under the multipliers: mean final loss (std over seeds) of every
-    variant at each of its sizes (k-th smallest N) and token budgets."""
-    runs = runs.assign(size=runs.groupby(["variant", "D"])["N"].rank(method="dense").astype(int))
-    cells = runs.groupby(["variant", "D", "size"]).agg(
-        N=("N", "mean"), loss=("loss", "mean"), sd=("loss", "std"), n=("loss", "size")
-    )
-    keys = sorted({(d, k) for _, d, k in cells.index})
-    header = ["variant"] + [f"D {d:.3g}, size {k}" for d, k in keys]
-    rows = []
-    for v in [baseline] + sorted(set(runs["variant"]) - {baseline}):
-        row = [v]
-        for d, k in keys:
-            if (v, d, k) not in cells.index:
-                row.append("-")
-                continue
-            c = cells.loc[(v, d, k)]
-            sd = f" ± {c['sd']:.3f}" if c["n"] > 1 else ""
-            row.append(f"{c['loss']:.3f}{sd} (N {c['N']:.3g})")
-        rows.append(row)
+def _matched_loss_blocks(ablation: dict) -> list[tuple]:
+    """The matched cells: each arm's mean final loss where both trained the same (size, token
+    budget), their difference with its interval and the Holm-controlled verdict."""
+    m = ablation.get("matched") or {}
+    if not m.get("cells"):
+        return []
+    rows = [
+        [
+            c["variant"],
+            f"{c['size']:.3g}",
+            f"{c['D']:.3g}",
+            f"{c['loss']:.3f} ({c['seeds']})",
+            f"{c['loss_base']:.3f} ({c['seeds_base']})",
+            f"{c['diff']:+.3f} [{c['lo']:+.3f}, {c['hi']:+.3f}]",
+            fmt(c["p_holm"], ".2g"),
+            c["verdict"],
+        ]
+        for c in m["cells"]
+    ]
+    header = ["variant", "size", "D", "loss (seeds)", "baseline loss (seeds)"]
+    header += ["difference, nats [95% CI]", "p (Holm)", "variant's loss"]
     return [
-        ("h2", "Final validation loss per variant at matched sizes (mean ± std over seeds)"),
+        ("h2", "Matched cells: final validation loss where both arms trained the same size and D"),
+        (
+            "p",
+            f"Each arm's mean over its seeds; the difference's interval carries the "
+            f"{noise.describe(m['noise'])}; Holm over all {m['n_cells']} cells at "
+            f"{m['family_level']:g}. Size: the sweep's nominal model size.",
+        ),
         ("table", header, rows),
     ]
 
@@ -554,18 +563,26 @@ def _ablation_blocks(ablation) -> list[tuple]:
             verdict = m.get("verdict") or "n/a (extrapolated)"
             p_raw = fmt(m.get("p"), ".3f") if m["measured"] else ""
             p_holm = fmt(m.get("p_holm"), ".3f") if m["measured"] else ""
-            estimate = "not identified" if bad else est(m["multiplier"], m["ci95"], ".3g")
+            gap = m.get("loss_gap", float("nan"))
+            gap_text = est(gap, m.get("loss_gap_ci95"), "+.3f") if m["measured"] else ""
+            if bad or (m.get("why_not_identified") and not np.isfinite(m["multiplier"])):
+                estimate = "not identified"
+            else:
+                estimate = headline.multiplier_text(m)
             rows.append(
                 [
                     v,
                     fmt(m["C"], ".3g"),
-                    "measured" if m["measured"] else "extrapolated",
+                    METHOD.get(m.get("method"), "measured" if m["measured"] else "extrapolated"),
                     estimate,
+                    gap_text if np.isfinite(gap) else ("n/a" if m["measured"] else ""),
                     p_raw,
                     p_holm,
                     verdict,
                 ]
             )
+            if not m["measured"] and m.get("why_not_identified"):
+                notes.append(f"{v} at C {m['C']:.3g}: {m['why_not_identified']}")
             if m.get("verdict") == "not identified" and not bad and m.get("why_not_identified"):
                 notes.append(f"{v} at C {m['C']:.3g}: {m['why_not_identified']}")
         if bad:
@@ -574,12 +591,22 @@ def _ablation_blocks(ablation) -> list[tuple]:
     b.append(
         (
             "table",
-            ["variant", f"C ({conv})", "scale", "multiplier [95% CI]", "p", "p (Holm)", "verdict"],
+            [
+                "variant",
+                f"C ({conv})",
+                "m from",
+                "multiplier [95% CI]",
+                "loss gap at same C, nats",
+                "p",
+                "p (Holm)",
+                "verdict",
+            ],
             rows,
         )
     )
     if notes:
-        b.append(("p", "Not identified: " + "; ".join(notes) + "."))
+        b.append(("p", "Not identified: " + "; ".join(dict.fromkeys(notes)) + "."))
+    b.append(("list", _law_check_lines(ablation)))
     spread = ablation["seed_std_median"]
     if spread:
         b.append(
@@ -590,6 +617,50 @@ def _ablation_blocks(ablation) -> list[tuple]:
             )
         )
     return b
+
+
+METHOD = {
+    "interpolated": "measured (interpolated)",
+    "baseline law": "measured vs baseline law",
+    "<": "measured (bound)",
+    ">": "measured (bound)",
+    "laws": "extrapolated (laws)",
+}
+
+
+def _law_check_lines(ablation: dict) -> list[str]:
+    """The noise scale, the plateau, and every variant's frontier law checked against its
+    own frontier points."""
+    lines = []
+    if ablation.get("noise"):
+        lines.append(f"Noise scale: {noise.describe(ablation['noise'])}.")
+    lines.extend(_plateau_lines(ablation.get("plateau")))
+    for v, res in ablation["variants"].items():
+        check = res.get("law_check") or {}
+        if check.get("sentence"):
+            lines.append(f"{v}: {check['sentence']}")
+    return lines
+
+
+def _plateau_lines(plateau: dict | None) -> list[str]:
+    if not plateau:
+        return []
+    h = plateau["unigram_entropy"]
+    if h is None:
+        return [
+            "Unigram plateau: not checked (runs.csv has no unigram_entropy column: runs from "
+            "before it was recorded)."
+        ]
+    listed = ", ".join(
+        f"{r.get('variant', '')} N {r['N']:.3g} D {r['D']:.3g} ({r['loss']:.3f})"
+        for r in plateau["runs"]
+    )
+    text = (
+        f"Unigram plateau: the corpus's unigram entropy is {h:.3f} nats/token; "
+        f"{plateau['n_runs']} run(s) have not left it (loss above {plateau['threshold']:.3f}) "
+        "and are left out of every law"
+    )
+    return [text + (f": {listed}." if listed else ".")]
 
 
 def render_md(blocks) -> str:

@@ -10,7 +10,9 @@ not determine is stated as a result.
 
 from __future__ import annotations
 
-from analysis import identification
+import numpy as np
+
+from analysis import identification, matched
 from analysis.estimate import cell, est, fmt, interval
 from analysis.fit import convention
 
@@ -21,26 +23,52 @@ def headline_cell(variant: dict) -> dict | None:
     return measured[-1] if measured else None
 
 
+def multiplier_text(cell: dict, spec: str = ".3g") -> str:
+    """A measured multiplier as text: 'm [lo, hi]' where interpolated or from the baseline's
+    law, '< m' / '> m' where the baseline's measured range only bounds it."""
+    method = cell.get("method")
+    if method in ("<", ">"):
+        return f"{method} {fmt(cell['multiplier'], spec)} (bound: outside the baseline's runs)"
+    return est(cell["multiplier"], cell["ci95"], spec)
+
+
+def _how(cell: dict, gap: bool = True) -> str:
+    """Where a multiplier comes from, and the loss gap at matched compute."""
+    source = {
+        "interpolated": "between the baseline's measured points",
+        "baseline law": "from the baseline's checked law (an extrapolation)",
+        "<": "a bound: beyond the baseline's measured losses",
+        ">": "a bound: beyond the baseline's measured losses",
+    }.get(cell.get("method"), "")
+    if gap and np.isfinite(cell.get("loss_gap", np.nan)):
+        source += f"; loss {cell['loss_gap']:+.2f} nats at the same compute"
+    return source
+
+
 def verdict_sentence(name: str, baseline: str, cell: dict, conv: str, why: str | None) -> str:
     """One sentence, in plain words, of what the runs say about a variant."""
     where = f"at C = {cell['C']:.3g} FLOPs ({conv})"
-    m, ci = cell["multiplier"], interval(cell["ci95"], ".2g")
+    m = cell["multiplier"]
     verdict = cell.get("verdict")
+    bound = cell.get("method") in ("<", ">")
     if why or verdict == "not identified":
         reason = why or cell.get("why_not_identified") or "see the details"
         return f"{name}: not identified {where} ({reason})."
+    shown = f"multiplier {multiplier_text(cell, '.2g')}; {_how(cell)}"
     if verdict == "better":
+        more = "more than " if bound else ""
         return (
-            f"{name} is better than {baseline}: {baseline} needs {m:.2g}x the compute to "
-            f"reach its loss {where} (95% CI {ci})."
+            f"{name} is better than {baseline}: {baseline} needs {more}{m:.2g}x the compute "
+            f"to reach its loss {where} ({shown})."
         )
     if verdict == "worse":
+        more = "more than " if bound else ""
         return (
-            f"{name} is worse than {baseline}: it needs {1 / m:.2g}x {baseline}'s compute "
-            f"to reach the same loss {where} (multiplier {m:.2g}, 95% CI {ci})."
+            f"{name} is worse than {baseline}: it needs {more}{1 / m:.2g}x {baseline}'s "
+            f"compute to reach the same loss {where} ({shown})."
         )
     return (
-        f"{name}: cannot tell from {baseline} {where} (multiplier {m:.2g}, 95% CI {ci}, "
+        f"{name}: cannot tell from {baseline} {where} ({shown}, "
         f"adjusted p = {fmt(cell.get('p_holm'), '.2f')})."
     )
 
@@ -55,12 +83,13 @@ def _verdict_part(verdict: str, cells: list[dict], baseline: str, total: int) ->
     cs = [c["C"] for c in cells]
     where = f"C = {cs[0]:.3g}" if len(cs) == 1 else f"C = {min(cs):.3g} to {max(cs):.3g}"
     ms = sorted(c["multiplier"] for c in cells)
+    more = "at least " if any(c.get("method") in ("<", ">") for c in cells) else ""
     if verdict == "worse":
         span = "-".join(dict.fromkeys((_times(1 / ms[-1]), _times(1 / ms[0]))))
-        how = f"; it needs {span}x {baseline}'s compute there"
+        how = f"; it needs {more}{span}x {baseline}'s compute there"
     elif verdict == "better":
         span = "-".join(dict.fromkeys((_times(ms[0]), _times(ms[-1]))))
-        how = f"; {baseline} needs {span}x its compute there"
+        how = f"; {baseline} needs {more}{span}x its compute there"
     else:
         how = ""
     return f"{verdict} at {len(cells)} of {total} ({where}{how})"
@@ -86,12 +115,21 @@ def ablation_summary(ablation: dict) -> list[tuple]:
     base = ablation["baseline"]
     conv = convention(ablation)
     rows, sentences = [], []
+    firsts = (
+        [
+            s
+            for v in ablation["variants"]
+            if v != base and (s := matched.sentence(v, base, ablation["matched"])) is not None
+        ]
+        if ablation.get("matched")
+        else []
+    )
     for v, res in ablation["variants"].items():
         cell = headline_cell(res)
         if v == base or cell is None:
             continue
         why = res.get("why_not_identified", {}).get("multipliers")
-        shown = "not identified" if why else est(cell["multiplier"], cell["ci95"], ".3g")
+        shown = "not identified" if why else multiplier_text(cell)
         overall, parts = overall_verdicts(res, base)
         rows.append(
             [
@@ -108,6 +146,10 @@ def ablation_summary(ablation: dict) -> list[tuple]:
         sentences.append(verdict_sentence(v, base, cell, conv, why))
     n = ablation.get("n_comparisons", 0)
     lead = (
+        "The variants' measured frontiers: m from the measured losses (between the baseline's "
+        "measured points, else a bound or its checked law), the verdict from the loss at the "
+        "same compute. "
+    ) + (
         f"Each variant against '{base}': its verdicts over every measured budget, then at its "
         f"largest measured compute. m > 1: the baseline needs m times the compute to match the "
         f"variant. Verdicts control the family-wise error at "
@@ -116,7 +158,8 @@ def ablation_summary(ablation: dict) -> list[tuple]:
     )
     header = ["variant", "verdicts over the measured budgets", f"largest C ({conv})"]
     header += ["multiplier [95% CI]", "p (Holm)", "verdict there"]
-    return [("p", lead), ("table", header, rows), ("list", sentences)]
+    out: list[tuple] = [("list", firsts)] if firsts else []
+    return out + [("p", lead), ("table", header, rows), ("list", sentences)]
 
 
 def law_summary(result: dict) -> list[tuple]:
