@@ -70,3 +70,42 @@ def verdict(name: str, result: dict) -> str:
         f"points off by more than {result['z']:.2g} x their noise; {where}. Nothing is "
         "extrapolated from it."
     )
+
+
+def _flag(section: dict, keys, why: str) -> None:
+    """Mark `keys` of a fit.json section not identified with `why` (earlier reasons stay)."""
+    missing = section.setdefault("not_identified", [])
+    reasons = section.setdefault("why_not_identified", {})
+    for k in keys:
+        if k not in missing:
+            missing.append(k)
+        reasons.setdefault(k, why)
+
+
+def check_baseline_fits(fits, runs, sigma: float) -> None:
+    """Check approach 3 against every run it was fitted to and the L(C) frontier law against
+    its frontier points; a law that does not describe them has its allocation (approach 3) or
+    exponent (L(C)) marked not identified, with the worst point. Writes `law_check` into
+    each section of `fits` (an `analysis.fit.Fits`)."""
+    p = fits.parametric
+    if fits.law is not None and p.get("law") == "chinchilla":
+        pred = fits.law.predict(runs["N"], runs["D"])
+        labels = [f"N {n:.3g}, D {d:.3g}" for n, d in zip(runs["N"], runs["D"])]
+        result = check(runs["loss"], pred, sigma, labels)
+        p["law_check"] = {**result, "sentence": verdict("approach 3", result)}
+        if not result["describes"]:
+            derived = ["a", "b"] + [
+                f"{q}@{r['C']:.3g}"
+                for r in p.get("allocation", [])
+                for q in ("N_opt", "D_opt", "tokens_per_param")
+            ]
+            _flag(p, derived, "approach 3 does not describe these runs (see its check)")
+    lc = (fits.kaplan or {}).get("L_C")
+    if lc and lc.get("points"):
+        x = np.array([pt["x"] for pt in lc["points"]], dtype=float)
+        y = np.array([pt["y"] for pt in lc["points"]], dtype=float)
+        pred = lc.get("E", 0.0) + lc["A"] * x ** -lc["alpha"]
+        result = check(y, pred, sigma, [f"C = {c:.3g}" for c in x])
+        lc["law_check"] = {**result, "sentence": verdict("the frontier law L(C)", result)}
+        if not result["describes"]:
+            _flag(lc, ["alpha"], "L(C) does not describe its frontier points (see its check)")

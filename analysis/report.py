@@ -31,6 +31,7 @@ from analysis import (
     families_report,
     hparam_laws,
     hparam_report,
+    law_check,
     noise,
     tuning,
     tuning_report,
@@ -1029,10 +1030,13 @@ def analyse(
     runs, base = chosen.runs, chosen.base
     curves = (curves_of or (lambda r: _curves(args, r)))(runs if grid_runs is None else grid_runs)
     fits = None
-    if chosen.law_fit:
+    sigma = noise.noise_scale(runs)["sigma"]
+    base = base[~noise.on_plateau(base, sigma)]  # listed in the ablation's plateau section
+    if chosen.law_fit and len(base):
         options = FitOptions.from_args(args, budgets=budgets or args.budget)
         extra = dict(intermediate=args.intermediate, tuned=tuned, grid_runs=grid_runs)
         fits = fit_all(base, options, curves=val_points(curves), **extra)
+        law_check.check_baseline_fits(fits, base, sigma)
     # every law form the columns allow, judged on the runs above the hold-out threshold
     # (nothing when the runs are too few); 200 refits at most: it refits four laws
     law_comparison = (

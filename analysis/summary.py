@@ -178,6 +178,9 @@ def law_summary(result: dict) -> list[tuple]:
             f"Here N counts {counts['N']}; D counts {counts['D']}; C counts "
             f"{counts['C']}, k = {counts['k']:.4g}."
         )
+    for check in (p.get("law_check"), (result["kaplan"].get("L_C") or {}).get("law_check")):
+        if check:
+            sentences.append(check["sentence"])
     missing = [k for k in p.get("not_identified", []) if "@" not in k]
     if missing:
         sentences.append(
