@@ -30,6 +30,9 @@ import torch.nn.functional as F
 import transformers
 import yaml
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from models import ModelConfig, build_model
 from models.export_hf import to_hf
@@ -99,14 +102,36 @@ def preset_config(family: str, shape: Shape):
     )
 
 
-def build(case: Case, device):
-    """(model, optimizer, loss function, config) on ``device``, float32 weights, train mode."""
+# HF's own SDPA attention, with the causal mask left to SDPA's is_causal while no padding mask is
+# given. Stock "sdpa" in transformers 5.17 skips the mask only in eager mode (5.24 also under
+# torch.compile): compiled, it materialises it, and SDPA's flash kernel takes no mask, so
+# `--sdpa flash` failed on every compiled HF model ("No available kernel", H200, 5.17).
+CAUSAL_SDPA = "causal_sdpa"
+
+
+def _causal_sdpa_mask(*args, attention_mask=None, allow_is_causal_skip=True, **kwargs):
+    if attention_mask is None and allow_is_causal_skip:
+        return None  # what stock sdpa returns in eager mode for the same unpadded batch
+    return sdpa_mask(
+        *args, attention_mask=attention_mask, allow_is_causal_skip=allow_is_causal_skip, **kwargs
+    )
+
+
+AttentionInterface.register(CAUSAL_SDPA, sdpa_attention_forward)
+AttentionMaskInterface.register(CAUSAL_SDPA, _causal_sdpa_mask)
+
+
+def build(case: Case, device, sdpa: str = "default"):
+    """(model, optimizer, loss function, config) on ``device``, float32 weights, train mode.
+    ``sdpa="flash"``: HF models attend through `CAUSAL_SDPA` (no mask tensor, compiled too)."""
     cfg = preset_config(case.family, case.shape)
     torch.manual_seed(0)
     ours = build_model(cfg)
     model = ours if case.impl == "ours" else to_hf(ours)
     if case.impl == "hf":
         model.config.use_cache = False
+        if sdpa == "flash":
+            model.set_attn_implementation(CAUSAL_SDPA)
     model = model.to(device).train()
     forward = torch.compile(model) if case.compiled else model
     opt = adamw(param_groups(model, weight_decay=0.1), lr=1e-4)
@@ -125,7 +150,7 @@ class Runner:
 
     def __init__(self, case: Case, device, dtype: str, sdpa: str = "default"):
         self.case, self.device = case, device
-        self.model, self.opt, self.loss_fn, self.cfg = build(case, device)
+        self.model, self.opt, self.loss_fn, self.cfg = build(case, device, sdpa)
         g = torch.Generator().manual_seed(0)
         s = case.shape
         tokens = torch.randint(0, s.vocab, (s.batch, s.seq + 1), generator=g).to(device)

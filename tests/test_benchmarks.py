@@ -110,6 +110,30 @@ def test_interleaved_order_flips_every_repetition_and_ratios_pair_repetitions():
         median_ratio([1.0, 2.0], [1.0])
 
 
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_flash_hf_models_build_no_mask_when_compiled_and_keep_their_loss(family):
+    """`--sdpa flash`: HF models leave the causal mask to SDPA's is_causal under torch.compile
+    too (stock sdpa in transformers 5.17 materialises it there, which the flash kernel rejects:
+    every compiled HF model failed on the H200), and compute the same loss as stock sdpa."""
+    import torch
+    from transformers.masking_utils import create_causal_mask
+
+    from benchmarks.harness import build
+
+    case = Case(family, "hf", False, Shape(64, 32, 1, 16, 2))
+    x = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(0))
+    y = torch.roll(x, -1, 1)
+    stock, _, stock_loss, _ = build(case, torch.device("cpu"))
+    flash, _, flash_loss, _ = build(case, torch.device("cpu"), "flash")
+    assert flash.config._attn_implementation == "causal_sdpa"
+    assert torch.allclose(flash_loss(x, y), stock_loss(x, y), atol=1e-5)
+
+    def mask(embeds):  # config, embeddings, padding mask, cache
+        return create_causal_mask(flash.config, embeds, None, None)
+
+    assert torch.compile(mask, backend="eager")(torch.zeros(2, 16, 32)) is None
+
+
 def test_gpu_check_smoke_estimates_memory_of_both_presets(tmp_path):
     from benchmarks.gpu_check import main as gpu_check
 
