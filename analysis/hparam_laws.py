@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis import critical_batch, hparam_surface, identification
+from analysis import critical_batch, hparam_surface, identification, law_check
 from analysis.bootstrap import intervals, resample_counts
 
 FORMS = {"lr": (("C",), ("N", "D")), "batch": (("C",), ("D",), ("N", "D"))}
@@ -122,12 +122,51 @@ def _points(cells: list[dict], role: str) -> tuple[list[dict], dict[str, str]]:
 
 
 def laws_for(cells: list[dict], role: str, key: str, n_boot: int, seed: int) -> dict:
-    """Every form of one key's law, fitted to the cells that identify its optimum."""
+    """Every form of one key's law, fitted to the cells that identify its optimum, and checked
+    against them (`checked`)."""
     points, left_out = _points(cells, role)
+    noise = grid_resolution(cells, role)
     return {
-        form_name(v): {"key": key, **fit_law(points, v, n_boot, seed), "left_out": left_out}
+        form_name(v): {
+            "key": key,
+            **checked(fit_law(points, v, n_boot, seed), v, noise),
+            "left_out": left_out,
+        }
         for v in FORMS[role]
     }
+
+
+def grid_resolution(cells: list[dict], role: str) -> float:
+    """The noise of a cell's optimum in log units: half the median step of its grid in log
+    (an optimum is placed between grid values; nan without a grid of 2+ values)."""
+    steps = [
+        np.median(np.diff(np.log(sorted(c["grid"][role]))))
+        for c in cells
+        if len(c.get("grid", {}).get(role, [])) >= 2 and min(c["grid"][role]) > 0
+    ]
+    return float(np.median(steps)) / 2 if steps else float("nan")
+
+
+def checked(law: dict, variables: tuple[str, ...], log_noise: float) -> dict:
+    """The law checked against its own optima (`analysis.law_check`, in log units against half
+    a grid step): one that misses them has every parameter not identified, with the worst."""
+    points = law.get("points") or []
+    if not points or not np.isfinite(log_noise) or not np.isfinite(law.get("scale", np.nan)):
+        return law
+    exps = law.get("exponents") or {variables[0]: law.get("exponent")}
+    if not all(np.isfinite(e) for e in exps.values()):
+        return law
+    logy = np.log([p["y"] for p in points])
+    pred = np.log(law["scale"]) + sum(e * np.log([p[v] for p in points]) for v, e in exps.items())
+    labels = [p.get("arm", f"point {i}") for i, p in enumerate(points)]
+    result = law_check.check(logy, pred, log_noise, labels)
+    sentence = law_check.verdict("the law (log units, against half a grid step)", result)
+    out = {**law, "law_check": {**result, "sentence": sentence}}
+    if result["describes"]:
+        return out
+    names = ["scale", *exps] if "exponents" in law else ["scale", "exponent"]
+    reasons = {n: f"the law does not describe its optima: {sentence}" for n in names}
+    return identification.with_reasons(out, {**law.get("why_not_identified", {}), **reasons})
 
 
 def identified(law: dict) -> bool:

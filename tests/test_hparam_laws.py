@@ -292,3 +292,34 @@ def test_report_infers_lr_and_batch_as_the_tuned_keys():
     args = argparse.Namespace(baseline=None, compare="variant", tune=None)
     notes = report.fill_defaults(args, runs)
     assert args.tune == KEYS and "--tune train.lr --tune train.batch_tokens" in notes[-1]
+
+
+def test_a_law_is_checked_against_its_own_optima():
+    """Optima on lr = 0.5 N^-0.5 (a grid of factor-2 steps: half a step is 0.35 in log) are
+    described; one optimum moved 4 grid steps off makes the law miss it, and then nothing of
+    the law is identified, with the worst cell named."""
+    grid = [1e-4 * 2**i for i in range(12)]
+    cells = []
+    for i, N in enumerate([1e5, 2e5, 4e5, 8e5, 1.6e6]):
+        for D in (1e8, 4e8):
+            y = 0.5 * N**-0.5 * (16 if (i, D) == (2, 1e8) else 1)
+            cells.append(
+                {
+                    "arm": f"a{i}-{D:g}",
+                    "N": N,
+                    "D": D,
+                    "C": 6 * N * D,
+                    "grid": {"lr": grid},
+                    "status": {"lr": "identified"},
+                    "optimum": {"lr": y},
+                    "why": {"lr": None},
+                }
+            )
+    law = hparam_laws.laws_for(cells, "lr", "train.lr", 200, 0)["N_D"]
+    assert law["law_check"]["n_outside"] >= 1 and not law["law_check"]["describes"]
+    assert law["law_check"]["worst"]["label"] == "a2-1e+08"
+    assert "does not describe its optima" in law["why_not_identified"]["scale"]
+    clean = [{**c, "optimum": {"lr": 0.5 * c["N"] ** -0.5}} for c in cells]
+    law = hparam_laws.laws_for(clean, "lr", "train.lr", 200, 0)["N_D"]
+    assert law["law_check"]["describes"]
+    assert hparam_laws.grid_resolution(cells, "lr") == pytest.approx(np.log(2) / 2)
