@@ -102,18 +102,20 @@ def preset_config(family: str, shape: Shape):
     )
 
 
-# HF's own SDPA attention, with the causal mask left to SDPA's is_causal while no padding mask is
-# given. Stock "sdpa" in transformers 5.17 skips the mask only in eager mode (5.24 also under
-# torch.compile): compiled, it materialises it, and SDPA's flash kernel takes no mask, so
-# `--sdpa flash` failed on every compiled HF model ("No available kernel", H200, 5.17).
+# HF's own SDPA attention, with the causal mask left to SDPA's is_causal whenever no padding mask
+# is given and queries and keys have one length: the benchmark's batches (unpadded, unpacked:
+# positions 0..T-1). Stock "sdpa" drops the mask only outside torch.compile: compiling, HF cannot
+# tell that the positions are unpacked, so it materialises the mask, which SDPA's flash kernel
+# rejects: `--sdpa flash` failed on every compiled HF model ("No available kernel", H200,
+# transformers 5.17). Not for padded or packed batches.
 CAUSAL_SDPA = "causal_sdpa"
 
 
-def _causal_sdpa_mask(*args, attention_mask=None, allow_is_causal_skip=True, **kwargs):
-    if attention_mask is None and allow_is_causal_skip:
-        return None  # what stock sdpa returns in eager mode for the same unpadded batch
+def _causal_sdpa_mask(*args, attention_mask=None, q_length=None, kv_length=None, **kwargs):
+    if attention_mask is None and q_length == kv_length:
+        return None  # what stock sdpa returns in eager mode for these batches
     return sdpa_mask(
-        *args, attention_mask=attention_mask, allow_is_causal_skip=allow_is_causal_skip, **kwargs
+        *args, attention_mask=attention_mask, q_length=q_length, kv_length=kv_length, **kwargs
     )
 
 

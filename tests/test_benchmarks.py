@@ -113,8 +113,8 @@ def test_interleaved_order_flips_every_repetition_and_ratios_pair_repetitions():
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
 def test_flash_hf_models_build_no_mask_when_compiled_and_keep_their_loss(family):
     """`--sdpa flash`: HF models leave the causal mask to SDPA's is_causal under torch.compile
-    too (stock sdpa in transformers 5.17 materialises it there, which the flash kernel rejects:
-    every compiled HF model failed on the H200), and compute the same loss as stock sdpa."""
+    too (stock sdpa materialises it there, which the flash kernel rejects: every compiled HF
+    model failed on the H200), and compute the same loss as stock sdpa."""
     import torch
     from transformers.masking_utils import create_causal_mask
 
@@ -128,10 +128,14 @@ def test_flash_hf_models_build_no_mask_when_compiled_and_keep_their_loss(family)
     assert flash.config._attn_implementation == "causal_sdpa"
     assert torch.allclose(flash_loss(x, y), stock_loss(x, y), atol=1e-5)
 
-    def mask(embeds):  # config, embeddings, padding mask, cache
-        return create_causal_mask(flash.config, embeds, None, None)
+    def mask(config, embeds):  # as the models call it: no padding mask, no cache, positions
+        positions = torch.arange(embeds.shape[1]).unsqueeze(0)
+        return create_causal_mask(config, embeds, None, None, position_ids=positions)
 
-    assert torch.compile(mask, backend="eager")(torch.zeros(2, 16, 32)) is None
+    compiled, embeds = torch.compile(mask, backend="eager"), torch.zeros(2, 16, 32)
+    assert mask(stock.config, embeds) is None  # stock sdpa, eager: no mask either
+    assert compiled(flash.config, embeds) is None
+    assert compiled(stock.config, embeds).shape == (2, 1, 16, 16)  # what flash rejects
 
 
 def test_gpu_check_smoke_estimates_memory_of_both_presets(tmp_path):
