@@ -486,6 +486,8 @@ def _approaches(result: dict) -> list[str]:
             lines.append(
                 f"{name}: a = {cell(s, 'a', '.3f', console=True)}, b = {cell(s, 'b', '.3f', console=True)}"
             )
+            if "a" in s.get("why_not_identified", {}):
+                lines.append(f"  not identified: a: {s['why_not_identified']['a']}")
         elif s and "skipped" in s:
             lines.append(f"{name}: skipped: {s['skipped']}")
         if s and s.get("warning"):

@@ -228,6 +228,13 @@ def allocation_exponents(section: dict) -> dict[str, str]:
     """Approaches 1 and 2: N_opt ~ C^a, D_opt ~ C^b (a + b = 1 under C = 6ND)."""
     reasons: dict[str, str] = {}
     ci = section.get("ci95", {})
+    n_all, n_ok = section.get("n_boot", 0), section.get("n_boot_converged")
+    if n_all and n_ok is not None and n_ok < MIN_CONVERGED * n_all:
+        why = (
+            f"only {n_ok} of {n_all} bootstrap replicates gave a line: the rest drew optima "
+            "at fewer than 2 distinct compute budgets, one per parameter of N_opt = k C^a"
+        )
+        return {"a": why, "b": why}
     out_of_range = range_problems(section)
     for name in ("a", "b"):
         why = _interval(section[name], ci.get(name))
