@@ -230,9 +230,12 @@ def allocation_exponents(section: dict) -> dict[str, str]:
     ci = section.get("ci95", {})
     n_all, n_ok = section.get("n_boot", 0), section.get("n_boot_converged")
     if n_all and n_ok is not None and n_ok < MIN_CONVERGED * n_all:
+        noise = section.get("noise", {}).get("sigma")
+        how = "resampled" if noise is None else f"resampled, {noise:.2g} nats of seed noise added"
         why = (
-            f"only {n_ok} of {n_all} bootstrap replicates gave a line: the rest drew optima "
-            "at fewer than 2 distinct compute budgets, one per parameter of N_opt = k C^a"
+            f"only {n_ok} of {n_all} bootstrap replicates gave a line: in the others fewer than "
+            f"2 distinct budgets kept a usable optimum ({how}), and N_opt = k C^a has 2 "
+            "parameters"
         )
         return {"a": why, "b": why}
     out_of_range = range_problems(section)
