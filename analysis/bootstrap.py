@@ -28,6 +28,20 @@ def resample_counts(n: int, n_boot: int, seed: int, strata: np.ndarray | None = 
     return counts
 
 
+def distinct(counts: np.ndarray, values=None) -> np.ndarray:
+    """(R,) how many distinct runs each replicate of counts (R, n) drew; with `values` ((n,) or
+    (R, n), e.g. the compute of each run), how many distinct values among the drawn runs.
+
+    A law through fewer distinct points than it has parameters is not determined by them: any
+    refit "converges" to one of infinitely many exact fits. Every bootstrap that refits a law
+    counts such a replicate as failed (`analysis.laws.base.bootstrap`, `analysis.fit`)."""
+    drawn = np.asarray(counts) > 0
+    if values is None:
+        return drawn.sum(axis=1)
+    values = np.broadcast_to(np.asarray(values, dtype=float), drawn.shape)
+    return np.array([np.unique(v[d]).size for v, d in zip(values, drawn)], dtype=int)
+
+
 def _groups(strata: np.ndarray) -> list[np.ndarray]:
     _, inverse = np.unique(strata, return_inverse=True)
     return [np.flatnonzero(inverse == k) for k in range(inverse.max() + 1)]

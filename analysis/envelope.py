@@ -71,6 +71,28 @@ def _tokens(points: pd.DataFrame) -> pd.Series:
     return points["D"] if "D" in points.columns else points["C"] / (6 * points["N"])
 
 
+FIXED_RATIO_RTOL = 0.05  # frontier D/N that agree this closely are one planned ratio
+
+
+def fixed_ratio(front: pd.DataFrame) -> float | None:
+    """The one tokens-per-parameter ratio D/N of every frontier point (their geometric mean)
+    when they agree within FIXED_RATIO_RTOL, else None. On such a frontier N = sqrt(C / (6 r))
+    whatever the law: N_opt ~ C^0.5 is the design, not a measurement."""
+    ratio = (front["D_opt"] / front["N"]).to_numpy(dtype=float)
+    if ratio.size < 2 or ratio.max() > ratio.min() * (1 + FIXED_RATIO_RTOL):
+        return None
+    return float(np.exp(np.log(ratio).mean()))
+
+
+def by_design(ratio: float) -> str:
+    """Why a and b of a fixed-ratio frontier are not identified."""
+    return (
+        f"set by the design: every frontier point has D/N = {ratio:.3g} (within "
+        f"{100 * FIXED_RATIO_RTOL:g}%), so N_opt ~ C^0.5 by construction; runs at other D/N "
+        "near the same compute would measure it"
+    )
+
+
 def envelope_report(
     points: pd.DataFrame,
     n_boot: int,
@@ -86,6 +108,17 @@ def envelope_report(
     point = frontier_exponents(front.rename(columns={"N": "N_opt"}))
     if point is None or front["N"].nunique() < 2:
         return None
+    ratio = fixed_ratio(front)
+    if ratio is not None:  # no interval: every replicate re-measures the design
+        section = {
+            **point,
+            "envelope": front[["C", "N", "D_opt", "loss"]].to_dict(orient="records"),
+            "fixed_ratio": ratio,
+            "n_boot": 0,
+            "ci95": {},
+        }
+        why = by_design(ratio)
+        return identification.with_reasons(section, {"a": why, "b": why})
     if fronts is None:
         counts = resample_counts(points["run_id"].nunique(), n_boot, seed)
         fronts = resampled_envelopes(points, counts, n_bins)
@@ -99,6 +132,7 @@ def envelope_report(
         **point,
         "envelope": front[["C", "N", "D_opt", "loss"]].to_dict(orient="records"),
         "n_boot": int(n_boot),
+        "n_boot_converged": sum(rep is not None for rep in reps),
         "ci95": exponent_intervals(reps),
     }
     section = identification.clip_allocation(section)

@@ -26,7 +26,7 @@ import pandas as pd
 
 from analysis import compute_factor, hparam_laws, hparam_report, identification, tuning
 from analysis import laws as law_forms  # --law: the parametric form (analysis/laws/)
-from analysis.bootstrap import intervals, resample_counts
+from analysis.bootstrap import distinct, intervals, resample_counts
 from analysis.envelope import envelope, envelope_report, padded, resampled_envelopes
 from analysis.estimate import cell
 from analysis.families import check_one_family, with_family
@@ -100,10 +100,7 @@ def law_section(
         xs, ys, mask = resampled
     reps = fit_power_laws(xs, ys, irreducible=irreducible, weights=mask, x0=warm)
     needed = MIN_POINTS_IRREDUCIBLE if irreducible else 3
-    distinct = [
-        np.unique(np.broadcast_to(xs, mask.shape)[i][mask[i] > 0]).size for i in range(len(mask))
-    ]
-    reps[np.asarray(distinct) < needed] = np.nan
+    reps[distinct(mask, xs) < needed] = np.nan
     names = ("A", "alpha", "E") if irreducible else ("A", "alpha")
     section = {
         **{k: getattr(law, k) for k in names},
@@ -489,6 +486,8 @@ def _approaches(result: dict) -> list[str]:
             lines.append(
                 f"{name}: a = {cell(s, 'a', '.3f', console=True)}, b = {cell(s, 'b', '.3f', console=True)}"
             )
+            if "a" in s.get("why_not_identified", {}):
+                lines.append(f"  not identified: a: {s['why_not_identified']['a']}")
         elif s and "skipped" in s:
             lines.append(f"{name}: skipped: {s['skipped']}")
         if s and s.get("warning"):

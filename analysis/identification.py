@@ -14,7 +14,8 @@ under `why_not_identified`, and the report shows them as such instead of as a la
 - a scale parameter or derived quantity whose ingredients are not identified (A goes with
   alpha, B with beta, a and b and the allocation with both);
 - no interval (fewer than 10 finite replicates) or an interval collapsed to the point;
-- too few bootstrap refits converged (MIN_CONVERGED of them).
+- too few bootstrap refits converged (MIN_CONVERGED of them); a resample that drew fewer
+  distinct runs than the law's free parameters never counts as converged.
 
 Each rule returns `{name: reason}`; an empty dict means everything has a real interval.
 """
@@ -22,6 +23,8 @@ Each rule returns `{name: reason}`; an empty dict means everything has a real in
 from __future__ import annotations
 
 import numpy as np
+
+from analysis.bootstrap import distinct
 
 PLAUSIBLE_EXPONENT = (0.0, 2.5)  # alpha, beta, gamma of a loss law; published ones are 0.05-0.8
 E_ZERO_FRACTION = 1e-3  # E below this fraction of the lowest measured loss is "E -> 0"
@@ -134,6 +137,7 @@ def law_reasons(
     loss_min: float,
     fixed: dict | None = None,
     noise: float = 0.0,
+    counts: np.ndarray | None = None,
 ) -> dict[str, str]:
     """Every quantity of a fitted law (`analysis.laws.base.Law`): its parameters, then derived
     ones (a, b, `name@C` allocations). In order: too few converged refits; an irreducible loss
@@ -141,11 +145,22 @@ def law_reasons(
     of the fit is identified); the irreducible loss on its bound or with an interval reaching
     0, implausible exponents and unusable intervals; scales that trade off against an
     unidentified exponent; derived quantities built from an unidentified exponent (or other
-    shape parameter), and allocations from an unidentified scale or irreducible loss."""
+    shape parameter), and allocations from an unidentified scale or irreducible loss.
+    `counts` (R, n), the resamples refitted: the reason for too few converged refits then says
+    how many resamples drew at least one distinct run per free parameter (fewer never count as
+    converged, `analysis.laws.base.bootstrap`)."""
     fixed = fixed or {}
     n_ok, n_all = int(np.sum(converged)), int(np.size(converged))
     if n_all and n_ok < MIN_CONVERGED * n_all:
         failed = f"only {n_ok} of {n_all} bootstrap refits converged"
+        if counts is not None:
+            n_free = law.n_params - len(fixed)
+            enough = int(np.sum(distinct(counts) >= n_free))
+            failed += (
+                f"; {enough} of {n_all} resamples drew at least {n_free} distinct runs, one per "
+                f"free parameter (of {np.shape(counts)[1]} runs; a resample with fewer has "
+                "infinitely many exact fits and counts as failed)"
+            )
         return {k: failed for k in point if k not in fixed}
     reasons: dict[str, str] = {}
     for name in law.params:
@@ -213,6 +228,16 @@ def allocation_exponents(section: dict) -> dict[str, str]:
     """Approaches 1 and 2: N_opt ~ C^a, D_opt ~ C^b (a + b = 1 under C = 6ND)."""
     reasons: dict[str, str] = {}
     ci = section.get("ci95", {})
+    n_all, n_ok = section.get("n_boot", 0), section.get("n_boot_converged")
+    if n_all and n_ok is not None and n_ok < MIN_CONVERGED * n_all:
+        noise = section.get("noise", {}).get("sigma")
+        how = "resampled" if noise is None else f"resampled, {noise:.2g} nats of seed noise added"
+        why = (
+            f"only {n_ok} of {n_all} bootstrap replicates gave a line: in the others fewer than "
+            f"2 distinct budgets kept a usable optimum ({how}), and N_opt = k C^a has 2 "
+            "parameters"
+        )
+        return {"a": why, "b": why}
     out_of_range = range_problems(section)
     for name in ("a", "b"):
         why = _interval(section[name], ci.get(name))

@@ -15,10 +15,17 @@ the section says so. Per profile (`profile_optimum`), the rule:
   runs: 1 but for an encoder-decoder, `analysis.compute_factor`).
 
 Power laws through the used budgets give the allocation exponents a and b
-(`powerlaw.frontier_exponents`), with intervals from a bootstrap over those budgets (the cases
-of that regression). Not over runs within a budget: a draw without a profile's lowest run moves
-the window to a neighbour, which biases the replicates to one side (on Porian et al.'s sweeps
-the point estimate fell outside such an interval). The budget grouping is also what the
+(`powerlaw.frontier_exponents`). Their interval comes from a bootstrap that does two things in
+every replicate: it adds the runs' seed noise to every loss and finds each used budget's minimum
+again by the rule above (Porian et al. 2024's noise-and-reinterpolate bootstrap: how far a
+flat profile's minimum moves under the noise of one run), and it resamples the budgets (the
+cases of the regression: how far the minima scatter about the line). A budget whose noised
+minimum leaves its fitted sizes drops out of that replicate. Resampling the budgets alone is
+too narrow where twelve minima happen to line up (OpenWebText2, cosine decay: 0.561 [0.549,
+0.568] against the authors' 0.574 [0.542, 0.606]); noise alone misses where a minimum sits off
+the line (5 of the 10 published sets). Not over runs within a budget: a draw without a
+profile's lowest run moves the window to a neighbour, which biases the replicates to one side.
+The noise is the runs' seed spread (`seed_noise`). The budget grouping is also what the
 ablations and the extrapolation check use to name a budget.
 """
 
@@ -28,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy.stats import chi2
 
 from analysis import identification
 from analysis.bootstrap import resample_counts
@@ -35,6 +43,11 @@ from analysis.powerlaw import exponent_intervals, frontier_exponents
 
 MIN_PROFILE_SIZES = 3  # distinct N a budget group needs to be an IsoFLOP profile (a parabola)
 WINDOW_RTOL = 0.02  # the parabola is fitted to the sizes within 2% of a budget's lowest loss
+# One run's seed spread (nats) where the runs do not measure theirs: the project's measurement,
+# the median over the 60 configurations of results/demo/curve_grid{,_seed1,_seed2} (3 seeds
+# each) of their seed variance, each scaled by its chi-square median (`seed_noise`).
+DEFAULT_SEED_NOISE = 0.059
+MIN_SEEDED_CELLS = 3  # (budget, N) cells with 2+ runs needed to measure the seed spread
 
 
 def sweep_labels(runs: pd.DataFrame) -> np.ndarray | None:
@@ -236,15 +249,63 @@ def _window(lowest: np.ndarray, i: int) -> tuple[int, int]:
     return min(lo, i - 1), max(hi, i + 1)
 
 
+def seed_noise(runs: pd.DataFrame, labels: np.ndarray) -> dict:
+    """One run's seed spread in nats: {"sigma", "source" ("seeds" | "default"), "n_cells"}.
+    Measured where MIN_SEEDED_CELLS or more (budget, N) cells hold several runs: the median
+    over cells of their variance times dof / the chi-square median with dof degrees of freedom
+    (so it estimates sigma^2 at 2 seeds too; a median, so one unstable cell does not set it);
+    else DEFAULT_SEED_NOISE."""
+    cells = pd.DataFrame({"label": labels, "N": runs["N"].to_numpy(float), "loss": runs["loss"]})
+    stats = cells.groupby(["label", "N"])["loss"].agg(["count", "var"])
+    stats = stats[stats["count"] > 1]
+    if len(stats) < MIN_SEEDED_CELLS:
+        return {"sigma": DEFAULT_SEED_NOISE, "source": "default", "n_cells": int(len(stats))}
+    dof = stats["count"].to_numpy(float) - 1
+    scaled = stats["var"].to_numpy(float) * dof / chi2.median(dof)
+    return {"sigma": float(np.sqrt(np.median(scaled))), "source": "seeds", "n_cells": len(stats)}
+
+
+def noised_optima(
+    runs: pd.DataFrame, labels: np.ndarray, used: pd.DataFrame, counts, sigma, seed: int, k=1.0
+) -> list[dict | None]:
+    """The allocation exponents of every replicate (`frontier_exponents`, None where fewer than
+    2 distinct budgets give a minimum): the losses plus sigma (nats; a scalar or one per run)
+    times a standard normal, each used budget's minimum found again by the module's rule, the
+    budgets drawn by counts (R, n_used)."""
+    rng = np.random.default_rng([seed, 1])  # a stream of its own: the counts use `seed`
+    x, loss = np.log(runs["N"].to_numpy(float)), runs["loss"].to_numpy(float)
+    C = used["C"].to_numpy(float)
+    members = [np.flatnonzero(labels == label) for label in used["label"]]
+    reps = []
+    for row in counts.astype(int):
+        noised = loss + sigma * rng.standard_normal(loss.size)
+        n_opt = np.array(
+            [profile_optimum(x[m], noised[m], np.ones(m.size))["N_opt"] for m in members]
+        )
+        keep = np.repeat(np.arange(C.size), row)
+        optima = pd.DataFrame({"C": C[keep], "N_opt": n_opt[keep]})
+        reps.append(
+            frontier_exponents(optima.assign(D_opt=optima["C"] / (6 * k * optima["N_opt"])))
+        )
+    return reps
+
+
 def used_optima(optima: pd.DataFrame) -> pd.DataFrame:
     """The budgets the N_opt(C) law is fitted to: those whose minimum is interior."""
     return optima[optima["interior"].astype(bool)]
 
 
 def isoflop_report(
-    runs: pd.DataFrame, n_boot: int, seed: int, rtol: float = 0.1, k: float = 1.0
+    runs: pd.DataFrame,
+    n_boot: int,
+    seed: int,
+    rtol: float = 0.1,
+    k: float = 1.0,
+    noise: float | np.ndarray | None = None,
 ) -> dict | None:
-    """Approach 2 with bootstrap over the budgets it uses; None without data.
+    """Approach 2, its interval from the noise-and-resample bootstrap (module docstring); None
+    without data. `noise`: one run's seed spread in nats (a scalar, or one per row of `runs`);
+    None: `seed_noise` of the profiles' runs.
 
     Only IsoFLOP profiles are used (`isoflop_profiles`: budgets grouped within each sweep, at
     least 3 distinct N, C within rtol); other runs are left to approaches 1 and 3. Runs that
@@ -258,6 +319,8 @@ def isoflop_report(
         return None
     if profiles is None or scattered["n_runs"].sum() >= len(profiles.runs):  # mostly a scatter
         return {"skipped": _not_a_design(scattered, rtol)}
+    if noise is not None and np.ndim(noise):  # one per input run: keep the profiles' own
+        noise = np.asarray(noise, dtype=float)[isoflop_groups(runs, rtol) >= 0]
     runs, labels = profiles.runs, profiles.labels
     optima = isoflop_optima(runs["N"], runs["C"], runs["loss"], labels, k=k)
     if profiles.sweeps is not None:  # several sweeps: say which one each profile comes from
@@ -271,13 +334,21 @@ def isoflop_report(
         )
         section = {"per_budget": optima.to_dict(orient="records"), "n_boot": 0, **warning}
         return identification.with_reasons(section, {"a": why, "b": why})
-    used = used_optima(optima)
-    counts = resample_counts(len(used), n_boot, seed).astype(int)
-    reps = [frontier_exponents(used.iloc[np.repeat(np.arange(len(used)), w)]) for w in counts]
+    used = used_optima(optima.assign(label=profiles.ids))
+    counts = resample_counts(len(used), n_boot, seed)
+    if noise is None:
+        sigma = seed_noise(runs, labels)
+    else:
+        sigma = {"sigma": noise if np.ndim(noise) else float(noise), "source": "given"}
+    reps = noised_optima(runs, labels, used, counts, sigma["sigma"], seed, k)
+    if np.ndim(sigma["sigma"]):  # fit.json holds one number: the median of the runs' own
+        sigma = {**sigma, "sigma": float(np.median(sigma["sigma"]))}
     section = {
         **point,
         "per_budget": optima.to_dict(orient="records"),
         "n_boot": int(n_boot),
+        "n_boot_converged": sum(rep is not None for rep in reps),
+        "noise": sigma,
         "ci95": exponent_intervals(reps),
         **warning,
     }

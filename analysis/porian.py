@@ -8,10 +8,10 @@ of Language Models" (arXiv 2406.19146) move a from Kaplan's value towards Chinch
 correcting one setting at a time. The runs carry a `step` column (else their `sweep`, one of
 conf/sweep/porian_*.yaml, names it); each step's runs are an IsoFLOP ladder, and a is approach
 2's (`analysis.isoflop`: the parabola minimum per budget, a power law through them, a bootstrap
-over the budgets for its interval). From step `head` on, N counts the last layer (N +
-vocab_size x d_model, from the `model.*` columns) and C is the runs' exact training FLOPs
-(`C_exact`, as those sweeps plan their budgets); step `kaplan` counts non-embedding N and
-C = 6 N D. The published column is Porian's RefinedWeb value for the step as issue 29 lists
+over the budgets with the runs' seed noise for its interval). From step `head` on, N counts the
+last layer (N + vocab_size x d_model, from the `model.*` columns) and C is the runs' exact
+training FLOPs (`C_exact`, as those sweeps plan their budgets); step `kaplan` counts
+non-embedding N and C = 6 N D. The published column is Porian's RefinedWeb value for the step as issue 29 lists
 them (results/porian/README.md says where they come from); a here comes from far smaller
 models (results/porian: 2.9K-51K non-embedding parameters) and budgets. `--runs-csv` writes
 the runs read, with their `step`, so the table regenerates without the MLflow store.
@@ -163,7 +163,8 @@ def render(rows: list[dict]) -> str:
         )
     lines.append("")
     lines.append(
-        "a: exponent of N_opt ~ C^a from IsoFLOP minima (approach 2), bootstrap over budgets. "
+        "a: exponent of N_opt ~ C^a from IsoFLOP minima (approach 2), bootstrap over budgets "
+        "with the runs' seed noise added to every loss. "
         "Porian et al.'s values come from models of 5M-901M parameters; compare the direction "
         "of each step, not the level."
     )

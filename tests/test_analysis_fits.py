@@ -8,12 +8,13 @@ from analysis import envelope, identification, isoflop
 from analysis.ablation import compare_variants
 from analysis.bootstrap import resample_counts
 from analysis.estimate import cell
-from analysis.laws import chinchilla
+from analysis.laws import LAWS, chinchilla
 from analysis.lbfgs import minimize_batched
 from analysis.powerlaw import fit_power_law
-from analysis.synthetic import HOFFMANN, grid_runs, isoflop_runs
+from analysis.synthetic import HOFFMANN, grid_runs, isoflop_runs, law_runs
 
 TRUTH = chinchilla.Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
+GADRE = {"E": 1.8, "a": 400.0, "b": -0.3, "c": 600.0}  # Gadre et al.'s form, b = -alpha
 
 
 def test_hoffmann_full_precision_values_give_the_papers_allocation():
@@ -113,6 +114,29 @@ def test_envelope_keeps_the_lowest_loss_per_compute_bin():
     for _, row in front.iterrows():
         same_budget = runs[np.isclose(runs["C"], row["C"], rtol=0.05)]
         assert row["loss"] == same_budget["loss"].min()
+
+
+def test_approach_1_on_a_fixed_ratio_design_says_the_exponent_is_the_designs():
+    """Gadre et al.'s fit set (4 sizes at 20 tokens per parameter, the smallest also at 320):
+    the frontier is the four 20x runs, so N = sqrt(C / 120) and a = 0.5 whatever the law. It
+    was reported as 0.500 [0.494, 1.000]; now as set by the design, with no interval. A design
+    whose frontier moves through several ratios keeps its measured a and interval."""
+    N = np.array([2e7, 6e7, 2e8, 6e8, 2e7])
+    runs = law_runs(LAWS["overtrain"], GADRE, N, N * np.array([20, 20, 20, 20, 320]))
+    section = envelope.envelope_report(runs, n_boot=200, seed=0)
+    front = pd.DataFrame(section["envelope"])
+    assert np.allclose(front["D_opt"] / front["N"], 20)  # the design: one ratio on the frontier
+    assert section["a"] == pytest.approx(0.5, abs=1e-9)  # N = sqrt(C / 120), from C = 6 N D
+    assert section["fixed_ratio"] == pytest.approx(20)
+    assert set(section["not_identified"]) == {"a", "b"} and "a" not in section["ci95"]
+    why = section["why_not_identified"]["a"]
+    assert why.startswith("set by the design: every frontier point has D/N = 20 (within 5%)")
+    assert "(not identified)" in cell(section, "a", ".3f", console=True)
+    # IsoFLOP profiles: the frontier moves through the ratios the law prefers
+    measured = envelope.envelope_report(isoflop_runs(TRUTH, noise=0.002), n_boot=50, seed=0)
+    assert "fixed_ratio" not in measured and measured["not_identified"] == []
+    lo, hi = measured["ci95"]["a"]
+    assert lo < measured["a"] < hi
 
 
 def test_single_variable_power_law_with_irreducible_term():

@@ -292,3 +292,36 @@ def test_a_four_parameter_law_fits_five_runs_that_approach_3_cannot(tmp_path, ca
     err = capsys.readouterr().err
     assert "the overtrain law (E, a, b, c) has 4 parameters and needs at least 5 runs" in err
     assert not out.exists()
+
+
+def test_resamples_with_fewer_runs_than_parameters_leave_the_law_not_identified(tmp_path):
+    """Gadre et al.'s 5-run fit set and a 4-parameter law: a resample of 5 runs from 5 draws at
+    least 4 distinct runs with probability (5 S(5,4) 4! + 5!) / 5^5 = 1320 / 3125 = 0.4224
+    (S the Stirling number of the second kind), below MIN_CONVERGED: every parameter and the
+    allocation are not identified, and the reason says how many resamples had enough runs."""
+    from analysis.bootstrap import distinct, resample_counts
+    from analysis.identification import MIN_CONVERGED
+
+    csv, out = tmp_path / "runs.csv", tmp_path / "fit.json"
+    overtraining_design().to_csv(csv, index=False)
+    n_boot = 200
+    args = ["--csv", str(csv), "--law", "overtrain", "--bootstrap", str(n_boot), "--out", str(out)]
+    assert fit.main(args) == 0
+    law = json.loads(out.read_text())["parametric"]
+    p_enough = (5 * 10 * math.factorial(4) + math.factorial(5)) / 5**5
+    assert p_enough == pytest.approx(0.4224) and p_enough < MIN_CONVERGED
+    # the resamples the fit drew, counted independently of the fit
+    drawn = resample_counts(5, n_boot, seed=0)
+    enough = int(sum(len(set(np.flatnonzero(row))) >= 4 for row in drawn))
+    assert enough == int((distinct(drawn) >= 4).sum())
+    assert abs(enough / n_boot - p_enough) < 3 * math.sqrt(p_enough * (1 - p_enough) / n_boot)
+    assert law["n_boot_converged"] <= enough  # never more than the resamples that can fit
+    assert set(law["not_identified"]) >= {"E", "a", "b", "c", "N_opt@4.32e+19"}
+    why = law["why_not_identified"]["E"]
+    assert f"{enough} of {n_boot} resamples drew at least 4 distinct runs" in why
+    # the same law on 12 runs (3 per size at 4 ratios): most resamples hold 4+ runs, identified
+    N, D = grid([2e7, 6e7, 2e8], [10, 20, 80, 320])
+    wide = runs(LAWS["overtrain"], {"E": 1.8, "a": 400.0, "b": -0.3, "c": 600.0}, N, D)
+    result, _ = section(LAWS["overtrain"], wide, [1e20], n_boot=40, seed=0)
+    assert result["n_boot_converged"] >= MIN_CONVERGED * result["n_boot"]
+    assert not {"E", "a", "b", "c"} & set(result["not_identified"])

@@ -126,8 +126,9 @@ def section(
         ci[name] = None
     cols = {c: runs[c].to_numpy(float) for c in law.columns}
     noise = identification.noise_of(runs["loss"], law.predict(theta, cols)[0])
+    counts = resample_counts(len(runs), n_boot, seed)  # the resamples `fit_law` refitted
     why = identification.law_reasons(
-        law, point, ci, converged, float(runs["loss"].min()), fixed, noise
+        law, point, ci, converged, float(runs["loss"].min()), fixed, noise, counts
     )
     if law.extra_reasons:
         why = {**why, **law.extra_reasons(runs, {k: point[k] for k in law.params})}

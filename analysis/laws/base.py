@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from scipy.optimize import minimize
 
+from analysis.bootstrap import distinct
 from analysis.lbfgs import chunked, minimize_batched
 
 LOG_TINY = float(np.log(np.finfo(float).tiny))  # about -708: exp of it is still positive
@@ -238,7 +239,9 @@ def bootstrap(
     """Refit every replicate (counts (R, n)) from its own starts: (S, P) shared by all, or
     (R, S, P) per replicate. Returns thetas (R, P), nan where not converged, and the
     converged flags (R,). Every start runs SCREEN_ITER iterations, the KEEP best of each
-    replicate run to convergence."""
+    replicate run to convergence. A replicate that drew fewer distinct runs than the free
+    parameters (`analysis.bootstrap.distinct`) is not converged, whatever its optimiser says:
+    a law through fewer points than parameters fits them exactly in infinitely many ways."""
     n_rep = counts.shape[0]
     starts = np.broadcast_to(starts, (n_rep, *starts.shape[-2:]))
     n_start = starts.shape[1]
@@ -266,6 +269,7 @@ def bootstrap(
     chosen = pick + keep * np.arange(n_rep)
     thetas = final.x[chosen].copy()
     converged = final.converged[chosen] & np.isfinite(f[np.arange(n_rep), pick])
+    converged &= distinct(counts) >= free.sum()  # fewer points than parameters: not determined
     thetas[~converged] = np.nan
     return thetas, converged
 

@@ -366,7 +366,7 @@ def section(
     }
     noise = identification.noise_of(runs["loss"], fit.predict(runs["N"], runs["D"]))
     reasons = identification.law_reasons(
-        LAW, estimate, ci, converged, float(runs["loss"].min()), fixed, noise
+        LAW, estimate, ci, converged, float(runs["loss"].min()), fixed, noise, counts
     )
     out = identification.clip_allocation(out)
     reasons = {**identification.range_problems(out), **reasons}
