@@ -146,6 +146,20 @@ def blocks(
         b.append(("table", header, _fit_rows(fits)))
         shown = metric.replace("_", " ").capitalize()
         b.append(("fig", "curve_law", f"{shown} (points) and the fitted curve law (lines)."))
+        checks = [
+            f"{_short(name)}: {cf.check['sentence']}"
+            for name, cf, _ in fits
+            if cf.check is not None
+        ]
+        if checks:
+            b.append(
+                (
+                    "p",
+                    "Each law against the points it was fitted to (each against its run's "
+                    "step-to-step noise):",
+                )
+            )
+            b.append(("list", checks))
     errors = C.prediction_errors(TISSUE, grid, curves, metric=metric)
     final = (
         f"Final train loss (the mean of each run's last {C.FINAL_TRAIN_POINTS} points, the "

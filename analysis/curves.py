@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import identification
+from analysis import identification, law_check
 from analysis.bootstrap import intervals, percentile_interval, resample_counts
 from analysis.laws.base import Law, bootstrap, fit, one_thread
 from analysis.laws.curve import CURVE_LAWS, features
@@ -166,6 +166,7 @@ class CurveFit:
     converged: np.ndarray  # (R,)
     n_points: int
     loss_min: float
+    check: dict | None = None  # the law against the points it was fitted to (`point_check`)
 
     def predict(self, lrs: np.ndarray, step, warmup: int) -> tuple[float, list | None]:
         """Loss after `step` steps of a run with lr `lrs` (several steps: their mean): the
@@ -192,7 +193,31 @@ def fit_curves(law: Law, curves: list[Curve], upto=None, n_boot: int = 0, seed: 
             counts = resample_counts(loss.size, n_boot, seed, strata=owner)
             starts = np.vstack([point.theta[None, :], law.bootstrap_starts()])
             thetas, converged = bootstrap(law, cols, loss, counts, starts)
-    return CurveFit(law, point.theta, thetas, converged, int(loss.size), float(loss.min()))
+    check = point_check(law, point.theta, cols, loss, owner)
+    return CurveFit(law, point.theta, thetas, converged, int(loss.size), float(loss.min()), check)
+
+
+def step_noise(loss: np.ndarray, owner: np.ndarray) -> np.ndarray:
+    """Each point's noise: its run's step-to-step scatter, the median absolute difference of
+    successive points / (0.6745 sqrt 2) (a robust sd that a smooth trend barely moves)."""
+    out = np.full(loss.size, np.nan)
+    for i in np.unique(owner):
+        at = owner == i
+        d = np.diff(loss[at])
+        out[at] = np.median(np.abs(d)) / (0.6745 * np.sqrt(2)) if d.size else np.nan
+    return out
+
+
+def point_check(law: Law, theta: np.ndarray, cols: dict, loss, owner) -> dict | None:
+    """`analysis.law_check` of the fitted law against its own points, each against its run's
+    step noise; None where the fit failed or a run's noise is unknown (one point)."""
+    noise = step_noise(loss, owner)
+    if not np.all(np.isfinite(theta)) or not np.all(noise > 0):
+        return None
+    pred = law.predict(theta, cols)[0]
+    labels = [f"run {i}, point {j}" for j, i in enumerate(owner)]
+    result = law_check.check(loss, pred, noise, labels)
+    return {**result, "sentence": law_check.verdict(f"the {law.name} law", result)}
 
 
 def section(cf: CurveFit) -> dict:
@@ -202,6 +227,8 @@ def section(cf: CurveFit) -> dict:
     point = {k: float(v[0]) for k, v in law.to_values(cf.theta).items()}
     ci = intervals(law.to_values(cf.thetas)) if cf.thetas.size else {}
     why = identification.law_reasons(law, point, ci, cf.converged, cf.loss_min)
+    if cf.check is not None and not cf.check["describes"]:
+        why = {k: f"the law does not describe its curves ({cf.check['sentence']})" for k in point}
     return {
         "law": law.name,
         "reference": law.reference,
@@ -212,6 +239,7 @@ def section(cf: CurveFit) -> dict:
         "ci95": ci,
         "not_identified": list(why),
         "why_not_identified": why,
+        "law_check": cf.check,
     }
 
 

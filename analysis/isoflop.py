@@ -35,19 +35,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy.stats import chi2
 
-from analysis import identification
+from analysis import identification, noise
 from analysis.bootstrap import resample_counts
 from analysis.powerlaw import exponent_intervals, frontier_exponents
 
 MIN_PROFILE_SIZES = 3  # distinct N a budget group needs to be an IsoFLOP profile (a parabola)
 WINDOW_RTOL = 0.02  # the parabola is fitted to the sizes within 2% of a budget's lowest loss
-# One run's seed spread (nats) where the runs do not measure theirs: the project's measurement,
-# the median over the 60 configurations of results/demo/curve_grid{,_seed1,_seed2} (3 seeds
-# each) of their seed variance, each scaled by its chi-square median (`seed_noise`).
-DEFAULT_SEED_NOISE = 0.059
-MIN_SEEDED_CELLS = 3  # (budget, N) cells with 2+ runs needed to measure the seed spread
+DEFAULT_SEED_NOISE = noise.DEFAULT_NOISE  # where the runs do not measure their seed spread
 
 
 def sweep_labels(runs: pd.DataFrame) -> np.ndarray | None:
@@ -250,19 +245,14 @@ def _window(lowest: np.ndarray, i: int) -> tuple[int, int]:
 
 
 def seed_noise(runs: pd.DataFrame, labels: np.ndarray) -> dict:
-    """One run's seed spread in nats: {"sigma", "source" ("seeds" | "default"), "n_cells"}.
-    Measured where MIN_SEEDED_CELLS or more (budget, N) cells hold several runs: the median
-    over cells of their variance times dof / the chi-square median with dof degrees of freedom
-    (so it estimates sigma^2 at 2 seeds too; a median, so one unstable cell does not set it);
-    else DEFAULT_SEED_NOISE."""
+    """One run's seed spread in nats: {"sigma", "source" ("seeds" | "default"), "n_cells"},
+    measured over the (budget, N) cells that hold several runs (`noise.pooled_sd`) where
+    MIN_SEEDED_CELLS or more do, else the project's measured default (`noise.DEFAULT_NOISE`)."""
     cells = pd.DataFrame({"label": labels, "N": runs["N"].to_numpy(float), "loss": runs["loss"]})
-    stats = cells.groupby(["label", "N"])["loss"].agg(["count", "var"])
-    stats = stats[stats["count"] > 1]
-    if len(stats) < MIN_SEEDED_CELLS:
-        return {"sigma": DEFAULT_SEED_NOISE, "source": "default", "n_cells": int(len(stats))}
-    dof = stats["count"].to_numpy(float) - 1
-    scaled = stats["var"].to_numpy(float) * dof / chi2.median(dof)
-    return {"sigma": float(np.sqrt(np.median(scaled))), "source": "seeds", "n_cells": len(stats)}
+    sigma, n = noise.pooled_sd(cells.groupby(["label", "N"])["loss"])
+    if n < noise.MIN_SEEDED_CELLS:
+        return {"sigma": DEFAULT_SEED_NOISE, "source": "default", "n_cells": n}
+    return {"sigma": sigma, "source": "seeds", "n_cells": n}
 
 
 def noised_optima(

@@ -64,7 +64,8 @@ def verdict(name: str, result: dict) -> str:
         f"({w['residual']:+.3f} nats, {abs(w['residual']) / w['sigma']:.1f} x its noise)"
     )
     if result["describes"]:
-        return f"{name} describes its {result['n_points']} points within noise ({where})."
+        but = f" but {result['n_outside']}" if result["n_outside"] else ""
+        return f"{name} describes its {result['n_points']} points within noise{but} ({where})."
     return (
         f"{name} does not describe these runs: {result['n_outside']} of {result['n_points']} "
         f"points off by more than {result['z']:.2g} x their noise; {where}. Nothing is "

@@ -424,3 +424,21 @@ def test_an_annealing_gain_indistinguishable_from_none_is_not_identified():
     assert (
         identification.law_reasons(law, {**base, "C": 1.0}, {**ci, "C": (0.5, 2.0)}, ok, 3.0) == {}
     )
+
+
+def test_a_curve_law_is_checked_against_the_points_it_was_fitted_to():
+    """Curves that follow the law within their own noise are described; the same curves with
+    a 0.3-nat step from their middle on (a shape the law has no term for) are not, and then
+    no parameter of the fit is identified."""
+    rows = [_row("wsd"), _row("cos", schedule="cosine")]
+    runs, points = _simulate("tissue", {"wsd": TISSUE, "cos": TISSUE}, rows, noise=3e-3)
+    law = CURVE_LAWS["tissue"]
+    cf = C.fit_curves(law, list(C.curves_of(runs, points).values()), n_boot=30)
+    assert cf.check["describes"] and C.section(cf)["not_identified"] == []
+    late = points["tokens"] > points.groupby("run_id")["tokens"].transform("median")
+    bent = points.assign(val_loss=points["val_loss"] + 0.3 * late)
+    cf = C.fit_curves(law, list(C.curves_of(runs, bent).values()))
+    assert not cf.check["describes"] and cf.check["n_outside"] > 0.05 * cf.check["n_points"]
+    sec = C.section(cf)
+    assert set(sec["not_identified"]) == set(law.params)
+    assert "does not describe" in sec["why_not_identified"][law.params[0]]

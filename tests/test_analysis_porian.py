@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -127,7 +128,14 @@ def test_the_exported_runs_regenerate_the_table_and_each_step_gets_a_figure(tmp_
 # ---------------------------------------------------------------- approach 2's interval
 
 
-PUBLISHED = Path(__file__).resolve().parents[1] / "shared" / "porian2024"
+# The authors' IsoFLOP profiles and published intervals, taken (numbers only) from
+# github.com/formll/resolving-scaling-law-discrepancies at 0dc60d91 (docs/analysis.md says
+# how); not committed here: point PORIAN2024_DATA at the folder to run these tests.
+PUBLISHED = Path(os.environ.get("PORIAN2024_DATA", "/nonexistent"))
+needs_published = pytest.mark.skipif(
+    not (PUBLISHED / "published.csv").is_file(),
+    reason="PORIAN2024_DATA: the authors' profiles (isoflop_points.csv, published.csv)",
+)
 
 
 def porian_sets():
@@ -139,6 +147,7 @@ def porian_sets():
         yield row["dataset"], row["step"], runs, row
 
 
+@needs_published
 def test_approach_2_intervals_cover_porians_published_exponents():
     """On the authors' own IsoFLOP profiles, with the seed noise their bootstrap adds, the
     noise-and-resample interval holds their published a in all ten sets and overlaps their
