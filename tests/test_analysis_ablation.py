@@ -208,3 +208,20 @@ def test_noise_scale_is_the_seed_spread_or_the_stated_default():
         "n_cells": 0,
     }
     assert "default" in noise.describe(noise.noise_scale(one_seed))
+
+
+def test_the_report_command_prints_the_answer_and_lists_the_plateau(tmp_path, capsys):
+    from analysis import report
+
+    H = float(law(M0 * BUDGETS[1])) + 0.5
+    src = tmp_path / "runs.csv"
+    ablation_runs(1, H).to_csv(src, index=False)
+    out = tmp_path / "r"
+    assert report.main(["--csv", str(src), "--bootstrap", "100", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "At 12 of 12 matched cells var's loss is higher than base's by" in printed
+    assert max(len(line) for line in printed.splitlines() if "matched" in line) <= 80
+    md = (out / "report.md").read_text()
+    assert md.index("matched cells var's loss is higher") < md.index("## Ablations")
+    assert f"the corpus's unigram entropy is {H:.3f} nats/token" in md
+    assert "left out of every law" in md
