@@ -33,6 +33,7 @@ ENVIRONMENT_ERRNOS = {
     errno.EDQUOT,
     errno.ENOTDIR,
     errno.EEXIST,
+    errno.ENAMETOOLONG,
     errno.ELOOP,  # a symlink planted where a lock file goes (`training.paths.open_lock`)
 }
 

@@ -25,7 +25,7 @@ from training.data import source_fingerprint
 from training.data.cache import cache_key
 from training.data.sources import source_bytes, text_files
 from training.keys import run_key
-from training.paths import default_cache_dir, default_runs_dir, resolve_dir
+from training.paths import default_cache_dir, default_runs_dir, resolve_dir, unusable_folder
 
 
 def planned_vocab_size(data: DataConfig) -> int:
@@ -239,12 +239,9 @@ def _check_memory(model: ModelConfig) -> None:
 
 
 def _check_folder(name: str, folder: Path) -> None:
-    """`folder`, or the nearest of its parents that exists, is a folder."""
-    for path in (folder, *folder.parents):
-        if path.exists():
-            if not path.is_dir():
-                raise ConfigError(f"{name}: {path} is a file, not a folder")
-            return
+    """`folder` exists as a folder or can be made (`training.paths.unusable_folder`)."""
+    if (why := unusable_folder(folder)) is not None:
+        raise ConfigError(f"{name}: {why}")
 
 
 def _check_text_files(data: DataConfig) -> None:

@@ -15,7 +15,7 @@ import sys
 import time
 
 from training.cli import check_composes
-from training.config import ConfigError, DataConfig
+from training.config import SECTIONS, ConfigError
 from training.data.cache import prepare_data
 from training.data.fingerprint import source_fingerprint
 from training.paths import PROJECT_ROOT, default_cache_dir, resolve_dir
@@ -34,7 +34,8 @@ def prepare(argv: list[str]) -> str:
     check_composes(PROJECT_ROOT / "conf", "config", argv)
     with initialize_config_dir(str(PROJECT_ROOT / "conf"), version_base="1.3"):
         cfg = OmegaConf.to_container(compose("config", overrides=argv), resolve=True)
-    data = DataConfig.from_dict(cfg["data"])
+    # the training command line: every section is checked, not only the data it prepares
+    data = {name: cls.from_dict(cfg.get(name)) for name, cls in SECTIONS.items()}["data"]
     cache_root = resolve_dir((cfg.get("paths") or {}).get("cache_dir"), default_cache_dir())
     preflight_data(data, cache_root)
     t0 = time.perf_counter()

@@ -1,0 +1,108 @@
+"""Hostile paths, Hydra command lines, and machines that cannot hold a run: exit 2 with one
+`error:` line before anything is written (the contract of tests/test_bad_input.py, whose
+fixtures this module shares)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+import test_bad_input
+from test_bad_input import ROOT, assert_nothing_written, compose, one_error_line
+
+place = test_bad_input.place  # the fixture: where a run would write, which must stay absent
+
+LONG = "a" * 300  # over the 255 bytes a filesystem allows in one name (errno 36)
+
+
+def train_error(place, capsys, *overrides: str) -> str:
+    """The one `error:` line of `training.train` with `overrides`, after checking exit 2 and
+    that nothing was written."""
+    from training.train import _main
+
+    cfg = compose(*place["overrides"], *overrides)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        _main(cfg)
+    assert exit_.value.code == 2
+    message = one_error_line(capsys.readouterr().err)
+    assert_nothing_written(place)
+    return message
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (f"paths.runs_dir={{out}}/{LONG}", "paths.runs_dir: a name in the path is 300 bytes"),
+        (f"paths.cache_dir={{out}}/{LONG}", "paths.cache_dir: a name in the path is 300 bytes"),
+        (f"tracking.uri=sqlite:///{{out}}/{LONG}/m.db", "tracking.uri: a name in the path is 300"),
+        ("paths.runs_dir=/proc/x", "paths.runs_dir: cannot create a folder in /proc"),
+        ("paths.cache_dir=/proc/self/x", "paths.cache_dir: cannot create a folder in /proc/"),
+    ],
+)
+def test_paths_no_folder_can_be_made_at_are_one_line(place, capsys, override, message):
+    """Long names and /proc were an OSError traceback after the store and cache were built."""
+    line = train_error(place, capsys, override.format(out=place["out"]))
+    assert line.startswith(message), line
+
+
+@pytest.mark.parametrize("field", ["paths.runs_dir", "paths.cache_dir", "tracking.uri"])
+def test_a_read_only_folder_is_found_before_any_work(place, capsys, monkeypatch, field):
+    """A read-only store, runs or cache folder was found after the cache or the store was
+    made. Root writes through chmod 000, so the read-only disk is simulated: no folder can be
+    made in the place the field names."""
+    blocked = place["corpus"] / "readonly"
+    blocked.mkdir()
+    make = tempfile.mkdtemp
+
+    def mkdtemp(*args, dir=None, **kwargs):
+        if dir is not None and str(dir) == str(blocked):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(dir))
+        return make(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    value = f"sqlite:///{blocked}/x/m.db" if field == "tracking.uri" else f"{blocked}/x"
+    line = train_error(place, capsys, f"{field}={value}")
+    assert line == f"{field}: cannot create a folder in {blocked} (Read-only file system)"
+
+
+@pytest.mark.parametrize("tool", ["fit", "report", "compare_laws"])
+def test_analysis_out_with_a_name_too_long_is_one_line(tmp_path, capsys, tool):
+    from analysis import compare_laws, fit, report
+
+    main = {"fit": fit.main, "report": report.main, "compare_laws": compare_laws.main}[tool]
+    csv = ROOT / "results" / "ref_ladder" / "runs.csv"
+    assert main(["--csv", str(csv), "--out", str(tmp_path / LONG / "x")]) == 2
+    assert one_error_line(capsys.readouterr().err).startswith("--out: a name in the path is 300")
+
+
+def _prepare(tmp_path, *overrides: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cache = f"paths.cache_dir={tmp_path / 'out' / 'cache'}"
+    return subprocess.run(
+        [sys.executable, "-m", "training.data", "prepare", cache, *overrides],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (("train.tokens=abc",), "train.tokens: expected an integer, got 'abc'"),
+        ((f"paths.cache_dir=/tmp/{LONG}",), "paths.cache_dir: a name in the path is 300 bytes"),
+    ],
+)
+def test_prepare_checks_the_whole_command_line(tmp_path, overrides, message):
+    """`prepare train.tokens=abc` prepared the corpus and exited 0."""
+    out = _prepare(tmp_path, *overrides)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert one_error_line(out.stderr).startswith(message), out.stderr
+    assert not (tmp_path / "out").exists()
