@@ -43,7 +43,7 @@ from training.checkpoint import branch_checkpoint_path, run_dir
 from training.cli import explain
 from training.config import ConfigError, DataConfig
 from training.data import prepare_data
-from training.paths import default_cache_dir, default_runs_dir, resolve_dir
+from training.paths import default_cache_dir, default_runs_dir, resolve_dir, unusable_folder
 from training.spec import resolve_config
 from training.step import planned_memory
 
@@ -275,6 +275,7 @@ class Sweep:
 
 def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: Launch) -> list:
     sweep = Sweep.from_cli(cfg, arguments, compose)
+    tracking.check_store(sweep.uri)  # reading only: the plan reads the runs' states from it
     tic = time.perf_counter()
     runs, tuned = sweep.make_plan()
     plan_s = time.perf_counter() - tic
@@ -291,6 +292,7 @@ def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: L
         return []
     if tuned and (warning := tuning.early_rungs(tuned)):
         print(warning, flush=True)  # also without a dry run: before anything trains
+    _check_places(sweep)
     if any(not r.skip for r in runs):
         _prepare_data(cfg, sweep.base, list(sweep.datasets.values()))
     return _execute(sweep, runs, launch, None if tuned is None else _next_stages(sweep, tuned))
@@ -348,6 +350,22 @@ def _prepare_data(cfg: DictConfig, base: DictConfig, datasets: list[dict]) -> No
     cache_dir = resolve_dir(base.get("paths", {}).get("cache_dir"), default_cache_dir())
     for d in datasets:
         prepare_data(DataConfig.from_dict(d), cache_dir)
+
+
+def _check_places(sweep: Sweep) -> None:
+    """The store (its server answers, its driver is installed) and the folders a sweep writes,
+    checked before any token cache is built: one line instead of a traceback after it."""
+    if tracking.is_remote(sweep.uri):
+        tracking.check_reachable(sweep.uri)
+    folders = {
+        "paths.runs_dir": sweep.runs_dir,
+        "paths.cache_dir": resolve_dir(sweep.base.paths.get("cache_dir"), default_cache_dir()),
+    }
+    if (db := tracking.sqlite_path(sweep.uri)) is not None:
+        folders["tracking.uri"] = db.parent
+    for name, folder in folders.items():
+        if (why := unusable_folder(folder)) is not None:
+            raise ConfigError(f"{name}: {why}")
 
 
 def _runs_dir(cfg: DictConfig) -> Path:

@@ -106,3 +106,106 @@ def test_prepare_checks_the_whole_command_line(tmp_path, overrides, message):
     assert out.returncode == 2, out.stderr[-2000:]
     assert one_error_line(out.stderr).startswith(message), out.stderr
     assert not (tmp_path / "out").exists()
+
+
+def _cli(place, module: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env.pop("NOPE", None)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args, *_without(place["overrides"], args)],
+        cwd=place["cwd"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _without(overrides: list[str], args) -> list[str]:
+    """`overrides` less the keys `args` sets (a sweep refuses a key given twice)."""
+    keys = {a.split("=", 1)[0] for a in args}
+    return [o for o in overrides if o.split("=", 1)[0] not in keys]
+
+
+HYDRA_CASES = [
+    (("-cn", "nope"), "-cn nope: no config 'nope'; available: config, run"),
+    (("--config-dir", "/nonexistent"), "--config-dir: /nonexistent is not a folder"),
+    (
+        ("tracking.experiment=${oc.env:NOPE}",),
+        'tracking.experiment: KeyError raised while resolving interpolation: "Environment '
+        "variable 'NOPE' not found\"",
+    ),
+    ((f"+tracking.tags.{'t' * 260}=v",), f"tracking.tags.{'t' * 46}...: File name too long"),
+]
+
+
+@pytest.mark.parametrize(
+    "module, args, message",
+    [("training.train", *case) for case in HYDRA_CASES]
+    + [("sweeps.run", *HYDRA_CASES[0]), ("sweeps.run", *HYDRA_CASES[2])],
+)
+def test_hydra_tracebacks_are_one_line(place, module, args, message):
+    """Each was Hydra's traceback (exit 1): a config name or folder that does not exist, an
+    environment variable that is not set, a key Hydra looks up as a file (errno 36)."""
+    out = _cli(place, module, *args)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert one_error_line(out.stderr) == message
+    assert_nothing_written(place)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (
+            "tracking.experiment=" + "e" * 600,
+            "tracking.experiment: 600 characters, over MLflow's 500",
+        ),
+        (
+            "tracking.run_name=" + "r" * 8001,
+            "tracking.run_name: 8001 characters, over MLflow's 8000",
+        ),
+    ],
+)
+def test_names_over_mlflow_limits_are_refused_before_any_work(place, capsys, override, message):
+    """MLflow refused them with a traceback once the cache and the store were made."""
+    assert train_error(place, capsys, override).startswith(message)
+
+
+def test_a_tag_key_over_mlflow_limit_is_refused():
+    """On the command line Hydra refuses such a key first (a file name over 255 bytes)."""
+    from training.config import ConfigError, TrackingConfig
+
+    with pytest.raises(ConfigError, match="tracking.tags: a key of 251 characters"):
+        TrackingConfig.from_dict({"tags": {"k" * 251: "v"}})
+
+
+@pytest.mark.parametrize("uri", ["postgresql://u@127.0.0.1:9/db", "mysql://u@127.0.0.1:9/db"])
+def test_a_database_uri_without_its_driver_is_one_line(place, capsys, uri):
+    """The missing driver was found after the token cache was built (68 lines)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        make_url(uri).get_dialect().import_dbapi()
+        pytest.skip("the driver is installed here")
+    except ImportError:
+        pass
+    line = train_error(place, capsys, f"tracking.uri={uri}")
+    assert line.startswith(f"tracking.uri: {uri}: cannot open this database (ModuleNotFoundError")
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("tracking.uri=http://127.0.0.1:{port}", "tracking.uri=http://127.0.0.1:{port}: MLflow"),
+        ("paths.runs_dir=/proc/x", "paths.runs_dir: cannot create a folder in /proc"),
+    ],
+)
+def test_a_sweep_checks_its_store_and_folders_before_building_caches(place, override, message):
+    """An unreachable server was found after the sweep built its token cache (22 MB)."""
+    from test_bad_input import free_port
+
+    port = free_port()
+    out = _cli(place, "sweeps.run", "sweep=tiny", override.format(port=port))
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert one_error_line(out.stderr).startswith(message.format(port=port)), out.stderr
+    assert_nothing_written(place)
