@@ -209,3 +209,30 @@ def test_a_sweep_checks_its_store_and_folders_before_building_caches(place, over
     assert out.returncode == 2, out.stderr[-2000:]
     assert one_error_line(out.stderr).startswith(message.format(port=port)), out.stderr
     assert_nothing_written(place)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (  # weights fit this machine, AdamW's 16 bytes per parameter do not
+            ("model.size=5e9",),
+            "model: a training step of 4.97e+09 parameters on a micro-batch of 64 x 256 tokens",
+        ),
+        (  # 65,536 sequences in one micro-batch: was OOM-killed after the run was created
+            ("train.batch_tokens=16777216", "train.tokens=33554432"),
+            "train.micro_batch: a training step of 1.77e+06 parameters on a micro-batch of "
+            "65536 x 256 tokens",
+        ),
+    ],
+)
+def test_a_step_that_cannot_fit_in_memory_is_refused_before_any_work(
+    place, capsys, monkeypatch, overrides, message
+):
+    """The memory guard counts optimizer state and activations (models.accounting's
+    memory_estimate), against a machine of 32 GiB whatever this one has."""
+    import training.spec
+
+    monkeypatch.setattr(training.spec, "_host_memory", lambda: 32 * 2**30)
+    line = train_error(place, capsys, *overrides)
+    assert line.startswith(message), line
+    assert "more than this machine's 32 GiB" in line
