@@ -236,3 +236,58 @@ def test_a_step_that_cannot_fit_in_memory_is_refused_before_any_work(
     line = train_error(place, capsys, *overrides)
     assert line.startswith(message), line
     assert "more than this machine's 32 GiB" in line
+
+
+HPARAMS = ROOT / "results" / "ref_hparams"
+
+
+def test_curves_in_any_row_order_are_the_same_curves():
+    """curves.csv in reverse row order changed the 25% median error from 24% to 1.8%: each
+    run's points are taken in step order."""
+    import pandas as pd
+
+    from analysis.curves import curves_of
+
+    runs, points = pd.read_csv(HPARAMS / "runs.csv"), pd.read_csv(HPARAMS / "curves.csv")
+    forward = curves_of(runs, points, "train_loss")
+    backward = curves_of(runs, points.iloc[::-1], "train_loss")
+    assert forward.keys() == backward.keys() and len(forward) > 100
+    for run_id, c in forward.items():
+        assert (c.steps == backward[run_id].steps).all() and (c.loss == backward[run_id].loss).all()
+        assert (c.steps[1:] > c.steps[:-1]).all()
+
+
+@pytest.mark.parametrize(
+    "spoil, message",
+    [
+        (
+            lambda p: p.assign(tokens=p["tokens"].where(p.index != 5, p["tokens"][4])),
+            "has 2 points at tokens 32000 (rows 4, 5)",
+        ),
+        (
+            lambda p: p.assign(tokens=p["tokens"].where(p.index != 5, float("nan"))),
+            "column 'tokens' has 1 missing, non-numeric, negative",
+        ),
+        (
+            lambda p: p.assign(tokens=p["tokens"].where(p.index != 5, -5)),
+            "column 'tokens' has 1 missing, non-numeric, negative",
+        ),
+        (lambda p: p.assign(run_id="x" + p["run_id"]), "no run_id in common with --csv"),
+    ],
+    ids=["repeated step", "nan tokens", "negative tokens", "no common run_id"],
+)
+def test_bad_curve_points_are_one_line(tmp_path, capsys, spoil, message):
+    """Repeated steps and NaN tokens were fitted, negative tokens gave RuntimeWarnings, no
+    common run_id an empty table, all with exit 0."""
+    import pandas as pd
+
+    from analysis import curves
+
+    bad = tmp_path / "curves.csv"
+    spoil(pd.read_csv(HPARAMS / "curves.csv")).to_csv(bad, index=False)
+    out = tmp_path / "errors.md"
+    argv = ["--csv", str(HPARAMS / "runs.csv"), "--curves", str(bad), "--out", str(out)]
+    assert curves.main(argv) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith(f"--curves {bad}: ") and message in line, line
+    assert not out.exists()
