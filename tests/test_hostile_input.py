@@ -291,3 +291,68 @@ def test_bad_curve_points_are_one_line(tmp_path, capsys, spoil, message):
     line = one_error_line(capsys.readouterr().err)
     assert line.startswith(f"--curves {bad}: ") and message in line, line
     assert not out.exists()
+
+
+NESTED = {
+    "nest_fixed": ("fixed:\n  train: {lr: 0.001}\n", "sweep.fixed.train: a nested mapping"),
+    "nest_variant": (
+        "variants:\n  base: {}\n  v: {model: {norm: rmsnorm}}\n",
+        "sweep.variants.v.model: a nested mapping",
+    ),
+    "nest_tune": ("tune:\n  train: {lr: [0.1, 0.2]}\n", "sweep.tune.train: expected a non-empty"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NESTED))
+def test_a_nested_mapping_in_a_sweep_file_is_one_line(place, tmp_path, name):
+    """Hydra's "no viable alternative at input" traceback: a mapping is no override value."""
+    text, message = NESTED[name]
+    (tmp_path / "sweeps" / "sweep").mkdir(parents=True)
+    (tmp_path / "sweeps" / "sweep" / f"{name}.yaml").write_text(
+        "axes:\n  model.size: [2e4]\n" + text
+    )
+    args = ("--config-dir", str(tmp_path / "sweeps"), f"sweep={name}", "sweep.dry_run=true")
+    out = _cli(place, "sweeps.run", *args)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert one_error_line(out.stderr).startswith(message), out.stderr
+    assert_nothing_written(place)
+
+
+def test_compare_laws_on_one_run_is_an_error(tmp_path, capsys):
+    """Every law was skipped, and the table of skips written with exit 0."""
+    from analysis import compare_laws
+
+    one = tmp_path / "one.csv"
+    one.write_text("".join((ROOT / "results" / "ref_ladder" / "runs.csv").open().readlines()[:2]))
+    assert compare_laws.main(["--csv", str(one), "--out", str(tmp_path / "out")]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith("no law could be fitted to 1 run(s): "), line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_sweep_report_is_said_as_one_line(tmp_path):
+    """The report's own error line is folded into the sweep's, which then exits 1."""
+    from omegaconf import OmegaConf
+
+    from sweeps.driver import _report
+
+    out = tmp_path / "report"
+    cfg = OmegaConf.create({"sweep": {"report": {"out": str(out), "args": ["--bootstrap", "10"]}}})
+    path, error = _report(cfg, f"sqlite:///{tmp_path / 'none.db'}", "x", "abc")
+    assert path is None and not out.exists()
+    assert error == (
+        "sweep.report: analysis.report exited with 2 (--tracking-uri: no MLflow store at "
+        f"{tmp_path / 'none.db'} (run a sweep first))"
+    )
+
+
+@pytest.mark.slow
+def test_a_sweep_whose_report_fails_exits_non_zero(place, tmp_path):
+    """4 runs are too few for the report's fit: the sweep trained them and exited 0."""
+    report = f"+sweep.report={{out: {tmp_path / 'report'}, args: [--bootstrap, '10']}}"
+    out = _cli(place, "sweeps.run", "sweep=tiny", report)
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, out.stderr[-3000:]
+    assert errors[0].startswith("error: sweep.report: analysis.report exited with 2 ("), errors
