@@ -356,3 +356,77 @@ def test_a_sweep_whose_report_fails_exits_non_zero(place, tmp_path):
     errors = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1, out.stderr[-3000:]
     assert errors[0].startswith("error: sweep.report: analysis.report exited with 2 ("), errors
+
+
+def test_fingerprints_are_remembered_under_paths_cache_dir_only(
+    place, capsys, monkeypatch, tmp_path
+):
+    """A run that failed on its input wrote a fingerprint memo under the default cache folder
+    (the project's), whatever paths.cache_dir said."""
+    from training.data import filehash
+
+    default = tmp_path / "default_cache"
+    default.mkdir()
+    monkeypatch.setenv("SCALING_LAB_CACHE_DIR", str(default))
+    monkeypatch.setattr(filehash, "_hashed", {})
+    monkeypatch.setattr(filehash, "_unsaved", {})
+    try:
+        line = train_error(place, capsys, "train.resume=true")
+    finally:
+        filehash.use_cache_dir(None)
+    assert line.startswith("train.resume=true: no checkpoint at ")
+    assert list(default.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink loop", "unreadable"])
+def test_a_corpus_file_that_cannot_be_read_is_one_line(place, capsys, monkeypatch, kind):
+    """A FIFO hung `train` and `prepare`; a symlink loop was a traceback; a chmod 000 corpus
+    read as holding no .txt. Tests run as root here, who reads through chmod 000: the
+    unreadable file is simulated by os.access saying no for it."""
+    corpus = place["corpus"] / "folder"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("hello world. " * 400)
+    bad = corpus / "b.txt"
+    if kind == "fifo":
+        os.mkfifo(bad)
+        message = f"data.path: {bad} is not a regular file (a FIFO, socket or device)"
+    elif kind == "symlink loop":
+        bad.symlink_to(corpus / "c.txt")
+        (corpus / "c.txt").symlink_to(bad)
+        message = f"data.path: {bad} is a symbolic link to nothing (a loop or a missing target)"
+    else:
+        bad.write_text("secret")
+        real = os.access
+        monkeypatch.setattr(
+            os, "access", lambda p, m, **k: False if str(p) == str(bad) else real(p, m, **k)
+        )
+        message = f"data.path: cannot read {bad} (permission denied)"
+    line = train_error(place, capsys, "data=text", f"data.path={corpus}", "data.tokenizer=byte")
+    assert line == message
+
+
+def test_an_unreadable_corpus_folder_is_not_an_empty_one(place, capsys, monkeypatch):
+    corpus = place["corpus"] / "folder"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("hello world. " * 400)
+    real = os.access
+    monkeypatch.setattr(
+        os, "access", lambda p, m, **k: False if str(p) == str(corpus) else real(p, m, **k)
+    )
+    line = train_error(place, capsys, "data=text", f"data.path={corpus}")
+    assert line == f"data.path: cannot read the folder {corpus} (permission denied)"
+
+
+def test_prepare_of_an_empty_token_shard_is_an_error(tmp_path):
+    """A shard whose header says 0 tokens was prepared as 0 tokens with exit 0."""
+    import numpy as np
+
+    from training.data import write_bin
+
+    write_bin(tmp_path / "zero.bin", np.zeros(0, np.uint16))
+    out = _prepare(tmp_path, "data=tokens", f"data.path={tmp_path / 'zero.bin'}")
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert (
+        one_error_line(out.stderr)
+        == f"data.path: {tmp_path / 'zero.bin'} holds no tokens (its header says 0)"
+    )

@@ -21,7 +21,7 @@ from training import objectives as objective
 from training import tracking
 from training.checkpoint import LAST, identity, run_dir
 from training.config import SECTIONS, ConfigError, DataConfig, RunSpec, TrainConfig, as_int
-from training.data import source_fingerprint
+from training.data import filehash, source_fingerprint
 from training.data.cache import cache_key
 from training.data.sources import source_bytes, text_files
 from training.keys import run_key
@@ -97,6 +97,7 @@ def resolve_config(cfg: Any) -> RunSpec:
     model = build_model_config(model_section, planned_vocab_size(data), train.seq_len, data)
     objective.check(model, train, data)  # the family's objective: its fields, before any work
     size = model_section.get("size")
+    filehash.use_cache_dir(resolve_dir(sections["paths"].cache_dir, default_cache_dir()))
     fingerprint = source_fingerprint(data)
     payload = {
         "model": model.to_dict(),

@@ -16,6 +16,7 @@ import time
 
 from training.cli import check_composes
 from training.config import SECTIONS, ConfigError
+from training.data import filehash
 from training.data.cache import prepare_data
 from training.data.fingerprint import source_fingerprint
 from training.paths import PROJECT_ROOT, default_cache_dir, resolve_dir
@@ -38,6 +39,7 @@ def prepare(argv: list[str]) -> str:
     data = {name: cls.from_dict(cfg.get(name)) for name, cls in SECTIONS.items()}["data"]
     cache_root = resolve_dir((cfg.get("paths") or {}).get("cache_dir"), default_cache_dir())
     preflight_data(data, cache_root)
+    filehash.use_cache_dir(cache_root)  # its fingerprints too, not the default cache
     t0 = time.perf_counter()
     fingerprint = source_fingerprint(data)
     tokens = prepare_data(data, cache_root, progress=sys.stderr.isatty())
