@@ -430,3 +430,26 @@ def test_prepare_of_an_empty_token_shard_is_an_error(tmp_path):
         one_error_line(out.stderr)
         == f"data.path: {tmp_path / 'zero.bin'} holds no tokens (its header says 0)"
     )
+
+
+@pytest.mark.parametrize("tokenizer", ["byte", "bpe"])
+def test_a_bad_jsonl_corpus_leaves_no_lock_or_partial_build(place, capsys, tokenizer):
+    """A bad record is found while building the cache: its `.lock` and `.partial` stayed."""
+    import json
+
+    path = place["corpus"] / "docs.jsonl"
+    good = "".join(json.dumps({"text": f"record {i} " * 30}) + "\n" for i in range(60))
+    path.write_text(good + "{not json}\n" + good)
+    from training.train import _main
+
+    cfg = compose(
+        *place["overrides"], "data=text", f"data.path={path}", f"data.tokenizer={tokenizer}"
+    )
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        _main(cfg)
+    assert exit_.value.code == 2
+    assert one_error_line(capsys.readouterr().err).startswith(f"data.path: {path}:61 is not JSON")
+    left = sorted(p.name for p in (place["out"] / "cache").iterdir())
+    assert not [n for n in left if n.endswith((".lock", ".partial"))], left
+    assert sorted(p.name for p in place["out"].iterdir()) == ["cache"]
