@@ -97,6 +97,8 @@ def compare(
         done, skipped = _windows(law, parts, n_boot, seed)
         rows.append(_error_row(law, done, skipped))
         per_run += _per_run_errors(law, done)
+    if rows and all("skipped" in r for r in rows):  # nothing was compared: not a result
+        raise InputError(f"no law could be fitted to {len(runs)} run(s): {rows[0]['skipped']}")
     return {
         "mode": "rollout" if rollout else "holdout",
         "n_boot": n_boot,

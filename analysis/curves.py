@@ -110,6 +110,9 @@ def curves_of(runs: pd.DataFrame, points: pd.DataFrame, metric: str = "val_loss"
         pts = by_run.get(row["run_id"])
         if pts is None or not np.isfinite(float(row.get("train.lr", np.nan))):
             continue
+        pts = pts.sort_values(
+            "tokens", kind="stable"
+        )  # a curve is in step order, whatever the file's
         lrs = lrs_of(row)
         loss = pd.to_numeric(pts[metric], errors="coerce").to_numpy(float)
         steps = (pts["tokens"].to_numpy(float) / float(row["train.batch_tokens"])).round() - shift
@@ -399,9 +402,40 @@ def check_curve_inputs(runs: pd.DataFrame, points: pd.DataFrame, runs_from: str,
     missing = sorted({"run_id", "tokens", "val_loss"} - set(points.columns))
     if missing:
         raise InputError(f"{curves_from}: no column(s) {missing}")
+    check_points(points, curves_from)
+    if "run_id" not in runs.columns:
+        raise InputError(f"{runs_from}: no column 'run_id' to match the curves' runs")
+    if not set(runs["run_id"].astype(str)) & set(points["run_id"].astype(str)):
+        raise InputError(f"{curves_from}: no run_id in common with {runs_from}")
     if not replayable(runs):
         missing = [k for k in SCHEDULE_KEYS if k not in runs.columns]
         raise InputError(f"{runs_from}: no schedule columns {missing}: the lr cannot be replayed")
+
+
+def check_points(points: pd.DataFrame, curves_from: str) -> None:
+    """Every point has a run_id and a finite, non-negative `tokens`, once per run: a point
+    given twice, or at no step, would be fitted as if it were another step (rows are sorted
+    by step per run in `curves_of`, so their order in the file does not matter)."""
+    tokens = pd.to_numeric(points["tokens"], errors="coerce")
+    bad = ~np.isfinite(tokens.to_numpy(float)) | (tokens.to_numpy(float) < 0)
+    if bad.any():
+        rows = np.flatnonzero(bad)
+        raise InputError(
+            f"{curves_from}: column 'tokens' has {rows.size} missing, non-numeric, negative or "
+            f"infinite value(s) (rows {', '.join(map(str, rows[:5]))}); every point needs the "
+            "tokens seen at it"
+        )
+    if points["run_id"].isna().any() or (points["run_id"].astype(str).str.strip() == "").any():
+        raise InputError(f"{curves_from}: column 'run_id' is empty in some rows")
+    repeated = points.duplicated(["run_id", "tokens"], keep=False)
+    if repeated.any():
+        first = points[repeated].iloc[0]
+        same = (points["run_id"] == first["run_id"]) & (points["tokens"] == first["tokens"])
+        raise InputError(
+            f"{curves_from}: run {first['run_id']} has {int(same.sum())} points at tokens "
+            f"{first['tokens']:g} (rows {', '.join(map(str, np.flatnonzero(same)[:5]))}); "
+            "each step once per run"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

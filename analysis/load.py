@@ -640,6 +640,7 @@ def check_out_dir(folder: str | Path, flag: str = "--out") -> None:
     if not str(folder).strip():  # Path("") is the current folder
         raise InputError(f"{flag}: empty; give the folder to write")
     probe = Path(folder).resolve()
+    _check_name_lengths(probe, flag)
     while not probe.exists():
         probe = probe.parent
     if not probe.is_dir():
@@ -648,9 +649,19 @@ def check_out_dir(folder: str | Path, flag: str = "--out") -> None:
         raise InputError(f"{flag}: {probe} is not writable (read-only or no permission)")
 
 
+def _check_name_lengths(path: Path, flag: str) -> None:
+    """A name longer than filesystems allow fails every stat with errno 36: say so first."""
+    if long := next((p for p in path.parts if len(os.fsencode(p)) > 255), None):
+        raise InputError(
+            f"{flag}: a name in the path is {len(os.fsencode(long))} bytes ({long[:20]}...), "
+            "over the 255 allowed"
+        )
+
+
 def check_out_file(path: str | Path, flag: str = "--out") -> None:
     """InputError unless `path` can be written as a file: not an existing folder, and its folder
     exists or can be made (`check_out_dir`), so a misnamed output fails before any fitting."""
+    _check_name_lengths(Path(path), flag)
     if Path(path).is_dir():
         raise InputError(f"{flag}: {path} is a folder, not a file")
     check_out_dir(Path(path).parent, flag)

@@ -43,7 +43,7 @@ from training.checkpoint import branch_checkpoint_path, run_dir
 from training.cli import explain
 from training.config import ConfigError, DataConfig
 from training.data import prepare_data
-from training.paths import default_cache_dir, default_runs_dir, resolve_dir
+from training.paths import default_cache_dir, default_runs_dir, resolve_dir, unusable_folder
 from training.spec import resolve_config
 from training.step import planned_memory
 
@@ -275,6 +275,7 @@ class Sweep:
 
 def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: Launch) -> list:
     sweep = Sweep.from_cli(cfg, arguments, compose)
+    tracking.check_store(sweep.uri)  # reading only: the plan reads the runs' states from it
     tic = time.perf_counter()
     runs, tuned = sweep.make_plan()
     plan_s = time.perf_counter() - tic
@@ -291,6 +292,7 @@ def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: L
         return []
     if tuned and (warning := tuning.early_rungs(tuned)):
         print(warning, flush=True)  # also without a dry run: before anything trains
+    _check_places(sweep)
     if any(not r.skip for r in runs):
         _prepare_data(cfg, sweep.base, list(sweep.datasets.values()))
     return _execute(sweep, runs, launch, None if tuned is None else _next_stages(sweep, tuned))
@@ -348,6 +350,24 @@ def _prepare_data(cfg: DictConfig, base: DictConfig, datasets: list[dict]) -> No
     cache_dir = resolve_dir(base.get("paths", {}).get("cache_dir"), default_cache_dir())
     for d in datasets:
         prepare_data(DataConfig.from_dict(d), cache_dir)
+
+
+def _check_places(sweep: Sweep) -> None:
+    """The store (its server answers, its driver is installed) and the folders a sweep writes,
+    checked before any token cache is built: one line instead of a traceback after it."""
+    if tracking.is_remote(sweep.uri):
+        tracking.check_reachable(sweep.uri)
+    folders = {
+        "paths.runs_dir": sweep.runs_dir,
+        "paths.cache_dir": resolve_dir(sweep.base.paths.get("cache_dir"), default_cache_dir()),
+    }
+    if (db := tracking.sqlite_path(sweep.uri)) is not None:
+        folders["tracking.uri"] = db.parent
+    if report := sweep.cfg.sweep.get("report"):  # written after every point trained
+        folders["sweep.report.out"] = Path(str(report.out)).expanduser().resolve()
+    for name, folder in folders.items():
+        if (why := unusable_folder(folder)) is not None:
+            raise ConfigError(f"{name}: {why}")
 
 
 def _runs_dir(cfg: DictConfig) -> Path:
@@ -420,10 +440,13 @@ def _execute(sweep: Sweep, runs: list[plan.PlannedRun], launch: Launch, more=Non
         sweep_records.close_parent(sweep.uri, parent.run_id, status, reason)
     ordered = [outcomes[r.index] if r.index in outcomes else Outcome(r, "not-run") for r in runs]
     arms = _log_outcome(sweep, parent)
-    report = _report(sweep.cfg, sweep.uri, sweep.experiment, parent.run_id)
+    report, report_error = _report(sweep.cfg, sweep.uri, sweep.experiment, parent.run_id)
     closing = Closing(arms, report, ui.command(sweep.uri, sweep.experiment))
     print_summary(sweep.spec.name, ordered, sweep.uri, parent.run_id, closing)
     _exit_if_failed(sweep.spec.name, ordered)
+    if report_error:  # the points are recorded; the report is what this command still owes
+        print(f"error: {report_error}", file=sys.stderr, flush=True)
+        raise SystemExit(1)
     return ordered
 
 
@@ -565,22 +588,29 @@ def _share_gpus(cfg: DictConfig, jobs: int) -> None:
         os.environ[ENV_GPU_LOCKS] = str(Path(str(cfg.hydra.sweep.dir)) / ".gpu-locks")
 
 
-def _report(cfg: DictConfig, uri: str, experiment: str, parent_run_id: str) -> Path | None:
+def _report(
+    cfg: DictConfig, uri: str, experiment: str, parent_run_id: str
+) -> tuple[Path | None, str]:
     """Optional analysis step (`sweep.report`): `python -m analysis.report` on this sweep's
     children (the parent run's), as a subprocess (analysis never imports sweeps); the report
-    and its fitted exponents go to the parent run. Returns report.html's path when written."""
+    and its fitted exponents go to the parent run. Returns (report.html's path when written,
+    the one line saying why it was not: empty when it was or none was asked for)."""
     report = cfg.sweep.get("report")
     if not report:
-        return None
+        return None, ""
     cmd = [sys.executable, "-m", "analysis.report"]
     cmd += [str(a) for a in report.get("args") or []]
     cmd += ["--tracking-uri", uri, "--experiment", experiment]
     cmd += ["--sweep", parent_run_id, "--out", str(report.out)]
     print("report:", " ".join(cmd), flush=True)
-    rc = subprocess.run(cmd).returncode
-    if rc != 0:
-        print(f"report: analysis.report exited with {rc}", file=sys.stderr, flush=True)
-        return None
+    done = subprocess.run(cmd, stderr=subprocess.PIPE, text=True)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    for line in done.stderr.splitlines():  # its warnings; its error goes into ours
+        if not line.startswith("error: "):
+            print(line, file=sys.stderr)
+    if done.returncode != 0:
+        why = errors[-1].removeprefix("error: ") if errors else "see above"
+        return None, f"sweep.report: analysis.report exited with {done.returncode} ({why})"
     out = Path(str(report.out)).resolve()
     sweep_records.log_report(uri, parent_run_id, out)
-    return out / "report.html"
+    return out / "report.html", ""

@@ -252,6 +252,19 @@ def _mapping(value: Any, name: str, what: str) -> dict:
     return dict(value)
 
 
+def _overrides(value: Any, name: str) -> dict:
+    """Override key -> value; a nested mapping is no override Hydra can parse."""
+    out = _mapping(value, name, "override key -> value")
+    for key, v in out.items():
+        if isinstance(v, Mapping):
+            first = next(iter(v), "key")
+            raise PlanError(
+                f"{name}.{key}: a nested mapping ({dict(v)!r}); write each key dotted, "
+                f"{key}.{first}: ..."
+            )
+    return out
+
+
 def check_settings(sweep: Mapping[str, Any]) -> None:
     """The execution settings next to the plan fields: `dry_run` and `retry_failed` are
     booleans (any string was true), `throughput` finite numbers the estimates divide by."""
@@ -387,15 +400,14 @@ class SweepSpec:
             name=name,
             axes=_mapping(d.get("axes") or {}, "sweep.axes", "override key -> values"),
             variants={
-                str(k): _mapping(v or {}, f"sweep.variants.{k}", "override key -> value")
-                for k, v in variants.items()
+                str(k): _overrides(v or {}, f"sweep.variants.{k}") for k, v in variants.items()
             },
             budgets=_numbers(d.get("budgets") or [], "sweep.budgets"),
             budget_flops="6nd" if d.get("budget_flops") is None else d["budget_flops"],
             tokens_per_param=d.get("tokens_per_param"),
             wsd_tokens=sorted(_numbers(wsd.get("tokens") or [], "sweep.wsd.tokens")),
             wsd_decay=_number(wsd.get("decay", 0.2), "sweep.wsd.decay"),
-            fixed=_mapping(d.get("fixed") or {}, "sweep.fixed", "override key -> value"),
+            fixed=_overrides(d.get("fixed") or {}, "sweep.fixed"),
             tune=TuneSpec.from_dict(d),
             lr_rule=rule_from_sweep("lr_rule", d.get("lr_rule")),
             batch_rule=rule_from_sweep("batch_rule", d.get("batch_rule")),

@@ -19,8 +19,9 @@ from pathlib import Path
 import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import HydraException
-from omegaconf.errors import OmegaConfBaseException
+from hydra.errors import HydraException, MissingConfigException
+from omegaconf import OmegaConf
+from omegaconf.errors import InterpolationResolutionError, OmegaConfBaseException
 
 # OSErrors the user fixes outside the project (permissions, a read-only or full disk, a file
 # where a folder should be, a symlink where a lock file should be): one `error:` line and exit
@@ -33,6 +34,7 @@ ENVIRONMENT_ERRNOS = {
     errno.EDQUOT,
     errno.ENOTDIR,
     errno.EEXIST,
+    errno.ENAMETOOLONG,
     errno.ELOOP,  # a symlink planted where a lock file goes (`training.paths.open_lock`)
 }
 
@@ -49,20 +51,22 @@ def environment_error(e: OSError) -> str | None:
 _FLAGS_WITH_VALUE = {"--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn"}
 
 
-def _split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(overrides, extra config dirs) of a Hydra command line; other flags are dropped."""
-    overrides, dirs, args = [], [], list(argv)
+def _split_argv(argv: Sequence[str]) -> tuple[list[str], list[str], str | None]:
+    """(overrides, extra config dirs, the config name of -cn) of a Hydra command line; other
+    flags are dropped."""
+    overrides, dirs, name, args = [], [], None, list(argv)
     while args:
         arg = args.pop(0)
-        if arg in _FLAGS_WITH_VALUE:
-            value = args.pop(0) if args else ""
-            if arg in ("--config-dir", "-cd"):
+        flag, eq, value = arg.partition("=")
+        if flag in _FLAGS_WITH_VALUE:
+            value = value if eq else (args.pop(0) if args else "")
+            if flag in ("--config-dir", "-cd"):
                 dirs.append(value)
-        elif arg.startswith("--config-dir="):
-            dirs.append(arg.split("=", 1)[1])
+            elif flag in ("--config-name", "-cn"):
+                name = value
         elif not arg.startswith("-"):
             overrides.append(arg)
-    return overrides, dirs
+    return overrides, dirs, name
 
 
 def _one_value(overrides: list[str]) -> list[str]:
@@ -105,14 +109,38 @@ def explain(e: BaseException, overrides: Sequence[str]) -> str:
 def check_composes(conf_dir: Path, config_name: str, argv: Sequence[str]) -> None:
     """Exit 2 with one `error:` line if `argv` (a Hydra command line for `config_name` in
     `conf_dir`) does not compose; return otherwise."""
-    overrides, dirs = _split_argv(argv)
+    overrides, dirs, name = _split_argv(argv)
+    for folder in dirs:  # Hydra says "not found" in a traceback
+        if not Path(folder).is_dir():
+            _exit(f"--config-dir: {folder} is not a folder")
+    config_name = name or config_name
     try:
         composable = _one_value(overrides)
         if dirs:  # what --config-dir adds to the search path
             paths = ",".join(f"file://{Path(d).resolve()}" for d in dirs)
             composable.append(f"hydra.searchpath=[{paths}]")
         with initialize_config_dir(str(conf_dir), version_base="1.3"):
-            compose(config_name, overrides=composable)
+            cfg = compose(config_name, overrides=composable, return_hydra_config=True)
+        for section in cfg:  # interpolations (${oc.env:NOPE}); hydra's own resolve in the app
+            if section != "hydra":
+                OmegaConf.to_container(cfg[section], resolve=True)
+    except MissingConfigException as e:
+        if name is not None and "primary config" in str(e):
+            found = sorted(p.stem for p in conf_dir.glob("*.yaml"))
+            _exit(f"-cn {name}: no config {name!r}; available: {', '.join(found)}")
+        _exit(explain(e, overrides))
+    except InterpolationResolutionError as e:
+        where = f"{e.full_key}: " if getattr(e, "full_key", None) else ""
+        _exit(f"{where}{str(e).splitlines()[0]}")
     except (HydraException, OmegaConfBaseException, yaml.YAMLError) as e:
-        print(f"error: {explain(e, overrides)}", file=sys.stderr)
-        sys.exit(2)
+        _exit(explain(e, overrides))
+    except OSError as e:  # a config group Hydra looks up under a name too long for a file
+        keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
+        key = next((k for k in keys if k and k in str(e.filename)), None)
+        where = key or str(e.filename)
+        _exit(f"{where[:60]}{'...' if len(where) > 60 else ''}: {e.strerror}")
+
+
+def _exit(line: str) -> None:
+    print(f"error: {line}", file=sys.stderr)
+    sys.exit(2)

@@ -486,6 +486,24 @@ class TrackingConfig(_Section):
             check_tracking_uri(env, "tracking.uri (null, so $MLFLOW_TRACKING_URI)")
         if not self.experiment.strip():
             raise ConfigError("tracking.experiment: must not be empty")
+        # MLflow's limits (mlflow.utils.validation), else refused once the data is built
+        if len(self.experiment) > 500:
+            raise ConfigError(
+                f"tracking.experiment: {len(self.experiment)} characters, over MLflow's 500"
+            )
+        for key, value in self.tags.items():
+            if len(key) > 250:
+                raise ConfigError(
+                    f"tracking.tags: a key of {len(key)} characters, over MLflow's 250"
+                )
+            if value is not None and len(str(value)) > 8000:
+                raise ConfigError(
+                    f"tracking.tags.{key}: {len(str(value))} characters, over MLflow's 8000"
+                )
+        if self.run_name is not None and len(self.run_name) > 8000:
+            raise ConfigError(
+                f"tracking.run_name: {len(self.run_name)} characters, over MLflow's 8000"
+            )
 
 
 @dataclass

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import tempfile
 from pathlib import Path
 from typing import IO
 
@@ -37,6 +38,31 @@ def default_cache_dir() -> Path:
 def resolve_dir(value: str | os.PathLike | None, default: Path) -> Path:
     """A configured directory (None -> default), made absolute against the cwd at call time."""
     return default if value in (None, "") else Path(value).expanduser().resolve()
+
+
+NAME_MAX = 255  # bytes of one path component (Linux, macOS)
+PATH_ROOM = 3800  # of PATH_MAX (4096), leaving room for what a run writes under the folder
+
+
+def unusable_folder(folder: Path) -> str | None:
+    """Why `folder` can neither be used nor made (a name too long for the filesystem, a file
+    on its way, a parent where no folder can be created: read-only, no permission, /proc),
+    or None. Only a probe folder is made in the nearest existing parent, and removed."""
+    if long := next((p for p in folder.parts if len(os.fsencode(p)) > NAME_MAX), None):
+        n = len(os.fsencode(long))
+        return f"a name in the path is {n} bytes ({long[:20]}...), over the {NAME_MAX} allowed"
+    if len(os.fsencode(str(folder))) > PATH_ROOM:
+        return f"{str(folder)[:60]}...: the path is over {PATH_ROOM} bytes"
+    probe = folder
+    while not (probe.exists() or probe.is_symlink()):
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is a file, not a folder"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".write-probe-", dir=probe))
+    except OSError as e:
+        return f"cannot create a folder in {probe} ({e.strerror})"
+    return None
 
 
 def fsync_dir(path: Path) -> None:

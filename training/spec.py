@@ -14,18 +14,18 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from models.accounting import count_params
+from models.accounting import count_params, memory_estimate
 from models.config import ModelConfig
 from models.ladder import model_config
 from training import objectives as objective
 from training import tracking
 from training.checkpoint import LAST, identity, run_dir
 from training.config import SECTIONS, ConfigError, DataConfig, RunSpec, TrainConfig, as_int
-from training.data import source_fingerprint
+from training.data import filehash, source_fingerprint
 from training.data.cache import cache_key
 from training.data.sources import source_bytes, text_files
 from training.keys import run_key
-from training.paths import default_cache_dir, default_runs_dir, resolve_dir
+from training.paths import default_cache_dir, default_runs_dir, resolve_dir, unusable_folder
 
 
 def planned_vocab_size(data: DataConfig) -> int:
@@ -97,6 +97,7 @@ def resolve_config(cfg: Any) -> RunSpec:
     model = build_model_config(model_section, planned_vocab_size(data), train.seq_len, data)
     objective.check(model, train, data)  # the family's objective: its fields, before any work
     size = model_section.get("size")
+    filehash.use_cache_dir(resolve_dir(sections["paths"].cache_dir, default_cache_dir()))
     fingerprint = source_fingerprint(data)
     payload = {
         "model": model.to_dict(),
@@ -184,9 +185,17 @@ def _unbounded_stream(data: DataConfig) -> list[str]:
 
 
 # ---------------------------------------------------------------- pre-flight
-def preflight(spec: RunSpec) -> None:
+def preflight(
+    spec: RunSpec,
+    micro_batch: int | None = None,
+    precision: str = "fp32",
+    device_bytes: float | None = None,
+) -> None:
     """What the filesystem and the store must hold before a run writes anything (its store,
-    runs folder or data cache): one ConfigError naming the field, else nothing happens."""
+    runs folder or data cache): one ConfigError naming the field, else nothing happens.
+    `micro_batch` (sequences) and `precision` (fp32 | bf16 | fp16): the step as the run will
+    take it, whose memory is checked when given; `device_bytes`: the accelerator's memory,
+    None when the run trains on the host."""
     tr, paths = spec.train, spec.paths
     if tr.init_from and not Path(tr.init_from).is_file():
         raise ConfigError(f"train.init_from: {tr.init_from} is not a checkpoint file")
@@ -199,6 +208,8 @@ def preflight(spec: RunSpec) -> None:
     preflight_data(spec.data, cache_dir)
     _check_eval_tokens(spec, cache_dir)
     _check_memory(spec.model)
+    if micro_batch is not None:
+        _check_step_memory(spec, micro_batch, precision, device_bytes)
     uri = tracking.resolve_tracking_uri(spec.tracking.uri)
     if (db := tracking.sqlite_path(uri)) is not None:
         _check_folder("tracking.uri", db.parent)
@@ -230,7 +241,7 @@ def _check_memory(model: ModelConfig) -> None:
     """The fp32 weights alone fit in this machine's memory (the model is built on the host):
     else building it fails with a traceback after the store and the data cache were made."""
     need = 4 * count_params(model).total
-    have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    have = _host_memory()
     if need > have:
         raise ConfigError(
             f"model: {need / 4:.3g} parameters need {need / 2**30:.3g} GiB for their fp32 "
@@ -238,13 +249,42 @@ def _check_memory(model: ModelConfig) -> None:
         )
 
 
+def _check_step_memory(
+    spec: RunSpec, micro_batch: int, precision: str, device_bytes: float | None
+) -> None:
+    """A training step fits where it runs: weights, gradients, AdamW's two moments (16 bytes
+    per parameter) and the activations of one micro-batch (`models.accounting.memory_estimate`,
+    an upper estimate). Else the run is killed for memory after its store and run exist."""
+    on_host = device_bytes is None
+    tr = spec.train
+    device = "cpu" if on_host else "cuda"
+    step = memory_estimate(spec.model, tr.seq_len, micro_batch, precision, device)
+    have = _host_memory() if on_host else device_bytes
+    if step.total <= have:
+        return
+    n = step.params // 4
+    where = "this machine's" if on_host else "the device's"
+    if step.total - step.activations > have:  # the parameters' state alone
+        field, fix = "model", "a smaller model"
+    else:
+        field, fix = "train.micro_batch", "a smaller train.micro_batch (or train.batch_tokens)"
+    raise ConfigError(
+        f"{field}: a training step of {n:.3g} parameters on a micro-batch of {micro_batch} x "
+        f"{tr.seq_len} tokens needs an estimated "
+        f"{step.total / 2**30:.3g} GiB (weights, gradients and AdamW state "
+        f"{(step.total - step.activations) / 2**30:.3g}, activations "
+        f"{step.activations / 2**30:.3g}), more than {where} {have / 2**30:.3g} GiB; use {fix}"
+    )
+
+
+def _host_memory() -> float:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def _check_folder(name: str, folder: Path) -> None:
-    """`folder`, or the nearest of its parents that exists, is a folder."""
-    for path in (folder, *folder.parents):
-        if path.exists():
-            if not path.is_dir():
-                raise ConfigError(f"{name}: {path} is a file, not a folder")
-            return
+    """`folder` exists as a folder or can be made (`training.paths.unusable_folder`)."""
+    if (why := unusable_folder(folder)) is not None:
+        raise ConfigError(f"{name}: {why}")
 
 
 def _check_text_files(data: DataConfig) -> None:

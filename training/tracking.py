@@ -181,8 +181,27 @@ def check_store(uri: str, parent_run_id: str | None = None) -> None:
     )
     if folder is not None and folder.is_file():
         raise ConfigError(f"tracking.uri: {folder} is a file; an MLflow file store is a folder")
+    _check_driver(uri)
     if parent_run_id:
         _check_parent_run(uri, db, parent_run_id)
+
+
+def _check_driver(uri: str) -> None:
+    """A database URI (postgresql://, mysql://, mssql://) needs its driver installed: MLflow
+    finds it missing only when it opens the store, after the data is built."""
+    scheme = uri.partition("://")[0].lower()
+    if "://" not in uri or scheme.split("+")[0] in ("sqlite", "http", "https", "file"):
+        return
+    from sqlalchemy.engine import make_url  # comes with mlflow
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        make_url(uri).get_dialect().import_dbapi()
+    except (ArgumentError, NoSuchModuleError, ImportError) as e:
+        raise ConfigError(
+            f"tracking.uri: {uri}: cannot open this database ({type(e).__name__}: {e}); "
+            "install its driver (e.g. psycopg for postgresql://, mysqlclient for mysql://)"
+        ) from None
 
 
 def _check_parent_run(uri: str, db: Path | None, run_id: str) -> None:

@@ -49,10 +49,12 @@ from training.step import (
     Update,
     auto_micro_batch,
     batch_geometry,
+    device_memory_bytes,
     loss,
     make_optimizer,
     mixed_precision,
     optimizer_step,
+    resolved_precision,
     set_lr,
     step_and_clip,
     use_compile,
@@ -145,7 +147,9 @@ class Trainer:
         micro = auto_micro_batch(tr, self.spec.model, self.world, cuda)
         self.geo = batch_geometry(tr, self.world, micro)
         precision = mixed_precision(tr, cuda)
-        preflight(self.spec)  # what the disk and the store hold: before anything is written
+        # what the disk, the store and the memory hold: before anything is written
+        device_bytes = device_memory_bytes(tr) if cuda else None
+        preflight(self.spec, self.geo.micro_batch, resolved_precision(tr, cuda), device_bytes)
         runs_dir = resolve_dir(self.spec.paths.runs_dir, default_runs_dir())
         self.cache_dir = resolve_dir(self.spec.paths.cache_dir, default_cache_dir())
         self.rdir = checkpoint.run_dir(runs_dir, self.spec.run_key)

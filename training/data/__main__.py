@@ -20,7 +20,8 @@ import sys
 import time
 
 from training.cli import check_composes
-from training.config import ConfigError, DataConfig
+from training.config import SECTIONS, ConfigError
+from training.data import filehash
 from training.data.cache import prepare_data
 from training.data.fingerprint import source_fingerprint
 from training.paths import PROJECT_ROOT, default_cache_dir, resolve_dir
@@ -64,9 +65,11 @@ def _prepared(argv: list[str]):
     check_composes(PROJECT_ROOT / "conf", "config", argv)
     with initialize_config_dir(str(PROJECT_ROOT / "conf"), version_base="1.3"):
         cfg = OmegaConf.to_container(compose("config", overrides=argv), resolve=True)
-    data = DataConfig.from_dict(cfg["data"])
+    # the training command line: every section is checked, not only the data it prepares
+    data = {name: cls.from_dict(cfg.get(name)) for name, cls in SECTIONS.items()}["data"]
     cache_root = resolve_dir((cfg.get("paths") or {}).get("cache_dir"), default_cache_dir())
     preflight_data(data, cache_root)
+    filehash.use_cache_dir(cache_root)  # its fingerprints too, not the default cache
     t0 = time.perf_counter()
     fingerprint = source_fingerprint(data)
     tokens = prepare_data(data, cache_root, progress=sys.stderr.isatty())

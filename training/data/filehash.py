@@ -32,8 +32,21 @@ _unsaved: dict[tuple, str] = {}  # remembered before the cache folder existed
 _unsaved_tables: dict[Path, dict] = {}  # per-file hash tables, likewise
 
 
+_root: list[Path] = []  # the cache folder fingerprints go to (`use_cache_dir`)
+
+
+def use_cache_dir(folder: Path | None) -> None:
+    """Remember fingerprints under `folder` (a run's `paths.cache_dir`), None: the default
+    (`$SCALING_LAB_CACHE_DIR` or the project's), so a run writes nowhere else."""
+    _root[:] = [folder] if folder is not None else []
+
+
+def cache_dir() -> Path:
+    return _root[0] if _root else default_cache_dir()
+
+
 def memo_path(signature: tuple) -> Path:
-    return default_cache_dir() / "fingerprints" / _sha([repr(signature)])[:32]
+    return cache_dir() / "fingerprints" / _sha([repr(signature)])[:32]
 
 
 def recall(signature: tuple, in_process: bool = True) -> str | None:
@@ -57,7 +70,7 @@ def remember(signature: tuple, value: str, newest_mtime_ns: int, in_process: boo
         return
     if in_process:
         _hashed[signature] = value
-    if not default_cache_dir().is_dir():  # a dry run creates nothing: preparing makes the cache
+    if not cache_dir().is_dir():  # a dry run creates nothing: preparing makes the cache
         _unsaved[signature] = value
         return
     _save(signature, value)
@@ -67,7 +80,7 @@ def persist() -> None:
     """Create the cache folder and write there what was remembered before it existed (a run's
     first fingerprint, computed at config time), so the next process only stats the files."""
     try:
-        default_cache_dir().mkdir(parents=True, exist_ok=True)
+        cache_dir().mkdir(parents=True, exist_ok=True)
     except OSError:
         return
     while _unsaved:
@@ -150,7 +163,7 @@ def merkle_digest(files: list[tuple[str, Path]], sig: tuple) -> str:
 def _table_path(paths: list[str]) -> Path:
     """One table per folder (the files' common path): an edit finds the hashes of before."""
     where = os.path.commonpath(paths) if paths else ""
-    return default_cache_dir() / "fingerprints" / ("files-" + _sha(["files", where])[:32])
+    return cache_dir() / "fingerprints" / ("files-" + _sha(["files", where])[:32])
 
 
 def _read_table(path: Path) -> dict:
@@ -161,7 +174,7 @@ def _read_table(path: Path) -> dict:
 
 
 def _keep_table(path: Path, table: dict) -> None:
-    if default_cache_dir().is_dir():
+    if cache_dir().is_dir():
         _write(path, json.dumps(table))
     else:  # a dry run creates nothing: preparing makes the cache folder (persist)
         _unsaved_tables[path] = table

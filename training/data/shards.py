@@ -149,7 +149,9 @@ def shard_stats(path: Path) -> tuple[str, int, int]:
 def _checked(files: list[tuple[str, Path]], cfg: DataConfig) -> list[str]:
     parts = []
     for rel, p in files:
-        digest, _, largest = shard_stats(p)
+        digest, n, largest = shard_stats(p)
+        if n == 0:  # else prepared as 0 tokens with exit 0, and a run fails later
+            raise ConfigError(f"data.path: {p} holds no tokens (its header says 0)")
         if largest >= cfg.vocab_size:
             raise ConfigError(
                 f"data.vocab_size: {cfg.vocab_size}, but {p} holds token id {largest}; "

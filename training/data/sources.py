@@ -116,9 +116,26 @@ def text_files(cfg: DataConfig) -> tuple[Path, list[tuple[str, Path]]]:
         files = sorted(p for p in root.rglob("*") if p.suffix in TEXT_SUFFIXES)
     else:
         raise ConfigError(f"data.path: {cfg.path} does not exist (a .txt/.jsonl file or a folder)")
+    if root.is_dir() and not os.access(root, os.R_OK | os.X_OK):  # else rglob finds nothing
+        raise ConfigError(f"data.path: cannot read the folder {root} (permission denied)")
     if not files or any(p.suffix not in TEXT_SUFFIXES for p in files):
         raise ConfigError(f"data.path: {cfg.path} holds no .txt or .jsonl files")
+    _check_readable(files)
     return root, [(p.name if root.is_file() else p.relative_to(root).as_posix(), p) for p in files]
+
+
+def _check_readable(files: list[Path]) -> None:
+    """Every corpus file is a regular file this process can read: a FIFO blocks the reader
+    forever, a symlink loop or an unreadable file fails with a traceback once tokenizing."""
+    for p in files:
+        if p.is_symlink() and not p.exists():
+            raise ConfigError(
+                f"data.path: {p} is a symbolic link to nothing (a loop or a missing target)"
+            )
+        if not p.is_file():
+            raise ConfigError(f"data.path: {p} is not a regular file (a FIFO, socket or device)")
+        if not os.access(p, os.R_OK):
+            raise ConfigError(f"data.path: cannot read {p} (permission denied)")
 
 
 def local_files(spec: str) -> list[tuple[str, Path]]:

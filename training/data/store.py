@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from training.config import ConfigError
 from training.data.filehash import file_sha256, recall, remember
 from training.paths import open_lock
 
@@ -135,6 +136,11 @@ def ensure_cache(final: Path, build: Callable[[Path], None]) -> None:
             if why != "missing":  # truncated, edited or half-deleted: never train on it
                 log.warning("token cache %s is corrupt (%s); rebuilding it", final, why)
                 discard(final)
-            build(final)
+            try:
+                build(final)
+            except ConfigError:  # the corpus itself is bad: no half-built cache to resume
+                shutil.rmtree(final.parent / f"{final.name}.partial", ignore_errors=True)
+                (final.parent / f"{final.name}.lock").unlink(missing_ok=True)
+                raise
         if why := cache_problem(final, just_built=True):
             raise RuntimeError(f"token cache {final}: {why} right after building it")
