@@ -79,17 +79,25 @@ def _times(x: float) -> str:
 
 
 def _verdict_part(verdict: str, cells: list[dict], baseline: str, total: int) -> str:
-    """How many measured budgets share a verdict, where, and by how much."""
+    """How many measured budgets share a verdict, where, and by how much (from the cells whose
+    multiplier is estimated; a bound is counted, not quoted)."""
     cs = [c["C"] for c in cells]
     where = f"C = {cs[0]:.3g}" if len(cs) == 1 else f"C = {min(cs):.3g} to {max(cs):.3g}"
-    ms = sorted(c["multiplier"] for c in cells)
-    more = "at least " if any(c.get("method") in ("<", ">") for c in cells) else ""
-    if verdict == "worse":
-        span = "-".join(dict.fromkeys((_times(1 / ms[-1]), _times(1 / ms[0]))))
-        how = f"; it needs {more}{span}x {baseline}'s compute there"
-    elif verdict == "better":
-        span = "-".join(dict.fromkeys((_times(ms[0]), _times(ms[-1]))))
-        how = f"; {baseline} needs {more}{span}x its compute there"
+    estimated = [c for c in cells if c.get("method") not in ("<", ">")]
+    bounds = len(cells) - len(estimated)
+    ms = sorted(c["multiplier"] for c in estimated)
+    also = f", {bounds} beyond the baseline's measured losses" if bounds and ms else ""
+    if verdict in ("worse", "better") and ms:
+        ratios = [1 / m for m in ms[::-1]] if verdict == "worse" else ms
+        span = "-".join(dict.fromkeys((_times(ratios[0]), _times(ratios[-1]))))
+        who = (
+            f"it needs {span}x {baseline}'s"
+            if verdict == "worse"
+            else f"{baseline} needs {span}x its"
+        )
+        how = f"; {who} compute there{also}"
+    elif verdict in ("worse", "better"):
+        how = "; every one beyond the baseline's measured losses (m only bounded)"
     else:
         how = ""
     return f"{verdict} at {len(cells)} of {total} ({where}{how})"
