@@ -466,6 +466,8 @@ def _row(run, budget_keys: dict | None) -> dict:
         row["epochs"] = float(m["epochs"])
     if "data_train_tokens" in p:
         row["data_train_tokens"] = float(p["data_train_tokens"])
+    if "data_unigram_entropy" in p:  # nats/token of the training tokens' frequencies alone
+        row["unigram_entropy"] = float(p["data_unigram_entropy"])
     row.update({k: _number(v) for k, v in sorted(p.items()) if k.startswith(CONFIG_COLUMNS)})
     # what its throughput was measured on (runs logged before these params: no columns)
     row.update({col: _number(p[k]) for k, col in wallclock.HARDWARE.items() if k in p})

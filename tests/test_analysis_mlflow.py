@@ -17,9 +17,12 @@ from analysis.synthetic import isoflop_runs
 LAW = Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
 
 
-def _log_run(client, exp_id, parent, row, seed, status="FINISHED", final=True, sweep="iso"):
+def _log_run(
+    client, exp_id, parent, row, seed, status="FINISHED", final=True, sweep="iso", extra=None
+):
     N, D = int(row.N), int(row.D)
     params = {
+        **(extra or {}),
         "n_params_nonembed": N,
         "n_params": N + 4096,
         "n_params_embed": 4096,
@@ -334,3 +337,20 @@ def test_budget_convention_comes_from_the_parents_plan_also_without_sweep(tmp_pa
     }
     one = load_mlflow("planned-exact", sweep=parents[0], tracking_uri=uri).frame
     assert len(one) == 3 and (one["budget_flops"] == "exact").all()
+
+
+def test_the_corpus_unigram_entropy_is_a_column(tmp_path):
+    """`data_unigram_entropy` (nats/token, logged by training) becomes runs.csv's
+    `unigram_entropy`; a run logged before it existed has none (NaN)."""
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    exp_id = client.create_experiment("iso")
+    parent = client.create_run(exp_id).info.run_id
+    runs = isoflop_runs(LAW, budgets=(1e17,), sizes_per_budget=2, noise=0.0)
+    new = _log_run(
+        client, exp_id, parent, runs.iloc[0], 0, extra={"data_unigram_entropy": 5.955533313600933}
+    )
+    old = _log_run(client, exp_id, parent, runs.iloc[1], 0)
+    df = load_mlflow("iso", sweep=parent, tracking_uri=uri).frame.set_index("run_id")
+    assert df.loc[new, "unigram_entropy"] == 5.955533313600933
+    assert np.isnan(df.loc[old, "unigram_entropy"])

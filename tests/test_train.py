@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from train_helpers import (
     HANG_DEADLINE_S,
@@ -57,6 +58,10 @@ def test_tiny_run_records_schema(lab, schedule):
     data = prepare_data(spec.data, Path(value_of(lab, "paths.cache_dir")))
     assert row["params.data_train_tokens"] == str(len(data.train))
     assert row["params.data_val_tokens"] == str(len(data.val))
+    # the corpus's unigram entropy (nats/token): the loss of token frequencies alone
+    _, counts = np.unique(np.asarray(data.train), return_counts=True)
+    p = counts / counts.sum()
+    assert float(row["params.data_unigram_entropy"]) == pytest.approx(-(p * np.log(p)).sum())
     assert row["metrics.epochs"] == pytest.approx(8192 / len(data.train))
     assert row["params.torch_threads"] == "1"  # the one_thread fixture
     for key in ("train_loss", "val_loss", "lr", "tokens_per_sec", "mfu"):

@@ -120,6 +120,8 @@ def describe(
     # units, pairs x seq_len; their real token counts and how many sides get truncated follow)
     params["data_train_tokens"] = data.split_tokens(data.train, spec.train.seq_len)
     params["data_val_tokens"] = data.split_tokens(data.val, spec.train.seq_len)
+    if data.unigram_entropy is not None:  # nats/token: the loss of token frequencies alone
+        params["data_unigram_entropy"] = data.unigram_entropy
     if spec.data.kind == "pairs":
         params.update(pair_params(data, objective))
     return RunDescription(

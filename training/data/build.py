@@ -45,6 +45,7 @@ from training.data.fingerprint import source_fingerprint
 from training.data.progress import Progress
 from training.data.store import publish
 from training.data.tokenizer import BPETokenizer, ByteTokenizer
+from training.data.unigram import UnigramCounts
 from training.paths import fsync_dir
 
 HF_UNIT_ROWS = 10_000  # rows of a Hugging Face dataset per unit
@@ -199,8 +200,9 @@ def reusable_units(folder: Path) -> dict[str, Reusable]:
     return found
 
 
-def concatenate(partial: Partial, dtype: np.dtype) -> dict[str, str]:
-    """`train.bin` and `val.bin` from the units' shards, in order; their sha256s."""
+def concatenate(partial: Partial, dtype: np.dtype, counts: UnigramCounts) -> dict[str, str]:
+    """`train.bin` and `val.bin` from the units' shards, in order; their sha256s. The train
+    tokens are counted into `counts` on the way (the corpus's unigram entropy)."""
     shas = {"train.bin": hashlib.sha256(), "val.bin": hashlib.sha256()}
     outs = {name: open(partial.dir / f"{name}.tmp", "wb") for name in shas}
     try:
@@ -210,6 +212,8 @@ def concatenate(partial: Partial, dtype: np.dtype) -> dict[str, str]:
                 ("train.bin", tokens[: e["train"]]),
                 ("val.bin", tokens[e["train"] :]),
             ):
+                if name == "train.bin":
+                    counts.add(part)
                 data = part.tobytes()
                 shas[name].update(data)
                 outs[name].write(data)
@@ -441,7 +445,8 @@ class Build:
         fingerprint, description = _describe(cfg, f"{total:016x}"[:12], done)
         if cfg.max_tokens is not None:  # the documents read depend on the stop: name the source
             fingerprint = f"{source_fingerprint(cfg)}-first{cfg.max_tokens}"
-        sha256 = concatenate(self.partial, self.dtype)
+        counts = UnigramCounts(self.tokenizer.vocab_size)
+        sha256 = concatenate(self.partial, self.dtype, counts)
         drop = ("last", "file", "ident" if cfg.max_tokens is not None else "")  # cut: not reused
         if cfg.tokenizer == "bpe":
             sha256["tokenizer.json"] = file_sha256(self.partial.dir / "tokenizer.json")
@@ -457,6 +462,7 @@ class Build:
             "n_train_docs": sum(e["docs_train"] for e in done),
             "n_val_docs": sum(e["docs_val"] for e in done),
             "train_chars": sum(e["train_chars"] for e in done),
+            "unigram_entropy": counts.entropy(),  # nats per train token (training.data.unigram)
             "units": [{k: v for k, v in e.items() if k not in drop} for e in done],
             "tokenizer_seconds": round(self.tokenizer_s, 2),
             "build_seconds": round(time.perf_counter() - self.t0, 2),

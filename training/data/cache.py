@@ -34,8 +34,9 @@ from training.data.encode import MIN_DOCS_FOR_FILE_SPLIT, chunked
 from training.data.fingerprint import source_fingerprint
 from training.data.pairs import PairSplit, build_pair_cache, load_pairs
 from training.data.progress import Progress
-from training.data.shards import load_tokens, tokens_fingerprint
-from training.data.store import ensure_cache, publish, temporary
+from training.data.shards import load_tokens, token_files, tokens_fingerprint
+from training.data.store import ensure_cache, publish, record_meta, temporary
+from training.data.unigram import UnigramCounts, unigram_entropy
 
 log = logging.getLogger("training.data")
 
@@ -54,6 +55,13 @@ class TokenData:
     fingerprint: str  # corpus fingerprint (the `data_fingerprint` tag)
     cache_dir: Path
     meta: dict
+
+    @property
+    def unigram_entropy(self) -> float | None:
+        """Nats per token of the training split's unigram distribution: the loss of a model
+        that learnt only token frequencies (training.data.unigram); a paired corpus: both sides
+        of its training pairs."""
+        return self.meta.get("unigram_entropy")
 
     def split_tokens(self, split: np.ndarray | PairSplit, seq_len: int) -> int:
         """A split's size in D's units (epochs = tokens trained / this): its tokens; for pairs,
@@ -143,6 +151,7 @@ class _Streams:
         self.files = [open(folder / "train.bin", "wb"), open(folder / "val.bin", "wb")]
         self.sha = [hashlib.sha256(), hashlib.sha256()]
         self.tokens, self.docs, self.train_chars = [0, 0], [0, 0], 0
+        self.counts = UnigramCounts()  # the train side's tokens (its unigram entropy)
 
     def write(self, batch: list[tuple[bool, str]], tokenizer, progress: Progress) -> bool:
         """Encode and append one batch; True once data.max_tokens tokens are written."""
@@ -169,6 +178,8 @@ class _Streams:
         mask = np.repeat(held_out, lengths)
         for side in (0, 1):
             part = flat[mask] if side else flat[~mask]
+            if not side:
+                self.counts.add(part)
             self.sha[side].update(part.tobytes())
             part.tofile(self.files[side])
             self.tokens[side] += part.size
@@ -246,6 +257,7 @@ def build_ids_cache(cfg: DataConfig, final: Path, progress: Progress) -> None:
             "n_val_tokens": streams.tokens[1],
             "n_train_docs": streams.docs[0],
             "n_val_docs": streams.docs[1],
+            "unigram_entropy": streams.counts.entropy(),
             "sha256": {
                 "train.bin": streams.sha[0].hexdigest(),
                 "val.bin": streams.sha[1].hexdigest(),
@@ -279,6 +291,7 @@ def _token_data(cfg: DataConfig, cache_root: Path, progress: bool) -> TokenData:
     fingerprint = tokens_fingerprint(cfg)  # checks every shard (remembered by file stats)
     train, val = load_tokens(cfg)
     meta = {"source": "tokens", "n_train_tokens": len(train), "n_val_tokens": len(val)}
+    meta["unigram_entropy"] = _shards_entropy(cfg, fingerprint, train)
     where = Path(cfg.path).expanduser()
     return TokenData(train, val, cfg.vocab_size, cfg.eot_id, fingerprint, where, meta)
 
@@ -303,6 +316,19 @@ def prepare_data(
     return _load_cache(cfg, final)
 
 
+def _shards_entropy(cfg: DataConfig, fingerprint: str, train) -> float | None:
+    """The unigram entropy of pre-tokenized shards' training split: counted once, in chunks,
+    and remembered by the shards' stats (their fingerprint and the split's size)."""
+    sig, newest = filehash.signature_of(token_files(cfg.path, "data.path"))
+    memo = ("unigram-entropy", fingerprint, len(train), sig)
+    if (known := filehash.recall(memo)) is not None:
+        return float(known)
+    entropy = unigram_entropy(train.parts, cfg.vocab_size)
+    if entropy is not None:
+        filehash.remember(memo, repr(entropy), newest)
+    return entropy
+
+
 def _with_progress(build, cfg: DataConfig, final: Path, progress: bool) -> None:
     log.info("building token cache %s", final)
     total = sources.source_bytes(cfg) if cfg.source != "tokens" else None
@@ -321,6 +347,10 @@ def _load_cache(cfg: DataConfig, final: Path) -> TokenData:
             PairSplit(stream, np.fromfile(final / f"{split}.offsets.bin", np.int64), meta["eot_id"])
             for split, stream in (("train", train), ("val", val))
         )
+    if "unigram_entropy" not in meta:  # a cache built before it was counted: once, then kept
+        stream = train.tokens if isinstance(train, PairSplit) else train
+        meta["unigram_entropy"] = unigram_entropy(stream, meta["vocab_size"])
+        record_meta(final, meta)
     return TokenData(
         train, val, meta["vocab_size"], meta["eot_id"], meta["fingerprint"], final, meta
     )

@@ -101,6 +101,21 @@ def publish(tmp: Path, meta: dict, final: Path) -> None:
             raise
 
 
+def record_meta(cache: Path, meta: dict) -> None:
+    """Rewrite a published cache's meta.json with `meta` (atomic; best effort: a read-only
+    cache keeps its old one). Its token files and checksums are untouched."""
+    tmp = cache / f"meta.json.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            f.write(json.dumps(meta, indent=1))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, cache / "meta.json")
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        log.warning("could not update %s/meta.json (%s)", cache, e)
+
+
 def ensure_cache(final: Path, build: Callable[[Path], None]) -> None:
     """Make `final` a sound cache, building it with `build(final)` if missing or spoiled. One
     builder per cache: others (sweep jobs starting together, SLURM array tasks on a shared
