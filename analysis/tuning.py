@@ -6,9 +6,10 @@ and the seed. Per arm:
 
 - full-length runs (D within FULL_RTOL of the arm's largest D, or less than one batch short of
   it where the batch size is a column: a run trains whole steps) are the grid's results: the
-  loss of a value is the mean final loss of its runs (over seeds), the best value the lowest,
-  and the runs at the best value are the arm's result (one per seed); every law is then
-  fitted to those runs only;
+  loss of a value is the mean final loss of its runs over the seeds every value has (a sweep
+  with `sweep.seeds` trains its candidates at seed 0 and the chosen value at more: those are
+  its result, not more candidates), the best value the lowest, and the runs at the best value
+  are the arm's result (one per seed); every law is then fitted to those runs only;
 - runs stopped early (successive halving's losers: fewer tokens than the arm's budget) are
   never an arm's result; they are listed under `stopped_early` with their loss at their own
   tokens, count in the grid (so a halving that kept the edge value is flagged), and are drawn
@@ -108,13 +109,23 @@ def curve_prefixes(runs: pd.DataFrame) -> pd.Series:
     return runs[PREFIX_TAG].notna()
 
 
+def _compared(full: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """The full-length runs a value's loss is measured on: those at the seeds every value was
+    trained with (all of them without a seed column, or where no seed is common)."""
+    if "seed" not in full.columns or full["seed"].isna().any():
+        return full
+    seeds = [set(g["seed"]) for _, g in full.groupby(keys, sort=False)]
+    common = set.intersection(*seeds) if seeds else set()
+    return full[full["seed"].isin(common)] if common else full
+
+
 def _arm_entry(arm: str, g: pd.DataFrame, keys: list[str], variant: str) -> tuple[dict, list]:
     """The tuning section's entry of one arm, and the run ids of its result."""
     budget = float(g["D"].max())
     full = g[full_length(g, budget)]
     stopped = g.drop(full.index)
     prefix = curve_prefixes(stopped)
-    combos = full.groupby(keys, sort=True)["loss"].mean()  # value (tuple) -> mean over seeds
+    combos = _compared(full, keys).groupby(keys, sort=True)["loss"].mean()  # over seeds
     combos.index = [c if isinstance(c, tuple) else (c,) for c in combos.index]
     best = combos.idxmin()
     chosen = full[np.logical_and.reduce([full[k] == v for k, v in zip(keys, best)])]

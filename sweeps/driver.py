@@ -258,6 +258,7 @@ class Sweep:
             self.resolve_points,
             float(throughput.flops_per_sec),
             float(throughput.overhead_s),
+            seeds=self.spec.seeds,
         )
         return tuned.first_stage(), tuned
 

@@ -3,6 +3,7 @@
     llama-N22.6K-D16.4K                 a grid point (model preset, N, D)
     vanilla-N105K-D250K-lr1e-3-wu0.02   a tuning candidate (its values from `sweep.tune`)
     mqa-llama-N1.2M-D20M                a variant (`sweep.variants`) of the llama preset
+    llama-N22.6K-D16.4K-seed1           seed 1 of a point (`sweep.seeds`)
 
 Names are labels for people; the run key (training/keys.py) stays what identifies a run. Two
 points that would read the same get their run key's first 6 characters appended.
@@ -52,6 +53,8 @@ def run_name(run: plan.PlannedRun, swept: Iterable[str], default_block: str) -> 
     parts += [_short(k, overrides[k]) for k in swept if k in overrides and k not in SHOWN]
     if run.phase not in ("run", "candidate", "chosen", "full", "transfer"):
         parts.append(run.phase)  # WSD: stable | branch
+    if run.seed:
+        parts.append(f"seed{run.seed}")  # sweep.seeds
     return "-".join(p for p in parts if p)
 
 

@@ -16,6 +16,8 @@ and optional hyperparameter parts (`TuneSpec`, executed by `sweeps.tuning`; rule
   lr_rule    train.lr per point from its N, D, C: constant | {scale, exponent, variable} |
              {scale, exponents: {N: a, D: b}} | {fitted: fit.json}
   batch_rule train.batch_tokens per point, the same forms (sweeps.rules)
+and `seeds`: S seeds (0..S-1, through `train.seed`) of every final cell: each point of an
+untuned sweep; the chosen runs and transfers of a tuned one (its candidates train seed 0).
 
 Compute convention. A budget C is in the FLOPs that `budget_flops` names: `6nd` (default, the
 Kaplan/Chinchilla approximation C = 6 N_nonembed D, so D = C / (6 N)) or `exact` (the exact
@@ -58,6 +60,7 @@ SPEC_FIELDS = {
     "tune_curve",
     "lr_rule",
     "batch_rule",
+    "seeds",
 }
 # Where a tuning grid is tried: at every arm, or at the smallest token budget of each
 # variant x size (the chosen values then train that size's other budgets).
@@ -65,6 +68,7 @@ TUNE_AT = ("every_arm", "smallest_budget")
 # Successive halving: rungs as fractions of an arm's stable (pre-decay) phase.
 DEFAULT_RUNGS = (0.125, 0.25, 0.5)
 LR_KEY = "train.lr"
+SEED_KEY = "train.seed"
 BATCH_KEY = "train.batch_tokens"
 # The FLOP count an IsoFLOP budget C is measured in (see the module docstring).
 BUDGET_FLOPS = ("6nd", "exact")
@@ -246,6 +250,24 @@ def _numbers(value: Any, name: str) -> list[float]:
     return [_number(v, f"{name}[{i}]") for i, v in enumerate(value)]
 
 
+def _seeds(value: Any) -> int:
+    """`sweep.seeds`: a whole number >= 1 (absent: 1)."""
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PlanError(
+            f"sweep.seeds: expected a whole number of seeds >= 1 (seeds 0..S-1 of every final "
+            f"cell), got {value!r}"
+        )
+    return value
+
+
+def seed_override(seed: int) -> tuple[str, ...]:
+    """What seed k of a point adds to its overrides: nothing for seed 0 (the config's seed, so
+    its run key is that of the sweep without `seeds`), else `train.seed=k`."""
+    return (f"{SEED_KEY}={seed}",) if seed else ()
+
+
 def _mapping(value: Any, name: str, what: str) -> dict:
     if not isinstance(value, Mapping):
         raise PlanError(f"{name}: expected a mapping ({what}), got {value!r}")
@@ -329,6 +351,7 @@ class SweepSpec:
     tune: TuneSpec | None = None
     lr_rule: Rule | None = None  # train.lr per point from its N, D, C (sweeps.rules)
     batch_rule: Rule | None = None  # train.batch_tokens per point, the same way
+    seeds: int = 1  # seeds 0..seeds-1 of every final cell (not of tuning candidates)
 
     @property
     def kind(self) -> str:
@@ -411,6 +434,7 @@ class SweepSpec:
             tune=TuneSpec.from_dict(d),
             lr_rule=rule_from_sweep("lr_rule", d.get("lr_rule")),
             batch_rule=rule_from_sweep("batch_rule", d.get("batch_rule")),
+            seeds=_seeds(d.get("seeds")),
         )
         if not (
             spec.axes
@@ -475,6 +499,13 @@ class SweepSpec:
         if self.wsd_tokens and any("train.schedule" in o for o in [self.fixed, self.axes]):
             raise PlanError("sweep.wsd sets train.schedule=wsd itself; remove train.schedule")
         self._check_rules(sources, all_keys)
+        tuned = set(self.tune.grid) if self.tune else set()
+        if self.seeds > 1 and SEED_KEY in all_keys | tuned:
+            where = "sweep.tune" if SEED_KEY in tuned else sources.get(SEED_KEY, "a variant")
+            raise PlanError(
+                f"{SEED_KEY} is set by {where} but sweep.seeds={self.seeds} already sets it "
+                "(seeds 0..S-1 of every final cell); drop one of them"
+            )
         if self.tune:
             self._check_tune(sources)
 
@@ -527,25 +558,29 @@ class Point:
     # stable: the budgets branching off it; branch: its own budget
     branch_tokens: tuple[float, ...] = ()
     stable_index: int | None = None  # for branches: index of the stable point they start from
+    seed: int = 0  # sweep.seeds: which seed of its cell (train.seed, overridden when not 0)
 
 
 def expand(spec: SweepSpec) -> list[Point]:
-    """Cross variants x axes (x budgets) into points; WSD turns each into stable + branches.
-    Token budgets for IsoFLOP points are filled in by `resolve`, which knows N."""
+    """Cross variants x axes (x budgets) x seeds into points; WSD turns each into stable +
+    branches (one stable run per seed). Token budgets for IsoFLOP points are filled in by
+    `resolve`, which knows N. A tuned sweep's points are its arms, at seed 0: its other seeds
+    are trained with the chosen values (`sweeps.tuning`)."""
     fixed = [f"{k}={format_value(v)}" for k, v in spec.fixed.items()]
     keys = list(spec.axes)
     combos = list(itertools.product(*(spec.axes[k] for k in keys))) if keys else [()]
     points: list[Point] = []
     for vname, vover in spec.variants.items():
         variant = [f"{k}={format_value(v)}" for k, v in vover.items()]
-        for combo in combos:
+        for combo, seed in itertools.product(combos, range(1 if spec.tune else spec.seeds)):
             base = tuple(fixed + variant + [f"{k}={format_value(v)}" for k, v in zip(keys, combo)])
+            base += seed_override(seed)
             if spec.budgets:
-                points += [Point(base, vname, budget=c) for c in spec.budgets]
+                points += [Point(base, vname, budget=c, seed=seed) for c in spec.budgets]
             elif spec.wsd_tokens:
-                points += _wsd_points(spec, base, vname, first_index=len(points))
+                points += _wsd_points(spec, base, vname, len(points), seed)
             else:
-                points.append(Point(base, vname))
+                points.append(Point(base, vname, seed=seed))
     return points
 
 
@@ -556,7 +591,7 @@ def branch_start(tokens: float, decay: float, batch_tokens: int) -> int:
 
 
 def _wsd_points(
-    spec: SweepSpec, base: tuple[str, ...], vname: str, first_index: int
+    spec: SweepSpec, base: tuple[str, ...], vname: str, first_index: int, seed: int = 0
 ) -> list[Point]:
     """The stable run trains the largest budget (decaying at its end, so it *is* that budget's
     run) and saves checkpoints where the smaller budgets branch off (added by `resolve`, which
@@ -568,6 +603,7 @@ def _wsd_points(
         vname,
         phase="stable",
         branch_tokens=tuple(smaller),
+        seed=seed,
     )
     branches = [
         Point(
@@ -576,6 +612,7 @@ def _wsd_points(
             phase="branch",
             branch_tokens=(d,),
             stable_index=first_index,
+            seed=seed,
         )
         for d in smaller
     ]
@@ -628,6 +665,7 @@ class PlannedRun:
     est_s: float = 0.0
     skip: str | None = None  # why this point will not run
     budget_flops: str = "6nd"  # the convention `budget` is in (sweep.budget_flops)
+    seed: int = 0  # which seed of its cell (sweep.seeds)
 
     @property
     def run_key(self) -> str:
@@ -708,6 +746,7 @@ def _resolve_one(
         p.budget,
         stable_index=p.stable_index,
         budget_flops=spec.budget_flops,
+        seed=p.seed,
     )
     overrides, start = p.overrides, 0
     try:

@@ -44,6 +44,7 @@ def plan_rows(runs: list[plan.PlannedRun]) -> list[dict[str, Any]]:
                 "run_key": r.run_key,
                 "variant": r.variant,
                 "phase": r.phase,
+                "seed": r.seed,
                 "arch": f.arch if f else "",
                 "n_layers": f.n_layers if f else None,
                 "d_model": f.d_model if f else None,
@@ -108,6 +109,8 @@ def plan_columns(runs, wide: bool, block_of: Callable) -> list[tuple[str, str, C
         cols.append(
             ("phase", "left", lambda r: r.phase if wide else PHASE_SHORT.get(r.phase, r.phase))
         )
+    if any(r.seed for r in runs):  # sweep.seeds
+        cols.append(("seed", "right", lambda r: str(r.seed)))
     if wide:
         cols.append(("arch", "left", lambda r: f(r).arch if f(r) else ""))
         cols.append(("L", "right", lambda r: str(f(r).n_layers) if f(r) else ""))

@@ -21,6 +21,11 @@ it as a step count (what a run to D would compute); the first rung must end afte
 The choice is read from MLflow, never kept in memory only: a rerun resolves the same segments
 to the same run keys, skips the FINISHED ones and re-derives the same winners.
 
+`sweep.seeds: S` trains every arm's result with S seeds: seed 0 is the run above (the halving
+winner's decay, the best full-grid run, a transfer); seeds 1..S-1 of a chosen arm are full WSD
+runs of the winning values with `train.seed=k`, trained with the winner's decay (the same
+stage), those of a transfer next to it. Candidates train seed 0 only.
+
 Every tuning run is tagged `arm` (the arm id), `tune_role` (candidate | chosen | transfer),
 `tune_values` (the candidate as written in the sweep, `train.lr=0.002,train.warmup=0.1`),
 candidates also `tune_rung` (tokens at which the segment is compared), transfers `tuned_at`
@@ -125,6 +130,7 @@ class TuningPlan:
     stage: int = 0  # halving: rung being trained (len(rungs): the winners' decay)
     current: list[tuple[PlannedRun, int, int]] = field(default_factory=list)  # (run, arm, cand)
     transferred: bool = False
+    seeds: int = 1  # sweep.seeds: the chosen runs and transfers train seeds 0..seeds-1
 
     # ---- points -------------------------------------------------------------------------
     def _base(self, arm: Arm, tuned: tuple[str, ...]) -> tuple[str, ...]:
@@ -158,17 +164,27 @@ class TuningPlan:
         tags = _tags(arm=arm.id, tune_role="chosen", tune_values=cand.label)
         return Point(over + tags, arm.run.variant, phase="chosen")
 
-    def full(self, a: int, cand: Candidate, role: str, tuned_at: str | None = None) -> Point:
-        """One WSD run of the arm with the candidate's values as written (the full grid, or a
-        transfer of a choice made at another arm)."""
+    def full(
+        self, a: int, cand: Candidate, role: str, tuned_at: str | None = None, seed: int = 0
+    ) -> Point:
+        """One WSD run of the arm with the candidate's values as written (the full grid, a
+        transfer of a choice made at another arm, or seed `seed` of a chosen arm's result)."""
         arm = self.arms[a]
         values = tuple(f"{k}={format_value(v)}" for k, v in cand.values.items())
         over = self._base(arm, values) + (f"{plan.TOKENS_KEY}={arm.tokens}",)
+        over += plan.seed_override(seed)
         rung = arm.tokens if role == "candidate" else None
         tags = _tags(
             arm=arm.id, tune_role=role, tune_rung=rung, tune_values=cand.label, tuned_at=tuned_at
         )
-        return Point(over + tags, arm.run.variant, phase=role)
+        return Point(over + tags, arm.run.variant, phase=role, seed=seed)
+
+    def other_seeds(self, a: int, cand: Candidate, role: str, tuned_at: str | None = None):
+        """Seeds 1..seeds-1 of an arm's result: (point, arm, candidate) each, trained from 0."""
+        return [
+            (self.full(a, cand, role, tuned_at, seed=k), a, cand.index)
+            for k in range(1, self.seeds)
+        ]
 
     def _resolve(self, points: list[tuple[Point, int, int]], trained_from: list[int]):
         runs = self.resolve_points([p for p, _, _ in points])
@@ -234,7 +250,8 @@ class TuningPlan:
         points, starts = [], []
         stage_arms: dict[int, list[tuple[PlannedRun, int]]] = {}
         for run, a, c in self.current:
-            stage_arms.setdefault(a, []).append((run, c))
+            if run.seed == 0:  # other seeds of a result rank nothing and continue nothing
+                stage_arms.setdefault(a, []).append((run, c))
         for a, members in stage_arms.items():
             arm = self.arms[a]
             phase = members[0][0].phase
@@ -260,9 +277,15 @@ class TuningPlan:
             if not self.spec.halving:
                 arm.chosen = arm.alive[0]
                 tag_chosen(members, arm.chosen)
+                extra = self.other_seeds(a, arm.candidates[arm.chosen], "chosen")
+                points += extra
+                starts += [0] * len(extra)
             elif last:
                 points.append((self.decayed(a, arm.candidates[arm.alive[0]]), a, arm.alive[0]))
                 starts.append(arm.rungs[-1])
+                extra = self.other_seeds(a, arm.candidates[arm.alive[0]], "chosen")
+                points += extra
+                starts += [0] * len(extra)
             else:
                 for c in arm.alive:
                     points.append((self.segment(a, arm.candidates[c], self.stage + 1), a, c))
@@ -275,7 +298,8 @@ class TuningPlan:
                 if src is not None and src.chosen is not None:
                     cand = src.candidates[src.chosen]
                     points.append((self.full(a, cand, "transfer", tuned_at=src.id), a, cand.index))
-                    starts.append(0)
+                    points += self.other_seeds(a, cand, "transfer", tuned_at=src.id)
+                    starts += [0] * self.seeds
         self.current = self._resolve(points, starts) if points else []
         return [r for r, _, _ in self.current]
 
@@ -290,22 +314,24 @@ class TuningPlan:
 
     # ---- what the dry run shows -----------------------------------------------------------
     def cost(self, arm: Arm) -> tuple[float, float, float, int]:
-        """(exact FLOPs this plan spends on the arm, the full grid's, the untuned run's, runs)."""
+        """(exact FLOPs this plan spends on the arm, the full grid's, the untuned run's, runs),
+        each with the arm's result at every seed (sweep.seeds)."""
         f = arm.run.facts.flops_per_token
         untuned = f * arm.tokens
-        n = len(self.spec.candidates)
+        n, more = len(self.spec.candidates), self.seeds - 1  # candidates; other seeds
+        grid = (n + more) * untuned
         if not arm.tuned:
-            return untuned, n * untuned, untuned, 1
+            return self.seeds * untuned, grid, self.seeds * untuned, self.seeds
         if not self.spec.halving:
-            return n * untuned, n * untuned, untuned, n
+            return grid, grid, self.seeds * untuned, n + more
         tokens, runs, alive, prev = 0.0, 0, n, 0
         for k, rung in enumerate(arm.rungs):
             tokens += alive * (rung - prev)
             runs += alive
             alive = 1 if k == len(arm.rungs) - 1 else math.ceil(alive / 2)
             prev = rung
-        tokens += arm.tokens - prev
-        return f * tokens, n * untuned, untuned, runs + 1
+        tokens += arm.tokens - prev + more * arm.tokens
+        return f * tokens, grid, self.seeds * untuned, runs + 1 + more
 
 
 def plan_tuning(
@@ -316,9 +342,11 @@ def plan_tuning(
     resolve_points: ResolvePoints,
     flops_per_sec: float,
     overhead_s: float,
+    seeds: int = 1,
 ) -> TuningPlan:
     """Arms from the untuned plan, candidates per arm; fails (PlanError naming the key) before
-    anything trains on a key the config does not have or a rung inside a candidate's warmup."""
+    anything trains on a key the config does not have or a rung inside a candidate's warmup.
+    `seeds`: how many seeds of each arm's result train (sweep.seeds)."""
     runnable = [r for r in runs if r.facts and not r.skip]
     skipped = [r for r in runs if not (r.facts and not r.skip)]
     if not runnable:
@@ -340,6 +368,7 @@ def plan_tuning(
         overhead_s,
         checkpoint_path,
         next_index=max((r.index for r in runs), default=-1) + 1,
+        seeds=seeds,
     )
 
 
@@ -471,11 +500,12 @@ def stage_estimates(tp: TuningPlan) -> list[list[float]]:
             return f * tokens / tp.flops_per_sec + tp.overhead_s
 
         if not arm.tuned:
-            stages.setdefault(10**6, []).append(est(arm.tokens))  # after every choice
+            stages.setdefault(10**6, []).extend([est(arm.tokens)] * tp.seeds)  # after every choice
             continue
         n = len(arm.candidates)
         if not tp.spec.halving:
             stages.setdefault(0, []).extend([est(arm.tokens)] * n)
+            stages.setdefault(1, []).extend([est(arm.tokens)] * (tp.seeds - 1))
             continue
         alive, prev = n, 0
         for k, rung in enumerate(arm.rungs):
@@ -483,6 +513,7 @@ def stage_estimates(tp: TuningPlan) -> list[list[float]]:
             alive = 1 if k == len(arm.rungs) - 1 else math.ceil(alive / 2)
             prev = rung
         stages.setdefault(len(arm.rungs), []).append(est(arm.tokens - prev))
+        stages[len(arm.rungs)] += [est(arm.tokens)] * (tp.seeds - 1)  # with the winner's decay
     return [stages[k] for k in sorted(stages)]
 
 
@@ -506,6 +537,11 @@ def print_tuning(tp: TuningPlan, jobs: int, block_of: Callable[[PlannedRun], str
         f"tuning ({how}, tune_at {spec.at}): {len(spec.candidates)} candidates of "
         f"{', '.join(spec.grid)}; decay {spec.decay:g}"
     )
+    if tp.seeds > 1:
+        title += (
+            f"; each arm's result at seeds 0..{tp.seeds - 1} (seed 0 the tuned run, the others "
+            "full runs of its values; candidates at seed 0)"
+        )
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     if wide:
         cols = ["#", "arm", "block", "arch", "N", "D", "role", "rungs (tokens)", "runs"]
@@ -537,11 +573,15 @@ def print_tuning(tp: TuningPlan, jobs: int, block_of: Callable[[PlannedRun], str
     out.print(t)
     wall = sum(_packed(s, jobs) for s in stage_estimates(tp))
     tuned_arms = [a for a in tp.arms if a.tuned]
-    per_arm = sum(tp.cost(a)[0] / tp.cost(a)[2] for a in tuned_arms) / max(1, len(tuned_arms))
+    # runs' compute per tuned arm at seed 0 (the other seeds of its result are plain runs)
+    per_arm = sum(
+        tp.cost(a)[0] / (tp.cost(a)[2] / tp.seeds) - (tp.seeds - 1) for a in tuned_arms
+    ) / max(1, len(tuned_arms))
     out.print(
         f"tuned sweep: {tot[3]} runs at most, {tot[0]:.3g} FLOPs (exact), estimated wall time "
         f"{format_duration(wall)} with sweep.jobs={jobs} (stages wait for each other); "
         f"a tuned arm costs {per_arm:.2f} runs for {len(spec.candidates)} candidates"
+        + (f", then {tp.seeds - 1} more seed(s) of its result" if tp.seeds > 1 else "")
     )
     out.print(
         f"against: the untuned sweep {tot[2]:.3g} FLOPs (tuned = {tot[0] / tot[2]:.2f}x), the "

@@ -379,3 +379,41 @@ def test_a_tuned_key_is_read_as_the_grid_wrote_it_not_as_the_segment_ran_it(tmp_
     frame = load_mlflow("steps", tracking_uri=uri).frame.sort_values("run_key")
     assert list(frame["train.warmup"]) == [0.02, 0.15, 0.15]
     assert list(frame["train.lr"]) == [0.008] * 3
+
+
+def _arm(rows):
+    cols = ["run_id", "arm", "tune_role", "seed", "loss", "train.lr"]
+    return pd.DataFrame([dict(zip(cols, r)) for r in rows]).assign(variant="base", N=1e6, D=5e5)
+
+
+def test_extra_seeds_of_a_chosen_value_are_its_result_not_more_candidates():
+    """`sweep.seeds: 2` on a full grid: every candidate at seed 0, the chosen value also at seed
+    1. Ranked on the seed every value has, the choice is the sweep's (a mean over the chosen
+    value's two seeds would lose to the 2nd candidate's one); its result is both seeds."""
+    runs = _arm(
+        [
+            ("c1", "a", "candidate", 0, 3.10, 1e-3),
+            ("c2", "a", "chosen", 0, 3.00, 2e-3),
+            ("c3", "a", "candidate", 0, 3.05, 4e-3),
+            ("c2s1", "a", "chosen", 1, 3.20, 2e-3),  # seed 1 of the choice, unlucky
+        ]
+    )
+    selected, section = tuning.select(runs, ["train.lr"])
+    (arm,) = section["arms"]
+    assert arm["best"] == {"train.lr": 2e-3} and sorted(arm["selected"]) == ["c2", "c2s1"]
+    assert arm["losses"] == {"0.001": 3.10, "0.002": 3.00, "0.004": 3.05}
+    assert sorted(selected["seed"]) == [0, 1]
+    # halving: one full-length value (the winner's decay at seed 0, a full run at seed 1) and
+    # segments stopped early: the value's loss is the mean over its seeds
+    halving = _arm(
+        [
+            ("s1", "b", "candidate", 0, 3.40, 1e-3),
+            ("s2", "b", "candidate", 0, 3.30, 2e-3),
+            ("w0", "b", "chosen", 0, 3.00, 2e-3),
+            ("w1", "b", "chosen", 1, 3.02, 2e-3),
+        ]
+    )
+    halving.loc[halving["tune_role"] == "candidate", "D"] = 2.5e5
+    (arm,) = tuning.select(halving, ["train.lr"])[1]["arms"]
+    assert arm["losses"] == {"0.002": pytest.approx(3.01)} and arm["selected"] == ["w0", "w1"]
+    assert len(arm["stopped_early"]) == 2

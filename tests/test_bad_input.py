@@ -778,6 +778,10 @@ SWEEP_ROWS = [
     (["sweep=scalar_report"], "sweep.report: expected a mapping (out: FOLDER, args: [...])"),
     (["sweep=report_no_out"], "sweep.report.out: expected the report's folder, got None"),
     (["sweep=typo_throughput"], "sweep.throughput.flop_per_sec: unknown field; allowed:"),
+    (["sweep=tiny", "+sweep.seeds=0"], "sweep.seeds: expected a whole number of seeds >= 1"),
+    (["sweep=word_seeds"], "sweep.seeds: expected a whole number of seeds >= 1 (seeds 0..S-1 of"),
+    (["sweep=half_seeds"], "sweep.seeds: expected a whole number of seeds >= 1 (seeds 0..S-1 of"),
+    (["sweep=tiny", "+sweep.seeds=2", "train.seed=1"], "train.seed is set by the command line"),
 ]
 SWEEP_FILES = {  # my_sweeps/sweep/NAME.yaml
     "malformed": "grid: [1, 2\n",
@@ -805,6 +809,8 @@ SWEEP_FILES = {  # my_sweeps/sweep/NAME.yaml
     "scalar_report": "axes:\n  model.size: [2e4]\nreport: 5\n",
     "report_no_out": "axes:\n  model.size: [2e4]\nreport: {args: [--bootstrap, '10']}\n",
     "typo_throughput": "axes:\n  model.size: [2e4]\nthroughput:\n  flop_per_sec: 1.0e+9\n",
+    "word_seeds": "axes:\n  model.size: [2e4]\nseeds: abc\n",
+    "half_seeds": "axes:\n  model.size: [2e4]\nseeds: 1.5\n",
 }
 
 

@@ -45,7 +45,8 @@ def tuned_plan(comp, arguments):
     runs = resolve(batch_axis.with_granule(spec, points, facts_of))
     if spec.tune is None:
         return spec, runs, None
-    tp = tuning.plan_tuning(spec.tune, runs, lambda o: fast([*fixed, *o]), ckpt, resolve, 1e9, 0.0)
+    config_of = lambda o: fast([*fixed, *o])  # noqa: E731
+    tp = tuning.plan_tuning(spec.tune, runs, config_of, ckpt, resolve, 1e9, 0.0, seeds=spec.seeds)
     return spec, runs, tp
 
 
@@ -117,6 +118,127 @@ def test_rungs_too_soon_after_warmup_are_warned_about_before_anything_trains(com
     assert "short-horizon bias" in capsys.readouterr().out
     full = tuned_plan(comp, [*TINY, "+sweep.tune_halving=false"])[2]
     assert tuning.early_rungs(full) is None  # the full grid compares at the budget
+
+
+def _seed(run) -> int:
+    """The seed a run trains with, read from its overrides (the config's 0 when none)."""
+    found = [o.split("=", 1)[1] for o in run.overrides if o.startswith("train.seed=")]
+    assert run.seed == int(found[0] if found else 0)
+    return run.seed
+
+
+def _tag(run, name: str) -> str | None:
+    found = [o for o in run.overrides if o.startswith(f"++tracking.tags.{name}=")]
+    return found[0].split("=", 1)[1].strip("'") if found else None
+
+
+def test_seeds_repeat_every_point_of_an_untuned_sweep(comp, capsys):
+    _, one, _ = tuned_plan(comp, ["sweep=tiny"])
+    spec, runs, _ = tuned_plan(comp, ["sweep=tiny", "+sweep.seeds=2"])
+    assert spec.seeds == 2 and len(runs) == 2 * len(one) == 8
+    assert [_seed(r) for r in runs] == [0, 1] * 4
+    # seed 0 is the run the sweep has without `seeds` (resumed, not retrained); seed 1 its own
+    assert [r.run_key for r in runs if r.seed == 0] == [r.run_key for r in one]
+    assert len({r.run_key for r in runs}) == 8
+    for r0, r1 in zip(runs[::2], runs[1::2]):
+        assert (r0.n, r0.d) == (r1.n, r1.d)
+    args = ["sweep=tiny", "+sweep.seeds=2", "sweep.dry_run=true"]
+    driver.drive(comp(args), args, comp, launch=None)
+    header = next(line for line in capsys.readouterr().out.splitlines() if "run key" in line)
+    assert header.split()[:5] == ["#", "run", "key", "variant", "phase"]
+    assert header.split()[5] == "seed"  # a column of the plan
+    # WSD: each seed has its own stable run, and its branches start from that one
+    _, wsd, _ = tuned_plan(comp, ["sweep=wsd", "+sweep.seeds=2"])
+    for r in wsd:
+        if r.phase == "branch":
+            assert wsd[r.stable_index].seed == r.seed and wsd[r.stable_index].phase == "stable"
+    assert {r.seed for r in wsd} == {0, 1}
+
+
+# one llama size at two token budgets: the smaller tuned, the larger a transfer
+SEEDED = [
+    "sweep=tiny",
+    "~sweep.axes",
+    "+sweep.axes={model.size:[2e4],train.tokens:[16384,32768]}",
+    "+sweep.tune={train.lr:[1e-3,4e-3]}",
+    "+sweep.tune_at=smallest_budget",
+    "+sweep.seeds=2",
+]
+
+
+def _train_stages(tp, losses: dict[str, float]) -> list[list]:
+    """Every stage the plan derives when each run finishes with `losses[lr value]`."""
+    stages, known = [tp.first_stage()], {}
+    chosen_tags = []
+    while stages[-1]:
+        known.update({r.run_key: r for r in stages[-1]})
+
+        def losses_of(keys):
+            return {k: ("FINISHED", losses[_tag(known[k], "tune_values")], "") for k in keys}
+
+        def tag_chosen(members, c):
+            chosen_tags.append([r.seed for r, m in members if m == c])
+
+        stages.append(tp.next_stage({}, losses_of, tag_chosen))
+    return stages[:-1], chosen_tags
+
+
+@pytest.mark.parametrize("halving", ["{rungs:[0.5]}", "false"])
+def test_seeds_train_the_chosen_runs_and_transfers_candidates_stay_at_seed_0(comp, halving):
+    _, _, tp = tuned_plan(comp, [*SEEDED, f"+sweep.tune_halving={halving}"])
+    assert [a.tuned for a in tp.arms] == [True, False]
+    stages, chosen_tags = _train_stages(tp, {"train.lr=0.001": 3.0, "train.lr=0.004": 2.5})
+    runs = [r for stage in stages for r in stage]
+    candidates = [r for r in runs if r.phase == "candidate"]
+    finals = [r for r in runs if r.phase in ("chosen", "transfer")]
+    assert {_seed(r) for r in candidates} == {0}  # x1
+    # the tuned arm's result and the transfer, each at seeds 0 and 1 (x2), at the chosen lr;
+    # the full grid's seed 0 is its best candidate, tagged chosen once ranked
+    expected = [("chosen", 1), ("transfer", 0), ("transfer", 1)]
+    if halving == "false":
+        assert len(candidates) == 2 and chosen_tags == [[0]]
+    else:  # 2 segments to the rung, the winner's decay to the budget
+        assert len(candidates) == 2 and chosen_tags == []
+        expected.insert(0, ("chosen", 0))
+    assert sorted((r.phase, _seed(r)) for r in finals) == expected
+    for r in finals:
+        assert _tag(r, "tune_role") == r.phase and _tag(r, "tune_values") == "train.lr=0.004"
+        assert (
+            "train.lr=0.004" in r.overrides and _tag(r, "arm") == tp.arms[r.phase == "transfer"].id
+        )
+    assert len({r.run_key for r in runs}) == len(runs)
+    seed1 = next(r for r in finals if r.phase == "chosen" and r.seed == 1)
+    assert not any(o.startswith("train.init_from=") for o in seed1.overrides)  # from step 0
+    assert seed1.tokens_trained == seed1.d == tp.arms[0].tokens
+    assert tp.arms[0].chosen == 1  # the other seed did not move the choice
+    spent, _, _, n_runs = tp.cost(tp.arms[0])
+    assert n_runs == (4 if halving != "false" else 3)
+    assert tp.cost(tp.arms[1])[3] == 2
+
+
+def test_a_tuned_dry_run_names_the_seeds(comp, capsys):
+    args = [*SEEDED, "+sweep.tune_halving={rungs:[0.5]}", "sweep.dry_run=true"]
+    assert driver.drive(comp(args), args, comp, launch=None) == []
+    out = " ".join(capsys.readouterr().out.split())
+    assert "each arm's result at seeds 0..1 (seed 0 the tuned run" in out
+    assert "then 1 more seed(s) of its result" in out
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ("+sweep.seeds=0", r"^sweep\.seeds: expected a whole number of seeds >= 1 .* got 0$"),
+        ("+sweep.seeds=abc", r"^sweep\.seeds: expected .* got 'abc'$"),
+        ("+sweep.seeds=1.5", r"^sweep\.seeds: expected .* got 1\.5$"),
+        ("+sweep.seeds=true", r"^sweep\.seeds: expected .* got True$"),
+        ("train.seed=3", r"^train\.seed is set by the command line but sweep\.seeds=2"),
+        ("+sweep.tune={train.seed:[0,1]}", r"^train\.seed is set by sweep\.tune but sweep\.seeds"),
+    ],
+)
+def test_bad_seeds_fail_naming_the_key(comp, extra, message):
+    seeds = [] if extra.startswith("+sweep.seeds") else ["+sweep.seeds=2"]
+    with pytest.raises(plan.PlanError, match=message):
+        tuned_plan(comp, ["sweep=tiny", *seeds, extra])
 
 
 @pytest.mark.parametrize(
@@ -339,3 +461,42 @@ def test_halving_chooses_what_the_full_grid_chooses(tmp_path):
     df2 = mlflow.search_runs(experiment_names=["scaling-lab"]).dropna(subset=["tags.run_key"])
     assert len(df2) == len(df)
     assert math.isfinite(chosen["metrics.final_val_loss"].iloc[0])
+
+
+@pytest.mark.slow
+def test_a_seeded_tuned_sweep_records_both_seeds_of_its_result(tmp_path):
+    """Halving over 2 lrs at one arm with `seeds: 2`: 2 candidate segments (seed 0), the
+    winner's decay (seed 0) and a full run of the winner at seed 1, both tagged chosen; the
+    loader carries their seeds and the corpus's unigram entropy, the tuning analysis sees one
+    chosen value with two seeds, and a rerun trains nothing."""
+    from analysis import tuning as analysis_tuning
+    from analysis.load import load_mlflow
+
+    corpus = _corpus(tmp_path)
+    (tmp_path / "sweep").mkdir()
+    text = sweep_file("{rungs: [0.5]}").replace("[2.5e-4, 1e-3, 6.4e-2, 1.0]", "[2.5e-4, 4e-3]")
+    (tmp_path / "sweep" / "seeded.yaml").write_text(text + "seeds: 2\n")
+    env = _env(tmp_path)
+    cmd = [sys.executable, "-m", "sweeps.run", "--config-dir", str(tmp_path), "sweep=seeded"]
+    cmd += [f"data.path={corpus}", "sweep.jobs=2"]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    mlflow.set_tracking_uri(uri)
+    df = mlflow.search_runs(experiment_names=["scaling-lab"]).dropna(subset=["tags.run_key"])
+    assert len(df) == 4 and (df["status"] == "FINISHED").all()
+    roles = sorted(zip(df["tags.tune_role"], df["params.train.seed"]))
+    assert roles == [("candidate", "0"), ("candidate", "0"), ("chosen", "0"), ("chosen", "1")]
+    chosen = df[df["tags.tune_role"] == "chosen"]
+    assert chosen["tags.tune_values"].nunique() == 1 and chosen["tags.arm"].nunique() == 1
+    assert (chosen["params.tokens"] == "16384").all()
+    parent = df["tags.mlflow.parentRunId"].iloc[0]
+    runs = load_mlflow("scaling-lab", sweep=parent, tracking_uri=uri).frame
+    assert sorted(runs["seed"]) == [0, 0, 0, 1] and runs["unigram_entropy"].notna().all()
+    _, section = analysis_tuning.select(runs, ["train.lr"])
+    (arm,) = section["arms"]
+    assert len(arm["losses"]) == 1 and len(arm["selected"]) == 2
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "│ finished" not in again.stdout
+    after = mlflow.search_runs(experiment_names=["scaling-lab"]).dropna(subset=["tags.run_key"])
+    assert len(after) == len(df)
