@@ -225,3 +225,16 @@ def test_the_report_command_prints_the_answer_and_lists_the_plateau(tmp_path, ca
     assert md.index("matched cells var's loss is higher") < md.index("## Ablations")
     assert f"the corpus's unigram entropy is {H:.3f} nats/token" in md
     assert "left out of every law" in md
+
+
+def test_a_budget_a_few_percent_below_the_baselines_smallest_is_that_budget():
+    """Architectures round N differently (the 2017 block's 1e5 size has 2% fewer parameters
+    than the llama block's): its smallest budget is the baseline's, not an extrapolation."""
+    runs = ablation_runs(0)
+    var = runs["variant"] == "var"
+    runs.loc[var, "N"] *= 0.98
+    runs = runs.assign(C=6 * runs["N"] * runs["D"])
+    a = compare_variants(runs, baseline="base", n_boot=200, seed=0)
+    rows = [m for m in a["variants"]["var"]["multipliers"] if m["measured"]]
+    assert rows[0]["C"] < 1e12 and np.isfinite(rows[0]["loss_gap"])
+    assert all(m["verdict"] == "worse" for m in rows)
