@@ -17,6 +17,8 @@ run() { local name=$1; shift; if [ ${#sel[@]} -eq 0 ] || [[ " ${sel[*]} " == *" 
 
 run demo report demo --compare arch --baseline pre-rmsnorm-rope-gqa2-swiglu --tune train.lr --tune train.warmup \
   --title scaling-lab
+run demo report demo/previous_plan --compare arch --baseline pre-rmsnorm-rope-gqa2-swiglu --tune train.lr \
+  --tune train.warmup --title "scaling-lab demo, the previous plan (3 sizes from 3e4, one seed)"
 run demo report demo/full_grid --compare arch --baseline pre-rmsnorm-rope-gqa2-swiglu --tune train.lr \
   --tune train.warmup --title "scaling-lab demo, tuned by the full grid (the check of results/demo)"
 run ref_ladder report ref_ladder \
@@ -40,8 +42,9 @@ run ref_ablation_tuned python -m analysis.tuning_check --tuned results/ref_ablat
   --out results/ref_ablation_tuned/halving_check.md
 run demo python -m analysis.tuning_check --tuned results/demo/halving_runs.csv \
   --grid results/demo/full_grid/runs.csv --tune train.lr --tune train.warmup --out results/demo/halving_check.md
-run demo python -m analysis.tuning_check --tuned results/demo/runs.csv \
-  --grid results/demo/full_grid/runs.csv --tune train.lr --tune train.warmup --out results/demo/curve_vs_grid.md
+run demo python -m analysis.tuning_check --tuned results/demo/previous_plan/runs.csv \
+  --grid results/demo/full_grid/runs.csv --tune train.lr --tune train.warmup \
+  --out results/demo/previous_plan/curve_vs_grid.md
 curve_check() {  # grid folder, other seed's folder, output
   python -m analysis.tuning_check --strategy curve --grid "results/demo/$1/runs.csv" \
     --curves "results/demo/$1/curves.csv" --seed-grid "results/demo/$2/runs.csv" \
