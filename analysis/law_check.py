@@ -84,10 +84,13 @@ def _flag(section: dict, keys, why: str) -> None:
 
 
 def check_baseline_fits(fits, runs, sigma: float) -> None:
-    """Check approach 3 against every run it was fitted to and the L(C) frontier law against
-    its frontier points; a law that does not describe them has its allocation (approach 3) or
-    exponent (L(C)) marked not identified, with the worst point. Writes `law_check` into
-    each section of `fits` (an `analysis.fit.Fits`)."""
+    """Check approach 3 against every run it was fitted to and Kaplan's L(N), L(D), L(C)
+    against their points; a law that does not describe them has its allocation (approach 3)
+    or exponent marked not identified, with the worst point. Writes `law_check` into each
+    section of `fits` (an `analysis.fit.Fits`). Approach 1's exponent is a line through the
+    frontier's (C, N), approach 2's through parabola minima: no loss residual to check; their
+    own rules (a fixed-ratio design, too few replicates) say when they are set by the design
+    or not identified."""
     p = fits.parametric
     if fits.law is not None and p.get("law") == "chinchilla":
         pred = fits.law.predict(runs["N"], runs["D"])
@@ -101,12 +104,22 @@ def check_baseline_fits(fits, runs, sigma: float) -> None:
                 for q in ("N_opt", "D_opt", "tokens_per_param")
             ]
             _flag(p, derived, "approach 3 does not describe these runs (see its check)")
-    lc = (fits.kaplan or {}).get("L_C")
-    if lc and lc.get("points"):
-        x = np.array([pt["x"] for pt in lc["points"]], dtype=float)
-        y = np.array([pt["y"] for pt in lc["points"]], dtype=float)
-        pred = lc.get("E", 0.0) + lc["A"] * x ** -lc["alpha"]
-        result = check(y, pred, sigma, [f"C = {c:.3g}" for c in x])
-        lc["law_check"] = {**result, "sentence": verdict("the frontier law L(C)", result)}
+    for key, var, name in KAPLAN:
+        law = (fits.kaplan or {}).get(key)
+        if not isinstance(law, dict) or not law.get("points"):
+            continue
+        x = np.array([pt["x"] for pt in law["points"]], dtype=float)
+        y = np.array([pt["y"] for pt in law["points"]], dtype=float)
+        pred = law.get("E", 0.0) + law["A"] * x ** -law["alpha"]
+        result = check(y, pred, sigma, [f"{var} = {v:.3g}" for v in x])
+        law["law_check"] = {**result, "sentence": verdict(name, result)}
         if not result["describes"]:
-            _flag(lc, ["alpha"], "L(C) does not describe its frontier points (see its check)")
+            _flag(law, ["alpha"], f"{key} does not describe its points (see its check)")
+
+
+# Kaplan's single-variable laws in fit.json: (section, its variable, its name in a sentence)
+KAPLAN = (
+    ("L_N", "N", "the law L(N)"),
+    ("L_D", "D", "the law L(D)"),
+    ("L_C", "C", "the frontier law L(C)"),
+)

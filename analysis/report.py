@@ -453,7 +453,7 @@ def _kaplan_blocks(result) -> list[tuple]:
     b: list[tuple] = []
     b.append(("h2", "Single-variable laws (Kaplan style), y = E + A x^-alpha"))
     k = result["kaplan"]
-    rows, notes = [], []
+    rows, notes, checks = [], [], []
     for law, label in (
         ("L_N", f"L(N) at D = {k['L_N_at_D']:.3g}"),
         ("L_D", f"L(D) at N = {k['L_D_at_N']:.3g}"),
@@ -467,7 +467,11 @@ def _kaplan_blocks(result) -> list[tuple]:
         rows.append([label, cell(s, "A"), cell(s, "alpha", ".3f"), e, s["n_points"]])
         for q, why in s.get("why_not_identified", {}).items():
             notes.append(f"{label}, {q}: {why}")
+        if s.get("law_check"):
+            checks.append(f"{label}: {s['law_check']['sentence']}")
     b.append(("table", ["law", "A", "alpha", "E", "points"], rows))
+    if checks:
+        b.append(("list", checks))
     b.append(
         (
             "p",

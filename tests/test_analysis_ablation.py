@@ -238,3 +238,28 @@ def test_a_budget_a_few_percent_below_the_baselines_smallest_is_that_budget():
     rows = [m for m in a["variants"]["var"]["multipliers"] if m["measured"]]
     assert rows[0]["C"] < 1e12 and np.isfinite(rows[0]["loss_gap"])
     assert all(m["verdict"] == "worse" for m in rows)
+
+
+def test_approach_3_is_checked_against_its_runs_before_its_allocation_is_stated(tmp_path):
+    """Chinchilla-law runs with noise far below the default noise scale: approach 3 describes
+    them and its allocation is stated; ten runs moved 0.6 nats off the law (a shape it has no
+    term for) and it does not, so the allocation is not identified, the worst run named."""
+    import json
+
+    from analysis import report
+    from analysis.synthetic import grid_runs
+
+    runs = grid_runs(sizes=(1e5, 1e8), tokens=(1e7, 1e10), n=60, noise=0.002, seed=3)
+    good = tmp_path / "good.csv"
+    runs.to_csv(good, index=False)
+    assert report.main(["--csv", str(good), "--bootstrap", "50", "--out", str(tmp_path / "g")]) == 0
+    p = json.loads((tmp_path / "g" / "fit.json").read_text())["parametric"]
+    assert p["law_check"]["describes"] and not any("@" in k for k in p["not_identified"])
+    bent = runs.assign(loss=runs["loss"] + 0.6 * (runs.index < 10))
+    bad = tmp_path / "bad.csv"
+    bent.to_csv(bad, index=False)
+    assert report.main(["--csv", str(bad), "--bootstrap", "50", "--out", str(tmp_path / "b")]) == 0
+    p = json.loads((tmp_path / "b" / "fit.json").read_text())["parametric"]
+    assert not p["law_check"]["describes"] and p["law_check"]["n_outside"] >= 4
+    assert "a" in p["not_identified"] and any(k.startswith("N_opt@") for k in p["not_identified"])
+    assert "approach 3 does not describe these runs" in (tmp_path / "b" / "report.md").read_text()
