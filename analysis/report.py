@@ -1038,7 +1038,8 @@ def analyse(
     fits = None
     sigma = noise.noise_scale(runs)["sigma"]
     base = base[~noise.on_plateau(base, sigma)]  # listed in the ablation's plateau section
-    if chosen.law_fit and len(base):
+    law_fit = chosen.law_fit and len(base) > PARAMETRIC_PARAMS  # else: too few off the plateau
+    if law_fit and len(base):
         options = FitOptions.from_args(args, budgets=budgets or args.budget)
         extra = dict(intermediate=args.intermediate, tuned=tuned, grid_runs=grid_runs)
         fits = fit_all(base, options, curves=val_points(curves), **extra)
@@ -1052,7 +1053,7 @@ def analyse(
             args.seed,
             args.holdout_above,
         )
-        if chosen.law_fit
+        if law_fit
         else []
     )
     rule, hparams = _baseline_rules(tuned, base, grid_runs, fits, args)
