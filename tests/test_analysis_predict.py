@@ -251,13 +251,13 @@ def test_compare_laws_fits_each_law_at_its_own_minimum_and_writes_only_what_it_s
     assert sorted(p.name for p in out.iterdir()) == [
         f"compare_laws.{ext}" for ext in sorted(("md", "csv", "json", "png", "svg", "pdf"))
     ]  # the message names every file written
-    # every law skipped: no figure, and the message says so
+    # every law skipped: one error line (issue 45: nothing to compare), nothing written
     out2 = tmp_path / "cmp2"
     assert (
         compare_laws.main(
             ["--csv", csv, "--law", "chinchilla", "--bootstrap", "10", "--out", str(out2)]
         )
-        == 0
+        == 2
     )
-    assert "compare_laws.{md,csv,json}\n" in capsys.readouterr().out
-    assert sorted(p.suffix for p in out2.iterdir()) == [".csv", ".json", ".md"]
+    assert "error: no law could be fitted" in capsys.readouterr().err
+    assert not out2.exists() or not any(out2.iterdir())
