@@ -367,7 +367,10 @@ def test_the_prepare_command_builds_the_cache_a_run_reads(tmp_path):
     assert out.stdout.startswith("prepared text-") and "train +" in out.stdout
     built = DataConfig.from_dict({"source": "text", "path": str(corpus), "tokenizer": "byte"})
     assert prepare_data(built, tmp_path / "cache").cache_dir.parent == tmp_path / "cache"
-    assert len(list((tmp_path / "cache").iterdir())) == 2  # the cache and its lock: no rebuild
+    # the cache, its lock and the fingerprint memo (kept under paths.cache_dir): no rebuild
+    names = sorted(p.name for p in (tmp_path / "cache").iterdir())
+    assert len(names) == 3 and "fingerprints" in names
+    assert sum(n.endswith(".lock") for n in names) == 1
     bad = _run("-m", "training.data", "prepare", "data=text", f"data.path={tmp_path}/missing")
     assert bad.returncode == 2 and bad.stderr.startswith("error: data.path:"), bad.stderr
 
