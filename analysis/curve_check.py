@@ -35,7 +35,11 @@ TUNED_ROLES = ("candidate", "chosen")
 # sd sqrt 2, whose median is 0.6745 sd sqrt 2
 MEDIAN_ABS_TO_SD = 1.0 / (0.6745 * math.sqrt(2.0))
 MATCH_RTOL = 1e-6  # N and D of the same candidate in two seeds' grids
-WHO = {"tissue": "the curve law", "last": "the prefix's last train loss (baseline)"}
+WHO = {
+    "staged": "the staged curve-law rule",
+    "tissue": "the curve law from one prefix",
+    "last": "the prefix's last train loss (baseline)",
+}
 
 
 def grid_arms(runs: pd.DataFrame):
@@ -104,19 +108,78 @@ def check_arm(
     return {**out, "choice": label[pick], "rank": 1 + ordered.index(pick), "regret": regret}
 
 
+def staged_arm(
+    g: pd.DataFrame,
+    curves: dict,
+    keys: list[str],
+    runs_allowed: float,
+    z: float,
+    predict=curve_tuning.predict,
+):
+    """The staged rule (`curve_tuning.decide`) replayed at one arm of a full grid: at each rung
+    the alive candidates' curves cut there, predicted, decided; the choice against the grid's
+    best, the compute it spent (runs of the budget) and the rung it decided at (`predict`:
+    `curve_tuning.predict` or a memo of it)."""
+    budget = int(g["D"].max())
+    bt = int(g["train.batch_tokens"].iloc[0])
+    rungs = curve_tuning.staged_rungs(len(g), budget, bt, runs_allowed)
+    rows = {r["run_id"]: r for r in g.to_dict("records")}
+    stable = curve_tuning.decay_start(next(iter(rows.values()))) * bt  # the sweep's rungs stop here
+    rungs = tuple(r for r in rungs if r <= stable) or rungs[:1]
+    alive, counts, pick, why, seen = list(rows), [], None, "", []
+    for k, upto in enumerate(rungs):
+        counts.append(len(alive))
+        preds = {}
+        for rid in alive:
+            pts = curves.get(rid)
+            tokens, loss = (pts["tokens"], pts["train_loss"]) if pts is not None else ([], [])
+            preds[rid] = predict(rows[rid], tokens, loss, upto)
+            seen.append(curve_tuning.prefix_points(rows[rid], tokens, loss, upto)[0].size)
+        decision = curve_tuning.decide(preds, k == len(rungs) - 1, z)
+        why = decision.why
+        if decision.chosen is not None:
+            pick = decision.chosen
+            break
+        alive = list(decision.keep)
+    losses = dict(zip(g["run_id"], g["loss"].astype(float)))
+    label = {r: tuning.combo_text(keys, tuple(v)) for r, *v in g[["run_id", *keys]].values}
+    ordered = sorted(losses, key=losses.get)
+    return {
+        "variant": g["variant"].iloc[0] if "variant" in g.columns else "",
+        "N": float(g["N"].iloc[0]),
+        "D": float(budget),
+        "n_grid": len(g),
+        "prefix_tokens": rungs[0],
+        "points": f"{min(seen)}-{max(seen)}",
+        "grid_choice": label[ordered[0]],
+        "margin": losses[ordered[1]] - losses[ordered[0]],
+        "cost_runs": curve_tuning.staged_cost(len(g), budget, rungs, counts) / budget,
+        "choice": label[pick],
+        "rank": 1 + ordered.index(pick),
+        "regret": losses[pick] - losses[ordered[0]],
+        "decided_at": f"{len(counts)}/{len(rungs)}",
+        "why": why,
+    }
+
+
 def check(
     runs: pd.DataFrame,
     points: pd.DataFrame,
     keys: list[str],
-    runs_allowed=2.0,
+    runs_allowed: float | None = None,
     rule="tissue",
     seed_runs: pd.DataFrame | None = None,
     first_step: int | None = None,
+    z: float | None = None,
+    predict=None,
 ):
     """One row per arm of the full grid (`check_arm`, plus `seed_sd` from `seed_runs`, the
-    same grid with another seed); `rule` names a `curve_tuning.RULES` entry (`tissue`: the
-    strategy's; `last`: the prefix's last train losses, a baseline); `first_step`: the curve
-    law's first step fitted, instead of `curve_tuning.FIRST_STEP` (its sensitivity)."""
+    same grid with another seed); `rule`: `staged` (the strategy's default:
+    `curve_tuning.decide` at rungs t, 2t, 4t, `runs_allowed` its worst case, `z` its
+    separation), or a one-rung `curve_tuning.RULES` entry (`tissue`: the predicted best;
+    `last`: the prefix's last train losses, a baseline); `first_step`: the curve law's first
+    step fitted by the one-rung rules, instead of `curve_tuning.FIRST_STEP`; `predict`: a memo
+    of `curve_tuning.predict` (`analysis.tuning_validation` replays the same fits)."""
     if "train_loss" not in points.columns or points["train_loss"].notna().sum() == 0:
         raise InputError(
             "--curves: no train_loss column (curves.csv exported before the dense export); "
@@ -128,23 +191,32 @@ def check(
     dense = points.dropna(subset=["train_loss"])
     curves = dict(tuple(dense.groupby("run_id", sort=False)))
     first = curve_tuning.FIRST_STEP if first_step is None else first_step
-    how = curve_tuning.RULES[rule]
-    if rule == "tissue":
-        how = functools.partial(how, first=first)
+    if runs_allowed is None:
+        runs_allowed = curve_tuning.STAGED_RUNS if rule == "staged" else curve_tuning.RUNS
+    if rule == "staged":
+        z = curve_tuning.Z if z is None else z
+        arm = functools.partial(staged_arm, curves=curves, keys=keys, runs_allowed=runs_allowed)
+        check_one = lambda g: arm(g, z=z, predict=predict or curve_tuning.predict)  # noqa: E731
+    else:
+        how = curve_tuning.RULES[rule]
+        if rule == "tissue" and predict is not None and first == curve_tuning.FIRST_STEP:
+            how = lambda *a: predict(*a).final  # noqa: E731
+        elif rule == "tissue":
+            how = functools.partial(how, first=first)
+        check_one = lambda g: check_arm(g, curves, keys, runs_allowed, how, first)  # noqa: E731
     if seed_runs is not None:
         for col in ("loss", *keys):
             if col not in seed_runs.columns:
                 raise InputError(f"--seed-grid: no column '{col}'")
-    rows = [
-        {
-            **check_arm(g, curves, keys, runs_allowed, how, first),
-            "seed_sd": seed_sd(g, seed_runs, keys),
-        }
-        for _, g in grid_arms(runs)
-    ]
+    rows = [{**check_one(g), "seed_sd": seed_sd(g, seed_runs, keys)} for _, g in grid_arms(runs)]
     if not rows:
         raise InputError("--grid: no arm with two or more candidates at its budget")
     return pd.DataFrame(rows)
+
+
+def check_sd(runs: pd.DataFrame, other: pd.DataFrame, keys: list[str]) -> np.ndarray:
+    """`seed_sd` of every arm `check` returns a row for, in its order."""
+    return np.array([seed_sd(g, other, keys) for _, g in grid_arms(runs)], dtype=float)
 
 
 def successes(table: pd.DataFrame) -> tuple[pd.Series, str]:
@@ -161,12 +233,22 @@ def markdown(table: pd.DataFrame, runs_allowed: float, rule: str = "tissue") -> 
     ok, by = successes(table)
     gap = int((table["regret"] <= table["margin"] + 1e-12).sum())
     agree = int((table["rank"] == 1).sum())
+    staged = "decided_at" in table.columns
+    spent = (
+        f"at most {runs_allowed:g} runs' compute per arm (spent: {table['cost_runs'].mean():.2f} "
+        f"runs on average, {table['cost_runs'].max():.2f} at most; each of "
+        f"{int(table['n_grid'].max())} candidates seeing "
+        f"{int(table['prefix_tokens'].min())}-{int(table['prefix_tokens'].max())} tokens at the "
+        "first rung)"
+        if staged
+        else f"{runs_allowed:g} runs' compute per arm ({table['cost_runs'].max():.2f} runs "
+        f"exact, each of {int(table['n_grid'].max())} candidates seeing "
+        f"{int(table['prefix_tokens'].min())}-{int(table['prefix_tokens'].max())} tokens)"
+    )
     lines = [
         "# Curve-aware tuning against the full grid",
         "",
-        f"At {runs_allowed:g} runs' compute per arm ({table['cost_runs'].max():.2f} runs "
-        f"exact, each of {int(table['n_grid'].max())} candidates seeing "
-        f"{int(table['prefix_tokens'].min())}-{int(table['prefix_tokens'].max())} tokens), "
+        f"At {spent}, "
         f"{WHO[rule]} chose the grid's best at {agree} of {len(table)} arms and a value "
         f"within {by} of it at {int(ok.sum())} of {len(table)}"
         + (
@@ -183,13 +265,24 @@ def markdown(table: pd.DataFrame, runs_allowed: float, rule: str = "tissue") -> 
             f"(worst {worst['regret']:.3f}: {worst['variant']} at N={worst['N']:.3g}, "
             f"{worst['choice']} instead of {worst['grid_choice']})."
         )
+    lines.append(
+        f"Mean regret {np.nanmean(table['regret']):.3f} nats, worst "
+        f"{np.nanmax(table['regret']):.3f}; {int((table['rank'] > table['n_grid'] / 2).sum())} "
+        "choice(s) in the bottom half of a grid."
+    )
     head = ["variant", "N", "D", "points", "curve chose", "grid chose", "rank", "regret"]
     head += ["margin", "seed sd"]
-    body = [
-        f"| {r.variant} | {r.N:.3g} | {r.D:.3g} | {r.points} | {r.choice} | {r.grid_choice} "
-        f"| {r.rank}/{r.n_grid} | {r.regret:.3f} | {r.margin:.3f} | {_num(r.seed_sd)} |"
-        for r in table.itertuples()
-    ]
+    if staged:
+        head += ["runs", "decided", "why"]
+    body = []
+    for r in table.itertuples():
+        row = (
+            f"| {r.variant} | {r.N:.3g} | {r.D:.3g} | {r.points} | {r.choice} | {r.grid_choice} "
+            f"| {r.rank}/{r.n_grid} | {r.regret:.3f} | {r.margin:.3f} | {_num(r.seed_sd)} |"
+        )
+        if staged:
+            row += f" {r.cost_runs:.2f} | rung {r.decided_at} | {r.why} |"
+        body.append(row)
     grid = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *body]
     return "\n".join([*lines, "", *grid, ""])
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -39,15 +40,47 @@ from analysis.schedule_replay import lrs_of, total_steps, warmup_steps
 # Fewer post-warmup points than this in a prefix and the candidate gets no prediction (a
 # 3-parameter fit needs a few more points than parameters to say anything).
 MIN_POINTS = 6
-RUNS = 2.0  # the issue's budget: two full runs' compute per arm
+RUNS = 2.0  # the one-rung rule's budget: two full runs' compute per arm
+STAGED_RUNS = 3.0  # the staged rule's worst case per arm (issue 43's target: at most 3)
+RUNGS = 3  # the staged rule's rungs: t, 2t, 4t
 FIRST_STEP = 2  # the first point fitted (module docstring: why not the first update's)
 FREE = np.array([True, True, True, False])  # L0, A, alpha; C is 0-weighted (S2 = 0)
+LAST_WINDOW = 5  # a prefix's last train losses averaged (one batch's loss is noisy)
+ALPHA_MAX = 3.0  # a fitted exponent above this is the law bending to noise, not a curve
+PLATEAU_NATS = 0.1  # a last loss this close to the unigram entropy: still on the plateau
 
 
 def prefix_tokens(n_candidates: int, budget_tokens: int, batch_tokens: int, runs=RUNS) -> int:
     """Tokens each candidate trains: n t + (D - t) <= runs x D, t in whole batches."""
     t = (runs - 1.0) * budget_tokens / max(n_candidates - 1, 1)
     return int(t // batch_tokens) * batch_tokens
+
+
+def staged_rungs(
+    n_candidates: int, budget_tokens: int, batch_tokens: int, runs=STAGED_RUNS, rungs=RUNGS
+) -> tuple[int, ...]:
+    """The staged rule's rungs (tokens): t, 2t, 4t, ... with at most ceil(k/2) of k candidates
+    going on from a rung, t the largest whole number of batches whose worst case (no arm
+    decided early) costs at most `runs` runs: sum_k alive_k (t_k - t_(k-1)) + D - t_K <= runs D.
+    Rungs past the stable phase are dropped by the caller (`sweeps.tuning`)."""
+    alive = [n_candidates]
+    for _ in range(rungs - 1):
+        alive.append(math.ceil(alive[-1] / 2))
+    widths = [1] + [2 ** (k - 1) for k in range(1, rungs)]  # (t_k - t_(k-1)) / t
+    coef = sum(a * w for a, w in zip(alive, widths)) - 2 ** (rungs - 1)
+    t = (runs - 1.0) * budget_tokens / max(coef, 1)
+    t = int(t // batch_tokens) * batch_tokens
+    return tuple(t * 2**k for k in range(rungs))
+
+
+def staged_cost(n_candidates: int, budget_tokens: int, rungs, alive) -> int:
+    """Tokens an arm trains under the staged rule: `alive[k]` candidates to rung k, the
+    chosen one from the last rung it reached (len(alive) rungs trained) to the budget."""
+    prev, tokens = 0, 0
+    for k, a in enumerate(alive):
+        tokens += a * (rungs[k] - prev)
+        prev = rungs[k]
+    return tokens + budget_tokens - prev
 
 
 def cost_tokens(n_candidates: int, budget_tokens: int, prefix: int) -> int:
@@ -76,6 +109,24 @@ def prefix_points(row: Mapping, tokens, train_loss, upto_tokens: float, first: i
     return steps[keep], loss[keep]
 
 
+def _fit_prefix(row: Mapping, steps, loss):
+    """(theta, lrs, warmup) of the Tissue law fitted to a prefix's points (theta nan: no fit).
+    C is held (S2 = 0 in a stable phase), so starts that differ only in C are one start."""
+    lrs = lrs_of(row)
+    warm = warmup_steps(float(row.get("train.warmup", 0.0)), lrs.size)
+    cols = features(TISSUE.name, lrs, steps, warm)
+    starts, free = TISSUE.hold(TISSUE.starts(), {"C": 1.0})
+    with one_thread():
+        got = fit(TISSUE, cols, loss, starts=starts, free=free)
+    return got.theta, lrs, warm, cols
+
+
+def _at_decay_start(theta, row: Mapping, lrs, warm) -> float:
+    end = features(TISSUE.name, lrs, [decay_start(row)], warm)
+    end["S2"] = np.zeros(1)  # the loss the stable phase reaches, before any annealing
+    return float(TISSUE.predict(theta, end)[0, 0])
+
+
 def predict_final(
     row: Mapping, tokens, train_loss, upto_tokens: float, first: int = FIRST_STEP
 ) -> float:
@@ -83,22 +134,86 @@ def predict_final(
     points, or no fit). `row`: the candidate's run as it would train to the arm's budget
     (runs.csv columns `train.lr`, `train.tokens`, `train.batch_tokens`, `train.schedule`,
     `train.warmup`, ...); `first`: the first step fitted."""
+    return predict(row, tokens, train_loss, upto_tokens, first).final
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A candidate's predicted final loss from its prefix, with the fit's own standard error
+    (inf: the law is not identified on this prefix, or the curve is still on the plateau),
+    and its last train losses' mean (what it ranks by where no prediction exists)."""
+
+    final: float
+    se: float
+    last: float
+    why: str = ""  # why se is inf, in a few words
+
+    @property
+    def score(self) -> float:
+        return self.final if math.isfinite(self.final) else self.last
+
+
+def _delta_se(theta, cols, loss, row, lrs, warm) -> float:
+    """The prediction's standard error by the delta method: the residual variance of the
+    prefix's log losses times g (J^T J)^-1 g^T, J the log prediction's gradient over the free
+    parameters at the points, g at the decay start (central differences; theta is in log
+    scale where the law's parameters are)."""
+    idx = np.flatnonzero(FREE)
+    y = np.log(np.asarray(loss, float))
+
+    def at_points(t):
+        return np.log(TISSUE.predict(t, cols)[0])
+
+    def at_end(t):
+        return math.log(_at_decay_start(t, row, lrs, warm))
+
+    J, g = np.zeros((y.size, idx.size)), np.zeros(idx.size)
+    for j, i in enumerate(idx):
+        h = 1e-5 * max(1.0, abs(theta[i]))
+        up, down = theta.copy(), theta.copy()
+        up[i] += h
+        down[i] -= h
+        J[:, j] = (at_points(up) - at_points(down)) / (2 * h)
+        g[j] = (at_end(up) - at_end(down)) / (2 * h)
+    resid = y - at_points(theta)
+    dof = max(y.size - idx.size, 1)
+    var = float(resid @ resid) / dof
+    jtj = J.T @ J
+    if not (np.all(np.isfinite(jtj)) and np.all(np.isfinite(g))):
+        return math.inf
+    # a parameter run off to a boundary in its log scale (L0 -> 0 on a short prefix) has no
+    # gradient left, and neither has the prediction along it: left out, as held there
+    se_log = math.sqrt(max(var * float(g @ np.linalg.pinv(jtj, rcond=1e-10) @ g), 0.0))
+    return math.exp(at_end(theta)) * se_log
+
+
+def predict(
+    row: Mapping, tokens, train_loss, upto_tokens: float, first: int = FIRST_STEP
+) -> Prediction:
+    """The candidate's `Prediction` from its prefix (module docstring: the rule). Not
+    identified (se inf): too few points, no fit, alpha outside (0, ALPHA_MAX], or a last loss
+    within PLATEAU_NATS of the corpus's unigram entropy (`unigram_entropy` in `row`, where
+    known): a curve still on the plateau says nothing about where it will go."""
     steps, loss = prefix_points(row, tokens, train_loss, upto_tokens, first)
+    last = float(loss[-LAST_WINDOW:].mean()) if loss.size else math.nan
     if steps.size < MIN_POINTS:
-        return math.nan
-    lrs = lrs_of(row)
-    warm = warmup_steps(float(row.get("train.warmup", 0.0)), lrs.size)
-    cols = features(TISSUE.name, lrs, steps, warm)
-    with one_thread():
-        got = fit(TISSUE, cols, loss, free=FREE)
-    if not np.all(np.isfinite(got.theta)):
-        return math.nan
-    end = features(TISSUE.name, lrs, [decay_start(row)], warm)
-    end["S2"] = np.zeros(1)  # the loss the stable phase reaches, before any annealing
-    return float(TISSUE.predict(got.theta, end)[0, 0])
+        return Prediction(math.nan, math.inf, last, "too few points")
+    theta, lrs, warm, cols = _fit_prefix(row, steps, loss)
+    if not np.all(np.isfinite(theta)):
+        return Prediction(math.nan, math.inf, last, "no fit")
+    final = _at_decay_start(theta, row, lrs, warm)
+    entropy = float(row.get("unigram_entropy", math.nan) or math.nan)
+    if math.isfinite(entropy) and last > entropy - PLATEAU_NATS:
+        return Prediction(final, math.inf, last, "on the plateau")
+    alpha = float(theta[TISSUE.order.index("alpha")])
+    if not 0.0 < alpha <= ALPHA_MAX:
+        return Prediction(final, math.inf, last, f"alpha {alpha:.2g}")
+    return Prediction(final, _delta_se(theta, cols, loss, row, lrs, warm), last)
 
 
-def last_loss(row: Mapping, tokens, train_loss, upto_tokens: float, window: int = 5) -> float:
+def last_loss(
+    row: Mapping, tokens, train_loss, upto_tokens: float, window: int = LAST_WINDOW
+) -> float:
     """The baseline rule: the mean train loss of the prefix's last `window` logged steps (what
     halving would rank with one rung at the prefix, less the eval's noise)."""
     _, loss = prefix_points(row, tokens, train_loss, upto_tokens)
@@ -106,3 +221,45 @@ def last_loss(row: Mapping, tokens, train_loss, upto_tokens: float, window: int 
 
 
 RULES = {"tissue": predict_final, "last": last_loss}
+
+
+Z = 2.0  # the staged rule's separation: predicted finals apart by more than Z combined se
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the staged rule does at a rung: `keep` (ids, best first) go on to the next rung,
+    or `chosen` decays to the budget; `why` in words, for the dry run and the report."""
+
+    keep: tuple[str, ...]
+    chosen: str | None
+    why: str
+
+
+def separated(a: Prediction, b: Prediction, z: float = Z) -> bool:
+    """b's predicted final is above a's by more than z combined standard errors (never where
+    either is not identified)."""
+    if not (math.isfinite(a.se) and math.isfinite(b.se)):
+        return False
+    return b.score - a.score > z * math.hypot(a.se, b.se)
+
+
+def decide(preds: Mapping[str, Prediction], last_rung: bool, z: float = Z) -> Decision:
+    """The staged rule at one rung (module docstring). The leader is the lowest predicted
+    final (a candidate without one ranks by its last train losses); it is chosen when every
+    other candidate is separated from it, or at the last rung. Otherwise the candidates not
+    separated from it go on, at most half of those at this rung (the best by score; one
+    left is the choice):
+    successive halving where the prefixes cannot rank, an early choice where they can."""
+    order = sorted(preds, key=lambda k: (not math.isfinite(preds[k].score), preds[k].score))
+    lead = order[0]
+    close = [k for k in order[1:] if not separated(preds[lead], preds[k], z)]
+    if not close:
+        why = f"{len(order) - 1} other(s) separated by > {z:g} se" if len(order) > 1 else "alone"
+        return Decision((lead,), lead, why)
+    keep = (lead, *close)[: math.ceil(len(order) / 2)]
+    if last_rung or len(keep) == 1:
+        where = "last rung" if last_rung else "half of 2 is 1"
+        return Decision((lead,), lead, f"{where}; {len(close)} other(s) within {z:g} se")
+    reasons = sorted({preds[k].why or f"within {z:g} se" for k in close})
+    return Decision(keep, None, f"{len(close)} not separated ({', '.join(reasons)})")

@@ -229,12 +229,20 @@ def _parser() -> ArgumentParser:
     parser.add_argument("--tuned", help="CSV of the halving sweep's runs (--strategy halving)")
     parser.add_argument("--grid", required=True, help="CSV of the full grid at the same arms")
     parser.add_argument("--curves", help="the grid's curves.csv with train_loss (--strategy curve)")
-    parser.add_argument("--runs", type=float, default=2.0, help="curve: runs' compute per arm")
+    parser.add_argument(
+        "--runs",
+        type=float,
+        help="curve: runs' compute per arm (staged: its worst case, default 3; else 2)",
+    )
     parser.add_argument(
         "--rule",
-        choices=("tissue", "last"),
-        default="tissue",
-        help="curve: the strategy's curve law, or the prefix's last train loss (a baseline)",
+        choices=("staged", "tissue", "last"),
+        default="staged",
+        help="curve: the staged rule (the strategy's default), the one-prefix curve law "
+        "(`rule: predicted`), or the prefix's last train loss (a baseline)",
+    )
+    parser.add_argument(
+        "--z", type=float, help="curve, staged: the separation in standard errors (default 2)"
     )
     parser.add_argument(
         "--first-step",
@@ -254,6 +262,8 @@ def _curve_text(args) -> str:
         raise InputError("--tuned: not used by --strategy curve (it tunes the grid's runs)")
     if not args.curves:
         raise InputError("--curves: required by --strategy curve (the grid's dense curves)")
+    if args.runs is None:
+        args.runs = 3.0 if args.rule == "staged" else 2.0
     if not args.runs > 1.0:
         raise InputError(f"--runs: expected more than 1 run per arm, got {args.runs}")
     if args.first_step is not None and args.first_step < 1:
@@ -265,8 +275,12 @@ def _curve_text(args) -> str:
     runs = read_csv(args.grid).frame
     other = read_csv(args.seed_grid).frame if args.seed_grid else None
     points = pd.read_csv(args.curves)
+    if args.z is not None and not (args.rule == "staged" and args.z > 0):
+        raise InputError(f"--z: a positive separation for --rule staged, got {args.z}")
+    if args.first_step is not None and args.rule == "staged":
+        raise InputError("--first-step: the one-prefix rules' setting (--rule tissue or last)")
     table = curve_check.check(
-        runs, points, args.tune, args.runs, args.rule, other, first_step=args.first_step
+        runs, points, args.tune, args.runs, args.rule, other, first_step=args.first_step, z=args.z
     )
     return curve_check.markdown(table, args.runs, args.rule)
 

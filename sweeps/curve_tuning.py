@@ -18,13 +18,23 @@ from typing import Any
 
 from analysis import curve_tuning
 from sweeps.plan import CurveSpec, PlanError
+from training import tracking
 
 BUDGET_TAG = "tune_budget"
+PREV_TAG = "tune_prev"  # the run key of the segment a later rung continues
+ENTROPY_PARAM = "data_unigram_entropy"  # the corpus's unigram entropy (the plateau)
 
 
-def rung(spec: CurveSpec, n_candidates: int, budget_tokens: int, batch_tokens: int) -> int:
-    """The one rung (tokens) where every candidate's prefix ends."""
-    return curve_tuning.prefix_tokens(n_candidates, budget_tokens, batch_tokens, spec.runs)
+def rungs(
+    spec: CurveSpec, n_candidates: int, budget_tokens: int, batch_tokens: int, stable: int
+) -> tuple[int, ...]:
+    """The rungs (tokens) where candidates are compared: `predicted`, the one rung where every
+    prefix ends; `staged`, t, 2t, 4t (`analysis.curve_tuning.staged_rungs`) up to the stable
+    phase's end."""
+    if spec.rule == "predicted":
+        return (curve_tuning.prefix_tokens(n_candidates, budget_tokens, batch_tokens, spec.runs),)
+    out = curve_tuning.staged_rungs(n_candidates, budget_tokens, batch_tokens, spec.runs)
+    return tuple(r for r in out if r <= stable) or out[:1]
 
 
 def check_points(arm: str, rung: int, batch_tokens: int) -> None:
@@ -45,6 +55,11 @@ def segment_overrides(budget_tokens: int) -> tuple[str, ...]:
     return ("train.log_every=1", f"++tracking.tags.{BUDGET_TAG}={budget_tokens}")
 
 
+def previous_overrides(prev_key: str) -> tuple[str, ...]:
+    """A later rung's segment names the segment it continues (its prefix's earlier points)."""
+    return (f"++tracking.tags.{PREV_TAG}={prev_key}",)
+
+
 def _value(text: str) -> Any:
     if text in ("None", "null", ""):
         return math.nan
@@ -57,23 +72,41 @@ def _value(text: str) -> Any:
 def row_of(params: dict[str, str], budget_tokens: float) -> dict[str, Any]:
     """A candidate segment's run as a runs.csv row of the run it would be to the budget."""
     row = {k: _value(v) for k, v in params.items() if k.startswith("train.")}
+    row["unigram_entropy"] = _value(params.get(ENTROPY_PARAM, ""))
     return {**row, "train.tokens": float(budget_tokens)}
 
 
-def predicted_loss(client, run) -> float:
-    """The candidate's final loss predicted from its logged prefix (nan when it cannot be)."""
+def prefix_history(client, run) -> tuple[list[float], list[float]]:
+    """(tokens, train losses) of the candidate's whole prefix: this segment's and those of the
+    segments it continues (`tune_prev`), earliest first."""
+    chain, found = [run], None
+    while PREV_TAG in chain[-1].data.tags:
+        if found is None:
+            found = tracking.latest_runs_by_key(client, run.info.experiment_id)
+        prev = found.get(chain[-1].data.tags[PREV_TAG])
+        if prev is None:
+            break
+        chain.append(prev)
+    points = {}
+    for r in reversed(chain):  # a later segment's point at the same step wins
+        for h in client.get_metric_history(r.info.run_id, "train_loss"):
+            points[h.step] = h.value
+    steps = sorted(points)
+    return steps, [points[s] for s in steps]
+
+
+def prediction(client, run) -> curve_tuning.Prediction:
+    """The candidate's final loss predicted from its logged prefix."""
     budget = float(run.data.tags[BUDGET_TAG])
     row = row_of(run.data.params, budget)
-    hist = client.get_metric_history(run.info.run_id, "train_loss")
-    tokens = [h.step for h in hist]
-    return curve_tuning.predict_final(row, tokens, [h.value for h in hist], max(tokens, default=0))
+    tokens, loss = prefix_history(client, run)
+    return curve_tuning.predict(row, tokens, loss, max(tokens, default=0))
 
 
-def ranked_loss(client, run) -> float | None:
-    """The loss `sweep.tune_curve` ranks a run by (`tuning.losses_from_mlflow`'s `loss_of`): a
-    candidate segment's predicted final loss; other runs (the chosen one's decay, transfers)
-    keep their final val loss."""
+def ranked_loss(client, run):
+    """What `sweep.tune_curve` ranks a run by (`tuning.losses_from_mlflow`'s `loss_of`): a
+    candidate segment's `Prediction`; other runs (the chosen one's decay, transfers) keep
+    their final val loss."""
     if BUDGET_TAG in run.data.tags and run.info.status == "FINISHED":
-        pred = predicted_loss(client, run)
-        return pred if math.isfinite(pred) else None
+        return prediction(client, run)
     return run.data.metrics.get("final_val_loss")

@@ -65,6 +65,7 @@ SPEC_FIELDS = {
 # Where a tuning grid is tried: at every arm, or at the smallest token budget of each
 # variant x size (the chosen values then train that size's other budgets).
 TUNE_AT = ("every_arm", "smallest_budget")
+CURVE_RULES = ("staged", "predicted")  # sweep.tune_curve.rule
 # Successive halving: rungs as fractions of an arm's stable (pre-decay) phase.
 DEFAULT_RUNGS = (0.125, 0.25, 0.5)
 LR_KEY = "train.lr"
@@ -105,12 +106,17 @@ def format_value(value: Any) -> str:
 
 @dataclass(frozen=True)
 class CurveSpec:
-    """`sweep.tune_curve`: {runs: R, decay: f}. Every candidate trains a prefix of the shared
-    WSD stable phase sized so the arm costs at most R runs to its budget, a loss-curve law
-    predicts each one's loss from its prefix, the predicted best decays to the budget."""
+    """`sweep.tune_curve`: {rule: staged | predicted, runs: R, decay: f}. Every candidate trains
+    a prefix of the shared WSD stable phase, a loss-curve law predicts each one's loss from its
+    prefix. `staged` (the default): rungs t, 2t, 4t; at each the candidates whose predicted
+    finals are not separated from the best's go on (at most half), and the best decays to the
+    budget once the others are separated or at the last rung; R (default 3) bounds the worst
+    case per arm. `predicted`: one rung sized so the arm costs R runs (default 2), the
+    predicted best decays (`analysis.curve_tuning`)."""
 
-    runs: float = 2.0
+    runs: float = 3.0
     decay: float = 0.2
+    rule: str = "staged"
 
     @classmethod
     def from_dict(cls, value: Any, halving: Any) -> CurveSpec:
@@ -120,19 +126,26 @@ class CurveSpec:
             )
         if value is True:
             value = {}
-        block = _mapping(value, "sweep.tune_curve", "{runs: R, decay: f}, or true")
-        unknown = set(block) - {"runs", "decay"}
+        shape = "{rule: staged|predicted, runs: R, decay: f}, or true"
+        block = _mapping(value, "sweep.tune_curve", shape)
+        unknown = set(block) - {"runs", "decay", "rule"}
         if unknown:
             raise PlanError(
-                f"sweep.tune_curve.{sorted(unknown)[0]}: unknown field; allowed: runs, decay"
+                f"sweep.tune_curve.{sorted(unknown)[0]}: unknown field; allowed: rule, runs, decay"
             )
-        runs = _number(block.get("runs", 2.0), "sweep.tune_curve.runs")
+        rule = block.get("rule", "staged")
+        if rule not in CURVE_RULES:
+            raise PlanError(
+                f"sweep.tune_curve.rule: unknown rule {rule!r}; allowed: {', '.join(CURVE_RULES)}"
+            )
+        default_runs = 3.0 if rule == "staged" else 2.0
+        runs = _number(block.get("runs", default_runs), "sweep.tune_curve.runs")
         decay = _number(block.get("decay", 0.2), "sweep.tune_curve.decay")
         if runs <= 1.0:
             raise PlanError(f"sweep.tune_curve.runs: expected more than 1 run per arm, got {runs}")
         if not 0.0 < decay < 1.0:
             raise PlanError(f"sweep.tune_curve.decay: expected a fraction in (0, 1), got {decay}")
-        return cls(runs, decay)
+        return cls(runs, decay, rule)
 
 
 @dataclass(frozen=True)

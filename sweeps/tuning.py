@@ -43,6 +43,7 @@ from omegaconf import OmegaConf
 from rich import box
 from rich.table import Table
 
+from analysis import curve_tuning as analysis_curve
 from models.values import format_duration
 from sweeps import curve_tuning, plan
 from sweeps.plan import PlanError, PlannedRun, Point, TuneSpec, format_value
@@ -94,6 +95,8 @@ class Arm:
     last_key: dict[int, str] = field(default_factory=dict)
     losses: dict[int, dict[int, float]] = field(default_factory=dict)  # cand -> {tokens: loss}
     chosen: int | None = None
+    decided_at: int | None = None  # staged: the rung (index) its choice was made at
+    why: str = ""  # staged: what the rule saw at that rung
 
     @property
     def id(self) -> str:
@@ -132,6 +135,11 @@ class TuningPlan:
     transferred: bool = False
     seeds: int = 1  # sweep.seeds: the chosen runs and transfers train seeds 0..seeds-1
 
+    @property
+    def staged(self) -> bool:
+        """`sweep.tune_curve` with the staged rule (`analysis.curve_tuning.decide`)."""
+        return bool(self.spec.curve) and self.spec.curve.rule == "staged"
+
     # ---- points -------------------------------------------------------------------------
     def _base(self, arm: Arm, tuned: tuple[str, ...]) -> tuple[str, ...]:
         """The arm's overrides without those the tuning sets, then `tuned` and the schedule."""
@@ -151,16 +159,17 @@ class TuningPlan:
             )
         if self.spec.curve:  # a point per step, for the curve law (sweeps.curve_tuning)
             over += curve_tuning.segment_overrides(arm.tokens)
+            if k:  # the prefix's earlier points are in the segment it continues
+                over += curve_tuning.previous_overrides(arm.last_key[cand.index])
         tags = _tags(arm=arm.id, tune_role="candidate", tune_rung=end, tune_values=cand.label)
         return Point(over + tags, arm.run.variant, phase="candidate")
 
-    def decayed(self, a: int, cand: Candidate) -> Point:
-        """The winner from its last rung to the arm's budget, decaying from the stable end."""
+    def decayed(self, a: int, cand: Candidate, k: int = -1) -> Point:
+        """The winner from rung k (default the last) to the arm's budget, decaying from the
+        stable end."""
         arm = self.arms[a]
         over = self._base(arm, cand.overrides) + (f"{plan.TOKENS_KEY}={arm.tokens}",)
-        over += (
-            f"train.init_from={self.checkpoint_path(arm.last_key[cand.index], arm.rungs[-1])}",
-        )
+        over += (f"train.init_from={self.checkpoint_path(arm.last_key[cand.index], arm.rungs[k])}",)
         tags = _tags(arm=arm.id, tune_role="chosen", tune_values=cand.label)
         return Point(over + tags, arm.run.variant, phase="chosen")
 
@@ -255,10 +264,15 @@ class TuningPlan:
         for a, members in stage_arms.items():
             arm = self.arms[a]
             phase = members[0][0].phase
-            scored = []
+            scored, preds = [], {}
             for run, c in members:
-                status, loss, _ = results.get(run.run_key, ("", None, ""))
-                loss = loss if status == "FINISHED" and loss is not None else math.inf
+                status, value, _ = results.get(run.run_key, ("", None, ""))
+                loss = math.inf
+                if status == "FINISHED" and value is not None:
+                    if isinstance(value, analysis_curve.Prediction):
+                        preds[c] = value
+                        value = value.score
+                    loss = value if math.isfinite(value) else math.inf
                 arm.losses.setdefault(c, {})[int(run.d)] = loss
                 arm.last_key[c] = run.run_key
                 scored.append((loss, c))
@@ -274,6 +288,11 @@ class TuningPlan:
             last = not self.spec.halving or self.stage == len(arm.rungs) - 1
             keep = 1 if last else math.ceil(len(scored) / 2)
             arm.alive = [c for _, c in scored[:keep]]
+            if self.staged and preds:
+                decision = analysis_curve.decide(preds, last)
+                arm.alive, arm.why = list(decision.keep), decision.why
+                last = decision.chosen is not None
+                arm.decided_at = self.stage if last else None
             if not self.spec.halving:
                 arm.chosen = arm.alive[0]
                 tag_chosen(members, arm.chosen)
@@ -281,8 +300,9 @@ class TuningPlan:
                 points += extra
                 starts += [0] * len(extra)
             elif last:
-                points.append((self.decayed(a, arm.candidates[arm.alive[0]]), a, arm.alive[0]))
-                starts.append(arm.rungs[-1])
+                cand = arm.candidates[arm.alive[0]]
+                points.append((self.decayed(a, cand, self.stage), a, arm.alive[0]))
+                starts.append(arm.rungs[self.stage])
                 extra = self.other_seeds(a, arm.candidates[arm.alive[0]], "chosen")
                 points += extra
                 starts += [0] * len(extra)
@@ -400,7 +420,7 @@ def _plan_arm(spec: TuneSpec, arm: Arm, config_of: ConfigOf) -> None:
         return
     if spec.curve:
         n = len(spec.candidates)
-        arm.rungs = (curve_tuning.rung(spec.curve, n, arm.tokens, bt),)
+        arm.rungs = curve_tuning.rungs(spec.curve, n, arm.tokens, bt, arm.stable)
         if not 0 < arm.rungs[0] <= arm.stable:
             raise PlanError(
                 f"sweep.tune_curve.runs: arm {arm.id} ({arm.tokens} tokens) gives each of {n} "
@@ -531,7 +551,12 @@ def print_tuning(tp: TuningPlan, jobs: int, block_of: Callable[[PlannedRun], str
     spec = tp.spec
     wide = console().width >= WIDE
     how = "successive halving" if spec.halving else "full grid"
-    if spec.curve:
+    if spec.curve and spec.curve.rule == "staged":
+        how = (
+            f"staged curve law: rungs t, 2t, 4t, at most {spec.curve.runs:g} runs per arm, "
+            "fewer where the prefixes separate early"
+        )
+    elif spec.curve:
         how = f"curve law from a prefix, {spec.curve.runs:g} runs per arm"
     title = (
         f"tuning ({how}, tune_at {spec.at}): {len(spec.candidates)} candidates of "

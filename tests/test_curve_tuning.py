@@ -25,6 +25,7 @@ from tests.test_sweeps_tuning import (  # noqa: F401 (comp: a fixture)
     TINY,
     _corpus,
     _env,
+    _tag,
     comp,
     sweep_file,
     tuned_plan,
@@ -82,8 +83,8 @@ def test_dense_curves_round_trip_and_old_files_still_read(tmp_path):
 
 
 def test_curve_strategy_plans_one_prefix_per_candidate_at_two_runs(comp, capsys):  # noqa: F811
-    _, _, tp = tuned_plan(comp, [*TINY, "+sweep.tune_curve={runs: 2}"])
-    assert tp.spec.curve == plan.CurveSpec(2.0, 0.2)
+    _, _, tp = tuned_plan(comp, [*TINY, "+sweep.tune_curve={rule: predicted, runs: 2}"])
+    assert tp.spec.curve == plan.CurveSpec(2.0, 0.2, "predicted")
     for arm in tp.arms:
         spent, grid, untuned, n_runs = tp.cost(arm)
         bt = arm.run.facts.batch_tokens
@@ -106,9 +107,17 @@ def test_curve_strategy_plans_one_prefix_per_candidate_at_two_runs(comp, capsys)
     [
         ("+sweep.tune_curve={runs: 1}", "sweep.tune_curve.runs: expected more than 1"),
         ("+sweep.tune_curve={rungs: 2}", "sweep.tune_curve.rungs: unknown field"),
+        ("+sweep.tune_curve={rule: best}", "sweep.tune_curve.rule: unknown rule 'best'"),
         ("+sweep.tune_halving=false", "remove sweep.tune_halving"),
+        (
+            "+sweep.tune_curve={rule: predicted, runs: 1.01}",
+            "sweep.tune_curve.runs: arm .* a prefix of 0 tokens",
+        ),
+        (
+            "+sweep.tune_curve={rule: predicted, runs: 1.3}",
+            "see 0 train losses in their prefix .* needs 6",
+        ),
         ("+sweep.tune_curve={runs: 1.01}", "sweep.tune_curve.runs: arm .* a prefix of 0 tokens"),
-        ("+sweep.tune_curve={runs: 1.3}", "see 0 train losses in their prefix .* needs 6"),
     ],
 )
 def test_bad_tune_curve_fails_naming_the_key(comp, extra, message):  # noqa: F811
@@ -168,6 +177,7 @@ def test_offline_check_chooses_the_known_best_where_the_current_loss_does_not(tm
     runs.to_csv(tmp_path / "grid.csv", index=False)
     points.to_csv(tmp_path / "curves.csv", index=False)
     argv = ["--strategy", "curve", "--grid", str(tmp_path / "grid.csv"), "--tune", "train.lr"]
+    argv += ["--rule", "tissue"]
     out = tmp_path / "check.md"
     assert (
         tuning_check.main([*argv, "--curves", str(tmp_path / "curves.csv"), "--out", str(out)]) == 0
@@ -227,7 +237,8 @@ def test_a_curve_tuned_sweep_trains_prefixes_then_the_predicted_best(tmp_path):
     the budget; the same arm as a full grid; a rerun trains nothing."""
     corpus = _corpus(tmp_path)
     (tmp_path / "sweep").mkdir()
-    curve = sweep_file("null").replace("tune_halving: null", "tune_curve: {runs: 2}")
+    rule = "tune_curve: {rule: predicted, runs: 2}"
+    curve = sweep_file("null").replace("tune_halving: null", rule)
     (tmp_path / "sweep" / "curve.yaml").write_text(curve)
     (tmp_path / "sweep" / "fullgrid.yaml").write_text(sweep_file("false"))
     env = _env(tmp_path)
@@ -254,7 +265,7 @@ def test_a_curve_tuned_sweep_trains_prefixes_then_the_predicted_best(tmp_path):
     assert [h.step for h in hist] == [512 * s for s in range(1, 11)]  # a point per step
     # the choice is the lowest prediction, recomputed here from the same records
     preds = {
-        r["tags.tune_values"]: sweeps_curve.predicted_loss(client, client.get_run(r["run_id"]))
+        r["tags.tune_values"]: sweeps_curve.prediction(client, client.get_run(r["run_id"])).final
         for _, r in segments.iterrows()
     }
     chosen = tuned[tuned["tags.tune_role"] == "chosen"]
@@ -268,3 +279,47 @@ def test_a_curve_tuned_sweep_trains_prefixes_then_the_predicted_best(tmp_path):
     assert "│ finished" not in out and "│ failed" not in out
     again = mlflow.search_runs(experiment_names=["scaling-lab"]).dropna(subset=["tags.run_key"])
     assert len(again) == len(df)
+
+
+def test_staged_strategy_plans_doubling_rungs_and_decides_from_predictions(comp, capsys):  # noqa: F811
+    """`tune_curve: {}` is the staged rule: rungs t, 2t, 4t inside the stable phase at a worst
+    case of 3 runs; an arm whose prefixes separate decays its leader from the first rung, an
+    arm whose prefixes overlap sends its leading half on, each later segment naming the one
+    it continues (its prefix's earlier points)."""
+    _, _, tp = tuned_plan(comp, [*TINY, "+sweep.tune_curve={}"])
+    assert tp.spec.curve == plan.CurveSpec(3.0, 0.2, "staged") and tp.staged
+    for arm in tp.arms:
+        t = arm.rungs[0]
+        assert arm.rungs == tuple(r for r in (t, 2 * t, 4 * t) if r <= arm.stable)
+        spent, _, untuned, _ = tp.cost(arm)
+        assert spent / untuned <= 3.0 + 1e-9
+    tuning.print_tuning(tp, 2, lambda r: "llama")
+    assert "staged curve law: rungs t, 2t, 4t, at most 3 runs per arm" in capsys.readouterr().out
+    first = tp.first_stage()
+    by_arm = {}
+    for run in first:
+        by_arm.setdefault(_tag(run, "arm"), []).append(run)
+    sure, unsure = list(by_arm)[:2]  # two arms: one separates at the first rung, one does not
+
+    def losses_of(keys):
+        out = {}
+        for run in first:
+            lr = float(_tag(run, "tune_values").split("=")[1])
+            se = 1e-5 if _tag(run, "arm") == sure else 1.0  # overlapping where unsure
+            out[run.run_key] = ("FINISHED", curve_tuning.Prediction(3 + abs(lr - 2e-3), se, 4), "")
+        return out
+
+    second = tp.next_stage({}, losses_of, lambda *a: None)
+    sure_runs = [r for r in second if _tag(r, "arm") == sure]
+    assert [r.phase for r in sure_runs] == ["chosen"] and _tag(sure_runs[0], "tune_values") == (
+        "train.lr=0.002"
+    )
+    a = next(i for i, arm in enumerate(tp.arms) if arm.id == sure)
+    assert tp.arms[a].decided_at == 0 and "separated" in tp.arms[a].why
+    rung0 = f"train.init_from=/ckpt/{tp.arms[a].last_key[tp.arms[a].alive[0]]}"
+    assert any(o.startswith(rung0) for o in sure_runs[0].overrides)
+    unsure_runs = [r for r in second if _tag(r, "arm") == unsure]
+    assert len(unsure_runs) == 4 and {r.phase for r in unsure_runs} == {"candidate"}
+    earlier = {r.run_key for r in first if _tag(r, "arm") == unsure}
+    assert {_tag(r, "tune_prev") for r in unsure_runs} <= earlier
+    assert _tag(unsure_runs[0], "tune_prev") is not None
