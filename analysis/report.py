@@ -816,11 +816,15 @@ def _law_figures(add, plots, runs, fits, compute: str) -> None:
         "L(N) per token budget with the fitted L(N, D) (approach 3): where the lines miss "
         "the points, the law does not describe these runs.",
     )
+    identified = not {"a", "b"} & set(fits.parametric.get("not_identified", []))
     add(
         "contours",
-        plots.contours(runs, fits.law, fits.k),
+        plots.contours(runs, fits.law, fits.k, identified),
         "Fitted L(N, D) contours with the compute-optimal allocation line (drawn from the "
-        "point estimate, also where parts of the fit are not identified).",
+        "point estimate where the allocation exponents a and b are identified)."
+        if identified
+        else "Fitted L(N, D) contours. The compute-optimal allocation is not identified by "
+        "these runs (approach 3's a and b), so no allocation line is drawn.",
     )
 
 
