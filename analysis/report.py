@@ -699,6 +699,20 @@ STYLE = (
     "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
     "td{font-variant-numeric:tabular-nums}th{background:#f0f0f0}"
     "figure{margin:1em 0}svg{max-width:100%;height:auto}figcaption{font-size:.9em;color:#555}"
+    # printed (how a report is shared), every section shows: the closed <details> contents
+    # (::details-content where the browser has it; PRINT_SCRIPT opens them everywhere else)
+    "@media print{details::details-content{content-visibility:visible}"
+    "summary{list-style:none}summary::-webkit-details-marker{display:none}"
+    "figure,table{break-inside:avoid}}"
+)
+# Browsers without ::details-content print a closed <details> as its summary alone: open
+# every section before printing and restore the reader's choice after.
+PRINT_SCRIPT = (
+    "<script>(function(){var shut=[];"
+    "addEventListener('beforeprint',function(){shut=[].filter.call("
+    "document.querySelectorAll('details:not([open])'),function(d){d.open=true;return true;});});"
+    "addEventListener('afterprint',function(){shut.forEach(function(d){d.open=false;});shut=[];});"
+    "})();</script>"
 )
 
 
@@ -741,6 +755,7 @@ def render_html(blocks, fig_dir: Path, title: str) -> str:
             out.append(f"<figure>{svg}<figcaption>{html.escape(block[2])}</figcaption></figure>")
     if open_tag:
         out.append(f"</{open_tag}>")
+    out.append(PRINT_SCRIPT)
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 

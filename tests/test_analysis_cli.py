@@ -754,3 +754,29 @@ def test_a_sweeps_own_csv_reports_without_baseline_or_tune_flags():
     assert args.tune == ["train.lr"] and notes == ["--tune train.lr (the tuned settings)"]
     args = argparse.Namespace(baseline="b", compare="variant", tune=["train.warmup"])
     assert report.fill_defaults(args, tuned) == [] and args.tune == ["train.warmup"]
+
+
+def test_report_html_prints_every_section_though_the_screen_collapses_them(tmp_path):
+    """On screen every section after the summary is a closed <details>; printed (how a report
+    is shared) each shows: a print stylesheet reveals the details' content and a beforeprint
+    handler opens every closed one (restored after printing)."""
+    import re
+
+    blocks = [
+        ("h1", "t"),
+        ("h2", report.SUMMARY),
+        ("p", "the verdict"),
+        ("h2", "Approach 3"),
+        ("p", "the law"),
+        ("h2", "Runs"),
+        ("table", ["run"], [["a"]]),
+    ]
+    page = report.render_html(blocks, tmp_path, "t")
+    assert page.count("<details>") == 2 and "<details open" not in page  # collapsed on screen
+    style = page[page.index("<style>") : page.index("</style>")]
+    printed = re.search(r"@media print\{(.*)\}", style).group(1)
+    assert re.search(r"details::details-content\{[^}]*content-visibility:visible", printed)
+    script = page[page.index("<script>") : page.index("</script>")]
+    assert "beforeprint" in script and "details:not([open])" in script and "open=true" in script
+    assert "afterprint" in script
+    assert page.index("<script>") > page.rindex("</details>")  # after the sections it opens
