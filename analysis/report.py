@@ -33,7 +33,6 @@ from analysis import (
     hparam_laws,
     hparam_report,
     law_check,
-    matched,
     noise,
     tuning,
     tuning_report,
@@ -1159,28 +1158,10 @@ def main(argv: list[str] | None = None) -> int:
         print(summary(an.result, title))
     else:
         print(f"== {title}: {len(an.runs)} runs, one token budget per baseline size: ablation only")
-    for line in answer_lines(an.ablation):
+    for line in headline.answer_lines(an.ablation):
         print(textwrap.fill(line, width=80, subsequent_indent="  "))
     print(f"wrote {out}/report.md, report.html, fit.json, runs.csv, figures/")
     return 0
-
-
-def answer_lines(ablation: dict | None) -> list[str]:
-    """The ablation's answer for the console: each variant's matched cells, then its verdicts
-    over the measured budgets (the report's first lines)."""
-    if not ablation:
-        return []
-    base, lines = ablation["baseline"], []
-    for v, res in ablation["variants"].items():
-        if v == base:
-            continue
-        first = matched.sentence(v, base, ablation.get("matched") or {"cells": []})
-        if first:
-            lines.append(first)
-        cell, parts = headline.overall_verdicts(res, base)
-        if parts:
-            lines.append(f"{v} against {base}, its measured frontier: {parts}.")
-    return lines
 
 
 def families_main(args, loaded: Runs) -> int:

@@ -13,6 +13,7 @@ first every point without a dependency, then the WSD branches whose stable run f
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -442,7 +443,7 @@ def _execute(sweep: Sweep, runs: list[plan.PlannedRun], launch: Launch, more=Non
     ordered = [outcomes[r.index] if r.index in outcomes else Outcome(r, "not-run") for r in runs]
     arms = _log_outcome(sweep, parent)
     report, report_error = _report(sweep.cfg, sweep.uri, sweep.experiment, parent.run_id)
-    closing = Closing(arms, report, ui.command(sweep.uri, sweep.experiment))
+    closing = Closing(arms, report, ui.command(sweep.uri, sweep.experiment), answer(report))
     print_summary(sweep.spec.name, ordered, sweep.uri, parent.run_id, closing)
     _exit_if_failed(sweep.spec.name, ordered)
     if report_error:  # the points are recorded; the report is what this command still owes
@@ -587,6 +588,21 @@ def _share_gpus(cfg: DictConfig, jobs: int) -> None:
         slots = [pool[i % len(pool)] for i in range(max(jobs, 1))]
         os.environ[ENV_GPU_POOL] = ",".join(slots)
         os.environ[ENV_GPU_LOCKS] = str(Path(str(cfg.hydra.sweep.dir)) / ".gpu-locks")
+
+
+def answer(report: Path | None) -> tuple[str, ...]:
+    """The verdict lines of the report's summary (`analysis.summary.answer_lines` of the
+    fit.json beside report.html): what an ablation sweep was run for, for the closing
+    summary. Empty without a report or an ablation in it."""
+    fit_json = None if report is None else report.parent / "fit.json"
+    if fit_json is None or not fit_json.is_file():
+        return ()
+    from analysis.summary import answer_lines  # lazy: scipy, only after a report
+
+    try:
+        return tuple(answer_lines(json.loads(fit_json.read_text()).get("ablation")))
+    except (ValueError, KeyError, TypeError):  # a fit.json of another shape: no answer
+        return ()
 
 
 def _report(

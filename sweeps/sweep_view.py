@@ -9,6 +9,7 @@ model more than a small one.
 from __future__ import annotations
 
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from rich.table import Table
 
 from models.values import format_duration
 from sweeps import plan
-from sweeps.sweep_records import children_by_key
+from sweeps.sweep_records import children_by_key, name_order
 
 TERMINAL = ("FINISHED", "FAILED")
 
@@ -185,6 +186,7 @@ class Closing:
     arms: list  # sweep_records.RunRecord per arm, its best FINISHED run
     report: Path | None = None  # report.html, when the sweep wrote one
     ui_command: str = "python -m sweeps.ui"
+    answer: tuple[str, ...] = ()  # the report's verdict lines (`analysis.summary.answer_lines`)
 
 
 def print_summary(name: str, outcomes, uri: str, parent_run_id: str, closing: Closing) -> None:
@@ -198,6 +200,21 @@ def print_summary(name: str, outcomes, uri: str, parent_run_id: str, closing: Cl
     out.print(f"sweep '{name}' summary: {states}", highlight=False)
     _print_not_finished(out, outcomes)
     _print_arms(out, closing.arms)
+    if closing.answer:  # what the sweep was run for, as the report's summary says it
+        out.print("answer (the report's summary):", highlight=False)
+        for line in closing.answer:
+            out.print(
+                textwrap.fill(
+                    line,
+                    width=min(out.width, 100),
+                    initial_indent="  ",
+                    subsequent_indent="    ",
+                    break_on_hyphens=False,  # a variant's name stays whole
+                    break_long_words=False,
+                ),
+                highlight=False,
+                markup=False,
+            )
     out.print(f"MLflow: parent run {parent_run_id} in {uri}", highlight=False)
     if closing.report is not None:
         out.print(f"report: {closing.report}", highlight=False)
@@ -225,7 +242,8 @@ def _print_not_finished(out: Console, outcomes) -> None:
 
 
 def _print_arms(out: Console, arms) -> None:
-    """Each arm's final validation loss (a tuned arm: its best candidate's), best marked."""
+    """Each arm's final validation loss (a tuned arm: its best candidate's), best marked, in
+    order of block, N and D."""
     if not arms:
         return
     best = min(arms, key=lambda r: r.loss)
@@ -233,7 +251,7 @@ def _print_arms(out: Console, arms) -> None:
     t.add_column("run", overflow="fold")
     t.add_column("val loss", justify="right")
     t.add_column("")
-    for r in arms:
+    for r in sorted(arms, key=lambda r: name_order(r.name)):  # N102K after N33.9K
         t.add_row(r.name or r.run_id[:8], f"{r.loss:.4f}", "best" if r is best else "")
     out.print(t)
     out.print(f"best point: {best.name or best.run_id} (val loss {best.loss:.4f})", highlight=False)
