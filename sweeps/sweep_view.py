@@ -8,6 +8,7 @@ model more than a small one.
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 import threading
@@ -30,8 +31,13 @@ TERMINAL = ("FINISHED", "FAILED")
 
 
 def console() -> Console:
-    # not a terminal (logs, CI): a wide fixed width instead of 80 columns that cut the table
-    return Console() if sys.stdout.isatty() else Console(width=180, force_terminal=False)
+    """A terminal's own width; not a terminal (logs, CI): $COLUMNS where set, else a wide
+    fixed width instead of 80 columns that cut the table."""
+    if sys.stdout.isatty():
+        return Console()
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() and int(columns) > 0 else 180
+    return Console(width=width, force_terminal=False)
 
 
 def plan_rows(runs: list[plan.PlannedRun]) -> list[dict[str, Any]]:
@@ -96,22 +102,33 @@ def _c(x: float, wide: bool) -> str:
 PHASE_SHORT = {"candidate": "cand", "transfer": "xfer"}
 
 
+def seed_of(run: plan.PlannedRun) -> str:
+    """The point's training seed: its `train.seed` override (an axis, or `sweep.seeds`), else
+    its seed index (0: the config's own seed)."""
+    for o in run.overrides:
+        key, _, value = o.partition("=")
+        if key.lstrip("+") == plan.SEED_KEY:
+            return value.strip("'\"")
+    return str(run.seed)
+
+
 def plan_columns(runs, wide: bool, block_of: Callable) -> list[tuple[str, str, Callable]]:
     """(header, justify, cell) of the plan table. Narrow (80 columns): no run key and exact C
-    (plan.csv and the wide layout have them), the block (model preset, variant) for the arch
-    (listed below the table), the shape as L x d, and only the variant/phase columns that vary."""
+    (plan.csv and the wide layout have them), the block (model preset, variant: no separate
+    variant column) for the arch (listed below the table), the shape as L x d, and only the
+    phase column where phases vary. The seed wherever seeds vary (`train.seed` as an axis or
+    `sweep.seeds`): two points differing only by seed read differently."""
     f = lambda r: r.facts  # noqa: E731
     cols = [("#", "right", lambda r: str(r.index))]
     if wide:
         cols.append(("run key", "left", lambda r: r.run_key))
-    if wide or len({r.variant for r in runs}) > 1:
         cols.append(("variant", "left", lambda r: r.variant))
     if wide or {r.phase for r in runs} != {"run"}:
         cols.append(
             ("phase", "left", lambda r: r.phase if wide else PHASE_SHORT.get(r.phase, r.phase))
         )
-    if any(r.seed for r in runs):  # sweep.seeds
-        cols.append(("seed", "right", lambda r: str(r.seed)))
+    if len({seed_of(r) for r in runs}) > 1:
+        cols.append(("seed", "right", seed_of))
     if wide:
         cols.append(("arch", "left", lambda r: f(r).arch if f(r) else ""))
         cols.append(("L", "right", lambda r: str(f(r).n_layers) if f(r) else ""))
@@ -134,6 +151,14 @@ def plan_columns(runs, wide: bool, block_of: Callable) -> list[tuple[str, str, C
     return cols
 
 
+def narrow_status(run: plan.PlannedRun) -> str:
+    """The narrow plan's status word: run, done (finished before; its run id in the wide
+    layout), or skip (its reason printed below the table)."""
+    if not run.skip:
+        return "run"
+    return "done" if run.skip.startswith("done:") else "skip"
+
+
 def print_plan(
     spec: plan.SweepSpec, runs, jobs: int, records_read: bool, plan_s: float, block_of: Callable
 ) -> None:
@@ -145,18 +170,32 @@ def print_plan(
     if spec.budgets:
         kind += f", budgets C in {plan.C_LABEL[spec.budget_flops]} FLOPs"
     title = f"sweep '{spec.name}' ({kind}): {len(runs)} points"
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    # narrow: 2 spaces between columns (not 3), so 80 columns hold every number whole
+    padding = (0, 1) if wide else (0, 1, 0, 0)
+    t = Table(
+        title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=padding
+    )
     cols = plan_columns(runs, wide, block_of)
     for header, justify, _ in cols:
         t.add_column(header, justify=justify, no_wrap=True)
-    t.add_column("status / skip reason", overflow="fold", min_width=8)
+    if wide:
+        t.add_column("status / skip reason", overflow="fold", min_width=8)
+    elif any(r.skip for r in runs):  # narrow: a word; the reasons below the table
+        t.add_column("status", no_wrap=True)
     for r in runs:
-        status = r.skip or ("will run" if records_read or not wide else "will run (no store yet)")
-        t.add_row(*(cell(r) for _, _, cell in cols), status)
+        cells = [cell(r) for _, _, cell in cols]
+        if wide:
+            cells.append(r.skip or ("will run" if records_read else "will run (no store yet)"))
+        elif any(x.skip for x in runs):
+            cells.append(narrow_status(r))
+        t.add_row(*cells)
     out.print(t)
     if warning := memory_warning(runs):
         out.print(warning, highlight=False)
     if not wide:
+        for r in runs:
+            if r.skip and narrow_status(r) == "skip":
+                out.print(f"#{r.index} skipped: {r.skip}", highlight=False, markup=False)
         arch = {block_of(r): r.facts.arch for r in runs if r.facts}
         out.print("blocks: " + "; ".join(f"{b} = {a}" for b, a in arch.items()), highlight=False)
         out.print(f"(run keys, exact C: {WIDE}+ columns, or plan.csv of the parent run)")
