@@ -780,3 +780,39 @@ def test_report_html_prints_every_section_though_the_screen_collapses_them(tmp_p
     assert "beforeprint" in script and "details:not([open])" in script and "open=true" in script
     assert "afterprint" in script
     assert page.index("<script>") > page.rindex("</details>")  # after the sections it opens
+
+
+HELP_PROBE = """
+import runpy, sys
+heavy = ("torch", "scipy", "matplotlib", "seaborn", "mlflow")
+for name in sys.argv[1:]:
+    sys.argv = [name, "--help"]
+    try:
+        runpy.run_module(f"analysis.{name}", run_name="__main__")
+    except SystemExit as e:
+        code = e.code
+    print("PROBE", name, code, *[m for m in heavy if m in sys.modules], file=sys.stderr)
+"""
+
+
+def test_every_analysis_help_answers_before_any_heavy_import():
+    """`python -m analysis.X --help` parses its arguments before torch, scipy, matplotlib or
+    mlflow are imported (each ~1-3 s): the help answers at once."""
+    commands = sorted(
+        p.stem
+        for p in (Path(__file__).resolve().parents[1] / "analysis").glob("*.py")
+        if 'if __name__ == "__main__"' in p.read_text()
+    )
+    assert {"report", "fit", "predict", "compare_laws", "curves"} <= set(commands)
+    proc = subprocess.run(
+        [sys.executable, "-c", HELP_PROBE, *commands],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    probes = [line.split()[1:] for line in proc.stderr.splitlines() if line.startswith("PROBE")]
+    assert [p[0] for p in probes] == commands, proc.stderr[-2000:]
+    for name, code, *heavy in probes:
+        assert code in ("0", "None") and not heavy, (name, code, heavy)
+    assert proc.stdout.count("usage:") == len(commands)
