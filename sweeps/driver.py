@@ -38,7 +38,14 @@ from sweeps.names import RunNames
 from sweeps.order import interleaved
 from sweeps.slurm import JobLost
 from sweeps.stopping import SweepStopped, stop_on_sigterm
-from sweeps.sweep_view import Closing, SweepProgress, plan_rows, print_plan, print_summary
+from sweeps.sweep_view import (
+    Closing,
+    Planned,
+    SweepProgress,
+    plan_rows,
+    print_plan,
+    print_summary,
+)
 from training import objectives, tracking
 from training.checkpoint import branch_checkpoint_path, run_dir
 from training.cli import explain
@@ -297,7 +304,21 @@ def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: L
     _check_places(sweep)
     if any(not r.skip for r in runs):
         _prepare_data(cfg, sweep.base, list(sweep.datasets.values()))
-    return _execute(sweep, runs, launch, None if tuned is None else _next_stages(sweep, tuned))
+    more = None if tuned is None else _next_stages(sweep, tuned)
+    return _execute(sweep, runs, launch, more, planned(runs, tuned))
+
+
+def planned(runs: list[plan.PlannedRun], tuned: tuning.TuningPlan | None) -> Planned:
+    """The whole plan's runs and estimated seconds for the progress bar: a tuned sweep's every
+    stage as its dry run counts them (`tuning.stage_estimates`), less the points done before."""
+    todo = [r for r in runs if not r.skip]
+    known = Planned(len(todo), sum(max(r.est_s, 1.0) for r in todo))
+    if tuned is None:
+        return known
+    every = [max(s, 1.0) for stage in tuning.stage_estimates(tuned) for s in stage]
+    done = [r for r in runs if r.skip]
+    whole = Planned(len(every) - len(done), sum(every) - sum(max(r.est_s, 1.0) for r in done))
+    return Planned(max(whole.runs, known.runs), max(whole.est_s, known.est_s))
 
 
 def _next_stages(sweep: Sweep, tuned: tuning.TuningPlan) -> Callable[[dict], list]:
@@ -411,7 +432,13 @@ class Parent:
     run_id: str
 
 
-def _execute(sweep: Sweep, runs: list[plan.PlannedRun], launch: Launch, more=None) -> list:
+def _execute(
+    sweep: Sweep,
+    runs: list[plan.PlannedRun],
+    launch: Launch,
+    more=None,
+    whole: Planned | None = None,
+) -> list:
     """Launch every run that is not skipped, wave by wave (then each stage `more` derives),
     under the sweep's parent run; print the summary and raise SystemExit(1) if a point failed."""
     exp_id = tracking.ensure_experiment(sweep.uri, sweep.experiment)
@@ -428,7 +455,7 @@ def _execute(sweep: Sweep, runs: list[plan.PlannedRun], launch: Launch, more=Non
     status, reason = "FINISHED", ""
     try:
         with stop_on_sigterm():
-            _run_waves(sweep, runs, outcomes, launch, more, parent)
+            _run_waves(sweep, runs, outcomes, launch, more, parent, whole)
         if more is not None:  # a tuned sweep's plan is every stage it derived
             sweep_records.log_plan(sweep.uri, parent.run_id, plan_rows(runs), sweep_yaml)
     except BaseException as e:  # Ctrl-C, SIGTERM: KILLED; a launcher that breaks: FAILED
@@ -474,11 +501,19 @@ def _skipped(run: plan.PlannedRun) -> Outcome:
     return Outcome(run, "done-before" if run.skip.startswith("done:") else "skipped", run.skip)
 
 
-def _run_waves(sweep: Sweep, runs, outcomes, launch: Launch, more, parent: Parent) -> None:
+def _run_waves(
+    sweep: Sweep, runs, outcomes, launch: Launch, more, parent: Parent, whole=None
+) -> None:
     """Launch each wave's runs whose stable run (if any) finished; record their outcomes."""
     todo = [r for r in runs if not r.skip]
     progress = SweepProgress(
-        sweep.spec.name, todo, sweep.uri, parent.experiment_id, parent.run_id, jobs=sweep.jobs
+        sweep.spec.name,
+        todo,
+        sweep.uri,
+        parent.experiment_id,
+        parent.run_id,
+        jobs=sweep.jobs,
+        planned=whole,
     )
     job_idx = 0
     with progress:

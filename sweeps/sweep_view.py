@@ -20,7 +20,7 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, TaskProgressColumn
 from rich.table import Table
 
 from models.values import format_duration
@@ -296,20 +296,76 @@ def _print_arms(out: Console, arms) -> None:
     out.print(f"best point: {best.name or best.run_id} (val loss {best.loss:.4f})", highlight=False)
 
 
-class SweepProgress:
-    """A background thread polls MLflow for the sweep's children and draws done/total + ETA."""
+@dataclass(frozen=True)
+class Planned:
+    """The whole plan's size, known before the first run: a tuned sweep's later stages
+    (its chosen runs and transfers) included (`sweeps.tuning.stage_estimates`)."""
 
-    def __init__(self, name, todo, uri, experiment_id, parent_run_id, jobs: int, every_s=5.0):
+    runs: int
+    est_s: float  # estimated seconds of every run together (the plan's FLOPs at its rate)
+
+
+class SweepProgress:
+    """A background thread polls MLflow for the sweep's children and draws done/total + ETA.
+
+    The total is the whole plan's from the start (`planned`), so it does not jump when a
+    tuned sweep derives its next stage. Each point weighs its estimated seconds (its FLOPs
+    at the planned rate); the ETA is the weight left at the measured rate (weight done per
+    elapsed second), counting down between completions; before any, the plan's estimate.
+    """
+
+    def __init__(
+        self,
+        name,
+        todo,
+        uri,
+        experiment_id,
+        parent_run_id,
+        jobs: int,
+        every_s=5.0,
+        planned: Planned | None = None,
+    ):
         self.name, self.uri, self.exp, self.parent = name, uri, experiment_id, parent_run_id
         self.est = {r.run_key: max(r.est_s, 1.0) for r in todo}
+        self.planned = planned or Planned(len(self.est), sum(self.est.values()))
         self.jobs, self.every_s = max(1, jobs), every_s
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._done: set[str] = set()
         self._start = time.time()
+        self._finish_at: float | None = None  # the ETA's moment, set at each completion
         self._tty = sys.stdout.isatty()
         self._bar = None
+
+    @property
+    def total_runs(self) -> int:
+        return max(self.planned.runs, len(self.est))
+
+    @property
+    def total_s(self) -> float:
+        return max(self.planned.est_s, sum(self.est.values()))
+
+    def eta_s(self, now: float | None = None) -> float:
+        """Seconds left: the weight left at the measured rate, from the last completion on;
+        before any completion the plan's estimate on `jobs` slots."""
+        now = time.time() if now is None else now
+        if self._finish_at is None:
+            return max(0.0, self._start + self.total_s / self.jobs - now)
+        return max(0.0, self._finish_at - now)
+
+    def _measure(self, now: float) -> None:
+        done = sum(self.est[k] for k in self._done)
+        if done <= 0:
+            return
+        rate = done / max(now - self._start, 1e-9)  # estimated seconds of work per second
+        self._finish_at = now + (self.total_s - done) / rate
+
+    def _fields(self) -> dict:
+        return {
+            "runs": f"{len(self._done)}/{self.total_runs} runs",
+            "eta": format_duration(self.eta_s()),
+        }
 
     def __enter__(self):
         if self._tty and self.est:
@@ -321,12 +377,10 @@ class SweepProgress:
                 BarColumn(bar_width=24),
                 TaskProgressColumn(),
                 "{task.fields[runs]}",
-                TimeRemainingColumn(compact=True),
+                "ETA {task.fields[eta]}",
                 console=console(),
             )
-            self._task = self._bar.add_task(
-                f"sweep {name}", total=sum(self.est.values()), runs=f"0/{len(self.est)} runs"
-            )
+            self._task = self._bar.add_task(f"sweep {name}", total=self.total_s, **self._fields())
             self._bar.start()
         self._print_line()
         self._thread.start()
@@ -337,14 +391,20 @@ class SweepProgress:
         self._thread.join(timeout=10)
         self.refresh()
         if self._bar is not None:
+            if exc[0] is None:  # every stage ran: the plan's later stages may have been fewer
+                runs = f"{len(self._done)}/{len(self.est)} runs"  # those the stages launched
+                self._bar.update(
+                    self._task, completed=self.total_s, runs=runs, eta=format_duration(0)
+                )
             self._bar.stop()
 
     def add(self, runs) -> None:
-        """More points to wait for (a tuned sweep's next stage)."""
+        """A tuned sweep's next stage: its points join those waited for; the total stays the
+        plan's unless they exceed it."""
         with self._lock:
             self.est.update({r.run_key: max(r.est_s, 1.0) for r in runs})
             if self._bar is not None:
-                self._bar.update(self._task, total=sum(self.est.values()))
+                self._bar.update(self._task, total=self.total_s, **self._fields())
 
     def _loop(self) -> None:
         while not self._stop.wait(self.every_s):
@@ -358,16 +418,17 @@ class SweepProgress:
         with self._lock:
             done = {k for k, r in recs.items() if k in self.est and r.status in TERMINAL}
             if done == self._done:
+                if self._bar is not None:  # the ETA counts down between completions
+                    self._bar.update(self._task, eta=self._fields()["eta"])
                 return
             new = sorted(done - self._done, key=lambda k: recs[k].name)
             self._done = done
+            self._measure(time.time())
             for key in new:
                 self._point_line(recs[key])
             if self._bar is not None:
                 self._bar.update(
-                    self._task,
-                    completed=sum(self.est[k] for k in done),
-                    runs=f"{len(done)}/{len(self.est)} runs",
+                    self._task, completed=sum(self.est[k] for k in done), **self._fields()
                 )
             else:
                 self._print_line()
@@ -387,12 +448,9 @@ class SweepProgress:
     def _print_line(self) -> None:
         if self._bar is not None:
             return
-        total = sum(self.est.values())
-        done_est = sum(self.est[k] for k in self._done)
         elapsed = time.time() - self._start
-        eta = (elapsed / done_est * (total - done_est)) if done_est else total / self.jobs
         print(
-            f"[sweep {self.name}] {len(self._done)}/{len(self.est)} runs done, "
-            f"elapsed {format_duration(elapsed)}, ETA {format_duration(eta)}",
+            f"[sweep {self.name}] {len(self._done)}/{self.total_runs} runs done, "
+            f"elapsed {format_duration(elapsed)}, ETA {format_duration(self.eta_s())}",
             flush=True,
         )
