@@ -309,10 +309,10 @@ def forest(ablation: dict, compute: str = "6nd"):
 
 def multipliers(ablation: dict, compute: str = "6nd"):
     """Effective compute multiplier of each variant over the baseline: measured budgets as
-    filled points joined by a line, with their 95% interval ends as markers; extrapolated
-    budgets as open markers, not joined (an extrapolation is not a measurement). The y axis
-    spans the estimates (and the measured intervals within a decade of them); a value beyond
-    it is drawn at the edge as a triangle pointing out."""
+    filled points joined by a line, extrapolated budgets as open markers, not joined (an
+    extrapolation is not a measurement); each with its 95% interval, its ends as markers. The
+    y axis spans the estimates (and the measured intervals within a decade of them); an
+    estimate beyond it is drawn at the edge as a triangle pointing out."""
     rows = []
     for v, res in ablation["variants"].items():
         if v == ablation["baseline"]:
@@ -339,11 +339,13 @@ def multipliers(ablation: dict, compute: str = "6nd"):
         inside = meas[(meas["m"] >= y_lo) & (meas["m"] <= y_hi)]
         ax.plot(inside["C"], inside["m"], "o-", color=color, label=v)
         # The interval as drawn, not as error bars around the estimate: a bootstrap percentile
-        # interval of a poorly identified fit need not contain the full-data multiplier.
-        lo, hi = meas["lo"].clip(y_lo, y_hi), meas["hi"].clip(y_lo, y_hi)
-        ax.vlines(meas["C"], lo, hi, color=color, lw=1)
-        ax.scatter(meas["C"], lo, marker="_", color=color, s=60)
-        ax.scatter(meas["C"], hi, marker="_", color=color, s=60)
+        # interval of a poorly identified fit need not contain the full-data multiplier. Cut
+        # at the axis (an end beyond it runs to the edge, without its cap).
+        lo, hi = g["lo"].clip(y_lo, y_hi), g["hi"].clip(y_lo, y_hi)
+        ax.vlines(g["C"], lo, hi, color=color, lw=1)
+        for end in ("lo", "hi"):
+            capped = g[(g[end] >= y_lo) & (g[end] <= y_hi)]
+            ax.scatter(capped["C"], capped[end], marker="_", color=color, s=60)
         shown = ext[(ext["m"] >= y_lo) & (ext["m"] <= y_hi)]
         ax.scatter(shown["C"], shown["m"], facecolor="white", edgecolor=color, zorder=5, s=40)
         for _, r in g[(g["m"] < y_lo) | (g["m"] > y_hi)].iterrows():
