@@ -66,28 +66,45 @@ def fitted_groups(
 
 def figure(fits: list, plt, metric: str = "val_loss"):
     """Measured loss (markers) and the fitted law (lines) against tokens, per group
-    (`plt`: matplotlib.pyplot, which `analysis.plots` has imported and set up)."""
+    (`plt`: matplotlib.pyplot, which `analysis.plots` has imported and set up).
+
+    Each line spans its run's measured points only (the law before the first logged step is
+    not data), the y axis the measured losses, and the legend (full group names) sits below
+    the axes, clear of the points."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    measured = []
     for i, (name, cf, group) in enumerate(fits):
         color = f"C{i}"
         for c in group:
             bt = float(c.row["train.batch_tokens"])
             steps = np.arange(1, c.total + 1)
             cols = C.features(TISSUE.name, c.lrs, steps, c.warmup)
-            ax.plot(steps * bt, TISSUE.predict(cf.theta, cols)[0], color=color, lw=1)
+            shown = (steps >= c.steps.min()) & (steps <= c.steps.max())
+            law = TISSUE.predict(cf.theta, cols)[0]
+            ax.plot(steps[shown] * bt, law[shown], color=color, lw=1)
             ax.plot(c.steps * bt, c.loss, "o", color=color, ms=4 if metric == "val_loss" else 1)
+            measured.append(np.asarray(c.loss, dtype=float))
         ax.plot([], [], color=color, label=_short(name))
     ax.set_xscale("log")
+    loss = np.concatenate(measured) if measured else np.array([])
+    loss = loss[np.isfinite(loss)]
+    if loss.size:
+        pad = 0.05 * max(float(np.ptp(loss)), 1e-3)
+        ax.set_ylim(loss.min() - pad, loss.max() + pad)
     ax.set_xlabel("tokens")
     ax.set_ylabel(metric.replace("_", " ") + " (nats per token)")
-    ax.legend(fontsize=6)
+    ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, frameon=False)
     return fig
 
 
 def _short(label: str) -> str:
-    """variant|N|seed|lr|warmup|wd -> 'variant N=.. lr=..'."""
+    """variant|N|seed|lr|warmup|wd -> 'variant N=.. lr=.. seed ..' (the variant's whole name;
+    the seed, so two seeds of one setting do not read the same)."""
     parts = label.split("|")
-    return f"{parts[0][:24]} N={float(parts[1]):.3g} lr={parts[3]}" if len(parts) > 3 else label
+    if len(parts) <= 3:
+        return label
+    seed = f"{float(parts[2]):g}" if parts[2].replace(".", "", 1).isdigit() else parts[2]
+    return f"{parts[0]} N={float(parts[1]):.3g} lr={parts[3]} seed {seed}"
 
 
 def _fit_rows(fits: list) -> list[list[str]]:

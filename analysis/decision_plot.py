@@ -28,7 +28,7 @@ def agreement(decision: dict, baseline: str):
         ax.plot(x, y, marker=marker, ls="-", label=label)
     for r in levels:
         ax.annotate(
-            f"{r['cells']} cells",
+            f"{r['cells']} cell{'' if r['cells'] == 1 else 's'}",
             (r["fraction"], 0.02),
             ha="center",
             fontsize=7,
@@ -42,5 +42,6 @@ def agreement(decision: dict, baseline: str):
     ax.set_ylim(-0.05, 1.08)
     ax.set_xlabel("compute fraction C / the pair's largest measured C")
     ax.set_ylabel(f"agreement (pairs vs {baseline})")
-    ax.legend(fontsize=7, loc="lower right")
+    # above the axes: inside, at any corner, it can cover a level's label or a point
+    ax.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.01), ncol=2, frameon=False)
     return fig

@@ -1,14 +1,15 @@
 """The learning rate and batch size a fitted (or published) hyperparameter law gives at a budget.
 
-    python -m analysis.predict --hparams --fit results/NAME/fit.json --C 1e21
+    python -m analysis.predict --hparams --fit results/NAME/fit.json --C 1e21 --N 3e9
     python -m analysis.predict --hparams --fit conf/published/deepseek_llm.json --C 1e21
     python -m analysis.predict --hparams --fit conf/published/step_law.json --N 7e9 --D 1.4e12
 
 A rule is read from fit.json's `hparam_laws` (the rule `analysis.hparam_laws` chose, then its
 other identified forms), else from the top-level `lr_rule` / `batch_rule` (a hand-written file
 holds a paper's constants there: {key, variable, scale, exponent} or {key, scale, exponents:
-{N, D}}); the first identified one the inputs can evaluate answers. Given two of N, D and C the third is C = 6 N D; a rule in a variable
-the inputs cannot give says so. The 95% interval re-runs the law's own bootstrap over its
+{N, D}}); the first identified one the inputs can evaluate answers. Given two of N, D and C the
+third is C = 6 N D; a rule in a variable the inputs cannot give says so in its row, and when no
+rule can answer (a rule in N asked at --C alone) that is the one-line error. The 95% interval re-runs the law's own bootstrap over its
 cells (the points, n_boot and seed fit.json keeps); a paper's constants come without one.
 
 Exit code 2 with one line on stderr, and nothing written, when the input cannot be used.
@@ -125,6 +126,16 @@ def predict_row(role: str, rules: list[dict], data: dict, at: dict) -> dict:
     return row
 
 
+def unanswered(rows: list[dict], given: dict) -> str:
+    """Why no rule answers: each rule with what it needs, and a question that would do."""
+    asked = ", ".join(f"--{k} {v:g}" for k, v in given.items() if v is not None)
+    needs = "; ".join(f"{r['key']} = {r['law']} {r['note'].split(':')[0]}" for r in rows)
+    return (
+        f"no rule can answer at {asked}: {needs}; give two of --N, --D, --C "
+        "(e.g. --C 1e21 --N 3e9: D = C / 6N)"
+    )
+
+
 def _law_text(rule: dict) -> str:
     terms = " x ".join(f"{v}^{e:.4g}" for v, e in variables(rule).items())
     return f"{rule['scale']:.4g} x {terms}"
@@ -156,11 +167,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.out:
             check_out_file(args.out)
         rules, data = load_rules(args.fit)
+        at = complete(**given)
+        rows = [predict_row(role, rule, data, at) for role, rule in rules.items()]
+        if not any(np.isfinite(r["value"]) for r in rows):
+            raise InputError(unanswered(rows, given))
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    at = complete(**given)
-    rows = [predict_row(role, rule, data, at) for role, rule in rules.items()]
     out = pd.DataFrame([{**{k: at[k] for k in ("N", "D", "C")}, **r} for r in rows])
     convention = (data.get("hparam_laws") or {}).get("compute") or data.get("compute")
     if convention:

@@ -16,7 +16,6 @@ by up to 0.9 nats.
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import norm
 
 LEVEL = 0.05  # probability that seed noise alone puts any point outside
 MAX_OUTSIDE = 0.05  # share of points a law may miss (a robust fit discounts a few outliers)
@@ -31,6 +30,8 @@ def check(measured, predicted, sigma, labels=None) -> dict:
     ok = np.isfinite(y)
     n = int(ok.sum())
     r = y - f
+    from scipy.stats import norm  # lazy: scipy ~0.9 s; a --help needs none
+
     z = float(norm.ppf(1 - LEVEL / (2 * max(n, 1))))
     scaled = np.where(ok, np.abs(r) / s, -np.inf)
     scaled = np.where(np.isnan(scaled) & ok, np.inf, scaled)  # a nan prediction misses

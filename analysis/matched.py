@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy.stats import norm
 
 from analysis.isoflop import budget_groups
 
@@ -45,6 +44,8 @@ def _keyed(runs: pd.DataFrame) -> pd.DataFrame:
 def cells(runs: pd.DataFrame, baseline: str, sigma: float) -> pd.DataFrame:
     """One row per variant x matched cell: variant, size, N, N_base, D, loss, loss_base,
     seeds, seeds_base, diff, lo, hi, p, p_holm, verdict ('higher' | 'lower' | 'cannot tell')."""
+    from scipy.stats import norm  # lazy: scipy ~0.9 s; a --help needs none
+
     k = _keyed(runs)
     g = k.groupby(["variant", "budget", "size"], sort=True).agg(
         N=("N", "mean"), D=("D", "mean"), loss=("loss", "mean"), seeds=("loss", "size")

@@ -25,7 +25,6 @@ import sys
 
 import numpy as np
 import pandas as pd
-from scipy.stats import chi2
 
 DEFAULT_NOISE = 0.059  # nats; see the module docstring for the measurement
 MIN_SEEDED_CELLS = 3  # fewer seeded cells than this: the default noise scale
@@ -41,6 +40,8 @@ def pooled_sd(groups) -> tuple[float, int]:
     stats = stats[(stats["count"] > 1) & np.isfinite(stats["var"])]
     if stats.empty:
         return float("nan"), 0
+    from scipy.stats import chi2  # lazy: scipy ~0.9 s; a --help needs none
+
     dof = stats["count"].to_numpy(dtype=float) - 1
     scaled = stats["var"].to_numpy(dtype=float) * dof / chi2.median(dof)
     return float(np.sqrt(np.median(scaled))), int(len(stats))

@@ -189,9 +189,13 @@ def loss_vs_params(runs: pd.DataFrame, law: Parametric):
     return fig
 
 
-def contours(runs: pd.DataFrame, law: Parametric, k: float = 1.0):
+def contours(runs: pd.DataFrame, law: Parametric, k: float = 1.0, identified: bool = True):
     """Fitted L(N, D) contours in the (N, D) plane with the compute-optimal line (under
-    C = k 6ND; the line is the same for every k, drawn over the budgets of the plotted area)."""
+    C = k 6ND; the line is the same for every k, drawn over the budgets of the plotted area).
+
+    The line only where the allocation is identified (`identified`) and passes through the
+    plotted area; otherwise the figure says so in words and the legend has no line entry.
+    """
     n = np.geomspace(runs["N"].min() / 3, runs["N"].max() * 3, 200)
     d = np.geomspace(runs["D"].min() / 3, runs["D"].max() * 3, 200)
     grid_n, grid_d = np.meshgrid(n, d)
@@ -200,7 +204,24 @@ def contours(runs: pd.DataFrame, law: Parametric, k: float = 1.0):
     fig.colorbar(cs, ax=ax, label="fitted loss (nats per token)")
     c = np.geomspace(6 * k * n[0] * d[0], 6 * k * n[-1] * d[-1], 200)
     opt = allocation(law.theta[None, :], c, k)
-    ax.plot(opt["N_opt"][0], opt["D_opt"][0], color="orange", lw=2, label="compute-optimal")
+    n_opt, d_opt = opt["N_opt"][0], opt["D_opt"][0]
+    inside = (n_opt >= n[0]) & (n_opt <= n[-1]) & (d_opt >= d[0]) & (d_opt <= d[-1])
+    if identified and inside.any():
+        ax.plot(n_opt, d_opt, color="orange", lw=2, label="compute-optimal")
+    else:
+        why = (
+            "compute-optimal line outside this area"
+            if identified and np.isfinite(n_opt).any()
+            else "allocation not identified: no compute-optimal line"
+        )
+        ax.text(
+            0.03,
+            0.04,
+            why,
+            transform=ax.transAxes,
+            fontsize=8,
+            bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "none"},
+        )
     ax.scatter(runs["N"], runs["D"], s=12, color="white", edgecolor="black", label="runs")
     ax.set_xlim(n[0], n[-1])
     ax.set_ylim(d[0], d[-1])
@@ -208,7 +229,7 @@ def contours(runs: pd.DataFrame, law: Parametric, k: float = 1.0):
     ax.set_yscale("log")
     ax.set_xlabel("N (non-embedding parameters)")
     ax.set_ylabel("D (tokens)")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper right")
     return fig
 
 
@@ -253,6 +274,7 @@ def training_curves_by_variant(curves: pd.DataFrame, runs: pd.DataFrame):
             ax.fill_between(band.index, band["min"], band["max"], color=palette[v], alpha=0.2)
         ax.set_title(f"size {size} (N ~ {panel['N'].median():.3g})", fontsize=9)
         _loglog(ax, "tokens seen")
+        ax.tick_params(axis="y", labelleft=True)  # shared limits, but every panel readable
     axes[0][0].legend(fontsize=7)
     return fig
 
@@ -286,7 +308,11 @@ def forest(ablation: dict, compute: str = "6nd"):
 
 
 def multipliers(ablation: dict, compute: str = "6nd"):
-    """Effective compute multiplier of each variant over the baseline, with 95% intervals."""
+    """Effective compute multiplier of each variant over the baseline: measured budgets as
+    filled points joined by a line, extrapolated budgets as open markers, not joined (an
+    extrapolation is not a measurement); each with its 95% interval, its ends as markers. The
+    y axis spans the estimates (and the measured intervals within a decade of them); an
+    estimate beyond it is drawn at the edge as a triangle pointing out."""
     rows = []
     for v, res in ablation["variants"].items():
         if v == ablation["baseline"]:
@@ -300,29 +326,65 @@ def multipliers(ablation: dict, compute: str = "6nd"):
                     "m": m["multiplier"],
                     "lo": lo,
                     "hi": hi,
-                    "measured": m["measured"],
+                    "measured": bool(m["measured"]),
                 }
             )
-    data = pd.DataFrame(rows)
+    data = pd.DataFrame(rows, columns=["variant", "C", "m", "lo", "hi", "measured"])
     fig, ax = plt.subplots(figsize=(6, 4))
     palette = variant_palette(ablation["variants"])
+    y_lo, y_hi = _multiplier_limits(data)
     for v, g in data.groupby("variant", sort=True):
         color = palette[v]
-        ax.plot(g["C"], g["m"], "o-", color=color, label=v)
+        meas, ext = g[g["measured"]].sort_values("C"), g[~g["measured"]]
+        inside = meas[(meas["m"] >= y_lo) & (meas["m"] <= y_hi)]
+        ax.plot(inside["C"], inside["m"], "o-", color=color, label=v)
         # The interval as drawn, not as error bars around the estimate: a bootstrap percentile
-        # interval of a poorly identified fit need not contain the full-data multiplier.
-        ax.vlines(g["C"], g["lo"], g["hi"], color=color, lw=1)
+        # interval of a poorly identified fit need not contain the full-data multiplier. Cut
+        # at the axis (an end beyond it runs to the edge, without its cap).
+        lo, hi = g["lo"].clip(y_lo, y_hi), g["hi"].clip(y_lo, y_hi)
+        ax.vlines(g["C"], lo, hi, color=color, lw=1)
         for end in ("lo", "hi"):
-            ax.scatter(g["C"], g[end], marker="_", color=color, s=60)
-        ext = g[~g["measured"]]
-        ax.scatter(ext["C"], ext["m"], facecolor="white", edgecolor=color, zorder=5, s=40)
+            capped = g[(g[end] >= y_lo) & (g[end] <= y_hi)]
+            ax.scatter(capped["C"], capped[end], marker="_", color=color, s=60)
+        shown = ext[(ext["m"] >= y_lo) & (ext["m"] <= y_hi)]
+        ax.scatter(shown["C"], shown["m"], facecolor="white", edgecolor=color, zorder=5, s=40)
+        for _, r in g[(g["m"] < y_lo) | (g["m"] > y_hi)].iterrows():
+            up = r["m"] > y_hi
+            ax.scatter(
+                [r["C"]],
+                [y_hi if up else y_lo],
+                marker="^" if up else "v",
+                facecolor=color if r["measured"] else "white",
+                edgecolor=color,
+                zorder=5,
+                s=40,
+                clip_on=False,
+            )
     ax.axhline(1.0, color="gray", ls="--", lw=1)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.set_ylim(y_lo, y_hi)
     ax.set_xlabel(f"{COMPUTE_LABELS[compute]}; open markers extrapolated")
     ax.set_ylabel(f"compute multiplier vs {ablation['baseline']}")
-    ax.legend(fontsize=7)
+    if len(data):
+        ax.legend(fontsize=7)
     return fig
+
+
+def _multiplier_limits(data: pd.DataFrame, reach: float = 10.0) -> tuple[float, float]:
+    """The y range of `multipliers`: the measured estimates and 1 (the line of no effect), the
+    measured interval ends within `reach` of them, and the extrapolated estimates within
+    `reach` of those; padded by 20%. An unidentified fit's 1e-4 or 1e12 stays off the axis."""
+    finite = data[np.isfinite(data["m"]) & (data["m"] > 0)]
+    meas = finite[finite["measured"]]
+    core = np.r_[meas["m"].to_numpy(float), 1.0] if len(meas) else np.r_[finite["m"], 1.0]
+    lo, hi = core.min(), core.max()
+    ends = np.r_[meas["lo"], meas["hi"], finite.loc[~finite["measured"], "m"]].astype(float)
+    ends = ends[np.isfinite(ends) & (ends > 0)]
+    near = ends[(ends >= lo / reach) & (ends <= hi * reach)]
+    if near.size:
+        lo, hi = min(lo, near.min()), max(hi, near.max())
+    return lo / 1.2, hi * 1.2
 
 
 def loss_vs_hyperparameter(points: pd.DataFrame, key: str):

@@ -25,7 +25,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import plots
 from analysis.estimate import fmt, interval
 from analysis.isoflop import isoflop_report
 from analysis.load import (
@@ -110,6 +109,8 @@ def exponent_table(runs: pd.DataFrame, n_boot: int = 1000, seed: int = 0, column
 def draw(fits, out_dir: Path) -> list[Path]:
     """One IsoFLOP figure per step (loss against N as the step counts it, the parabolas and
     minima approach 2 used), `isoflop_<step>.png` in `out_dir`."""
+    from analysis import plots  # lazy: matplotlib and seaborn ~3 s; a --help needs none
+
     plots.setup()
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []

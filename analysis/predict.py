@@ -1,7 +1,7 @@
 """Ask a fitted law a question: the loss at given (N, D[, U]), or the compute-optimal (N, D).
 
     python -m analysis.predict --fit fit.json --csv points.csv --out predictions.csv
-    python -m analysis.predict --hparams --fit fit.json --C 1e21   # lr and batch size there
+    python -m analysis.predict --hparams --fit fit.json --C 1e21 --N 3e9   # lr, batch size there
 
 With --hparams the question is the learning rate and batch size a hyperparameter law gives at
 a budget (`analysis.hparam_predict`, which documents its options).

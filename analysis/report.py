@@ -33,7 +33,6 @@ from analysis import (
     hparam_laws,
     hparam_report,
     law_check,
-    matched,
     noise,
     tuning,
     tuning_report,
@@ -699,6 +698,20 @@ STYLE = (
     "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
     "td{font-variant-numeric:tabular-nums}th{background:#f0f0f0}"
     "figure{margin:1em 0}svg{max-width:100%;height:auto}figcaption{font-size:.9em;color:#555}"
+    # printed (how a report is shared), every section shows: the closed <details> contents
+    # (::details-content where the browser has it; PRINT_SCRIPT opens them everywhere else)
+    "@media print{details::details-content{content-visibility:visible}"
+    "summary{list-style:none}summary::-webkit-details-marker{display:none}"
+    "figure,table{break-inside:avoid}}"
+)
+# Browsers without ::details-content print a closed <details> as its summary alone: open
+# every section before printing and restore the reader's choice after.
+PRINT_SCRIPT = (
+    "<script>(function(){var shut=[];"
+    "addEventListener('beforeprint',function(){shut=[].filter.call("
+    "document.querySelectorAll('details:not([open])'),function(d){d.open=true;return true;});});"
+    "addEventListener('afterprint',function(){shut.forEach(function(d){d.open=false;});shut=[];});"
+    "})();</script>"
 )
 
 
@@ -741,6 +754,7 @@ def render_html(blocks, fig_dir: Path, title: str) -> str:
             out.append(f"<figure>{svg}<figcaption>{html.escape(block[2])}</figcaption></figure>")
     if open_tag:
         out.append(f"</{open_tag}>")
+    out.append(PRINT_SCRIPT)
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 
@@ -816,11 +830,15 @@ def _law_figures(add, plots, runs, fits, compute: str) -> None:
         "L(N) per token budget with the fitted L(N, D) (approach 3): where the lines miss "
         "the points, the law does not describe these runs.",
     )
+    identified = not {"a", "b"} & set(fits.parametric.get("not_identified", []))
     add(
         "contours",
-        plots.contours(runs, fits.law, fits.k),
+        plots.contours(runs, fits.law, fits.k, identified),
         "Fitted L(N, D) contours with the compute-optimal allocation line (drawn from the "
-        "point estimate, also where parts of the fit are not identified).",
+        "point estimate where the allocation exponents a and b are identified)."
+        if identified
+        else "Fitted L(N, D) contours. The compute-optimal allocation is not identified by "
+        "these runs (approach 3's a and b), so no allocation line is drawn.",
     )
 
 
@@ -1140,28 +1158,10 @@ def main(argv: list[str] | None = None) -> int:
         print(summary(an.result, title))
     else:
         print(f"== {title}: {len(an.runs)} runs, one token budget per baseline size: ablation only")
-    for line in answer_lines(an.ablation):
+    for line in headline.answer_lines(an.ablation):
         print(textwrap.fill(line, width=80, subsequent_indent="  "))
     print(f"wrote {out}/report.md, report.html, fit.json, runs.csv, figures/")
     return 0
-
-
-def answer_lines(ablation: dict | None) -> list[str]:
-    """The ablation's answer for the console: each variant's matched cells, then its verdicts
-    over the measured budgets (the report's first lines)."""
-    if not ablation:
-        return []
-    base, lines = ablation["baseline"], []
-    for v, res in ablation["variants"].items():
-        if v == base:
-            continue
-        first = matched.sentence(v, base, ablation.get("matched") or {"cells": []})
-        if first:
-            lines.append(first)
-        cell, parts = headline.overall_verdicts(res, base)
-        if parts:
-            lines.append(f"{v} against {base}, its measured frontier: {parts}.")
-    return lines
 
 
 def families_main(args, loaded: Runs) -> int:

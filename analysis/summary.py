@@ -254,3 +254,21 @@ def _allocation_sentence(p: dict, conv: str) -> str:
         f"(95% CI {interval(p['ci95'].get('a'), '.2f')}{identification.clip_note(p, 'a', '.2f', inside=True)}); at C = {top['C']:.3g} FLOPs "
         f"({conv}) {optimum}."
     )
+
+
+def answer_lines(ablation: dict | None) -> list[str]:
+    """The ablation's answer for the console: each variant's matched cells, then its verdicts
+    over the measured budgets (the report's first lines)."""
+    if not ablation:
+        return []
+    base, lines = ablation["baseline"], []
+    for v, res in ablation["variants"].items():
+        if v == base:
+            continue
+        first = matched.sentence(v, base, ablation.get("matched") or {"cells": []})
+        if first:
+            lines.append(first)
+        _, parts = overall_verdicts(res, base)
+        if parts:
+            lines.append(f"{v} against {base}, its measured frontier: {parts}.")
+    return lines

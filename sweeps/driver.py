@@ -13,6 +13,7 @@ first every point without a dependency, then the WSD branches whose stable run f
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -37,7 +38,14 @@ from sweeps.names import RunNames
 from sweeps.order import interleaved
 from sweeps.slurm import JobLost
 from sweeps.stopping import SweepStopped, stop_on_sigterm
-from sweeps.sweep_view import Closing, SweepProgress, plan_rows, print_plan, print_summary
+from sweeps.sweep_view import (
+    Closing,
+    Planned,
+    SweepProgress,
+    plan_rows,
+    print_plan,
+    print_summary,
+)
 from training import objectives, tracking
 from training.checkpoint import branch_checkpoint_path, run_dir
 from training.cli import explain
@@ -296,7 +304,21 @@ def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: L
     _check_places(sweep)
     if any(not r.skip for r in runs):
         _prepare_data(cfg, sweep.base, list(sweep.datasets.values()))
-    return _execute(sweep, runs, launch, None if tuned is None else _next_stages(sweep, tuned))
+    more = None if tuned is None else _next_stages(sweep, tuned)
+    return _execute(sweep, runs, launch, more, planned(runs, tuned))
+
+
+def planned(runs: list[plan.PlannedRun], tuned: tuning.TuningPlan | None) -> Planned:
+    """The whole plan's runs and estimated seconds for the progress bar: a tuned sweep's every
+    stage as its dry run counts them (`tuning.stage_estimates`), less the points done before."""
+    todo = [r for r in runs if not r.skip]
+    known = Planned(len(todo), sum(max(r.est_s, 1.0) for r in todo))
+    if tuned is None:
+        return known
+    every = [max(s, 1.0) for stage in tuning.stage_estimates(tuned) for s in stage]
+    done = [r for r in runs if r.skip]
+    whole = Planned(len(every) - len(done), sum(every) - sum(max(r.est_s, 1.0) for r in done))
+    return Planned(max(whole.runs, known.runs), max(whole.est_s, known.est_s))
 
 
 def _next_stages(sweep: Sweep, tuned: tuning.TuningPlan) -> Callable[[dict], list]:
@@ -410,7 +432,13 @@ class Parent:
     run_id: str
 
 
-def _execute(sweep: Sweep, runs: list[plan.PlannedRun], launch: Launch, more=None) -> list:
+def _execute(
+    sweep: Sweep,
+    runs: list[plan.PlannedRun],
+    launch: Launch,
+    more=None,
+    whole: Planned | None = None,
+) -> list:
     """Launch every run that is not skipped, wave by wave (then each stage `more` derives),
     under the sweep's parent run; print the summary and raise SystemExit(1) if a point failed."""
     exp_id = tracking.ensure_experiment(sweep.uri, sweep.experiment)
@@ -427,7 +455,7 @@ def _execute(sweep: Sweep, runs: list[plan.PlannedRun], launch: Launch, more=Non
     status, reason = "FINISHED", ""
     try:
         with stop_on_sigterm():
-            _run_waves(sweep, runs, outcomes, launch, more, parent)
+            _run_waves(sweep, runs, outcomes, launch, more, parent, whole)
         if more is not None:  # a tuned sweep's plan is every stage it derived
             sweep_records.log_plan(sweep.uri, parent.run_id, plan_rows(runs), sweep_yaml)
     except BaseException as e:  # Ctrl-C, SIGTERM: KILLED; a launcher that breaks: FAILED
@@ -442,7 +470,7 @@ def _execute(sweep: Sweep, runs: list[plan.PlannedRun], launch: Launch, more=Non
     ordered = [outcomes[r.index] if r.index in outcomes else Outcome(r, "not-run") for r in runs]
     arms = _log_outcome(sweep, parent)
     report, report_error = _report(sweep.cfg, sweep.uri, sweep.experiment, parent.run_id)
-    closing = Closing(arms, report, ui.command(sweep.uri, sweep.experiment))
+    closing = Closing(arms, report, ui.command(sweep.uri, sweep.experiment), answer(report))
     print_summary(sweep.spec.name, ordered, sweep.uri, parent.run_id, closing)
     _exit_if_failed(sweep.spec.name, ordered)
     if report_error:  # the points are recorded; the report is what this command still owes
@@ -473,11 +501,19 @@ def _skipped(run: plan.PlannedRun) -> Outcome:
     return Outcome(run, "done-before" if run.skip.startswith("done:") else "skipped", run.skip)
 
 
-def _run_waves(sweep: Sweep, runs, outcomes, launch: Launch, more, parent: Parent) -> None:
+def _run_waves(
+    sweep: Sweep, runs, outcomes, launch: Launch, more, parent: Parent, whole=None
+) -> None:
     """Launch each wave's runs whose stable run (if any) finished; record their outcomes."""
     todo = [r for r in runs if not r.skip]
     progress = SweepProgress(
-        sweep.spec.name, todo, sweep.uri, parent.experiment_id, parent.run_id, jobs=sweep.jobs
+        sweep.spec.name,
+        todo,
+        sweep.uri,
+        parent.experiment_id,
+        parent.run_id,
+        jobs=sweep.jobs,
+        planned=whole,
     )
     job_idx = 0
     with progress:
@@ -587,6 +623,21 @@ def _share_gpus(cfg: DictConfig, jobs: int) -> None:
         slots = [pool[i % len(pool)] for i in range(max(jobs, 1))]
         os.environ[ENV_GPU_POOL] = ",".join(slots)
         os.environ[ENV_GPU_LOCKS] = str(Path(str(cfg.hydra.sweep.dir)) / ".gpu-locks")
+
+
+def answer(report: Path | None) -> tuple[str, ...]:
+    """The verdict lines of the report's summary (`analysis.summary.answer_lines` of the
+    fit.json beside report.html): what an ablation sweep was run for, for the closing
+    summary. Empty without a report or an ablation in it."""
+    fit_json = None if report is None else report.parent / "fit.json"
+    if fit_json is None or not fit_json.is_file():
+        return ()
+    from analysis.summary import answer_lines  # lazy: scipy, only after a report
+
+    try:
+        return tuple(answer_lines(json.loads(fit_json.read_text()).get("ablation")))
+    except (ValueError, KeyError, TypeError):  # a fit.json of another shape: no answer
+        return ()
 
 
 def _report(

@@ -210,6 +210,8 @@ def describe(spec: SweepSpec, runs: Sequence[PlannedRun]) -> list[str]:
                 f"warning: {rule.source}'s {rule.field} is not identified "
                 f"({'; '.join(rule.not_identified)}): its point estimate is used"
             )
+    if not rules:  # nothing a rule gave any point: no line per point
+        return lines
     for r in runs:
         if not r.facts or r.skip:
             continue

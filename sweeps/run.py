@@ -58,8 +58,37 @@ def check_sweep_name(argv: list[str]) -> None:
                 sys.exit(2)
 
 
+# sweep file sections whose keys are override keys with dots (model.size, train.lr)
+DOTTED = ("sweep.axes", "sweep.fixed", "sweep.tune")
+
+
+def check_dotted_keys(argv: list[str]) -> None:
+    """One line, before Hydra, for a sweep-file key spelled as a Hydra path: Hydra's keys cannot
+    hold `model.size` as one name (`sweep.axes.model\\.size=...` is a lexer error,
+    `sweep.axes.model.size=...` a path into `model`). The supported spelling merges a dict into
+    the section, keeping its other keys: `sweep.axes={model.size:[1e5,3e5]}`."""
+    for arg in argv:
+        key, eq, value = arg.partition("=")
+        bare = key.lstrip("+~")
+        section = next((d for d in DOTTED if bare.startswith(d + ".")), None)
+        if section is None or not eq:
+            continue
+        name = bare[len(section) + 1 :].replace("\\", "")
+        if "." not in name:
+            continue  # a plain key (`sweep.axes.model=[llama]`) is a Hydra path that works
+        plus = key[: len(key) - len(bare)]  # + or ++: a section the sweep file lacks
+        print(
+            f"error: {arg}: Hydra reads {name} as a path, not as the key '{name}' of {section}; "
+            f"write '{plus}{section}={{{name}:{value}}}' (merged: the section's other keys "
+            "stay; docs/sweeping.md)",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+
+
 def main() -> None:
     check_sweep_name(sys.argv[1:])
+    check_dotted_keys(sys.argv[1:])
     check_composes(CONF_DIR, "run", sys.argv[1:])  # Hydra's errors: one line, exit 2
     app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="run")(run_point)
     app()

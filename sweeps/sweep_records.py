@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import tempfile
 import time
 from collections.abc import Mapping
@@ -112,7 +113,7 @@ def log_plan(uri: str, run_id: str, rows: list[dict[str, Any]], sweep_yaml: str)
 
 
 def best_per_arm(records: Mapping[str, RunRecord]) -> list[RunRecord]:
-    """Each arm's best FINISHED run (lowest final_val_loss), ordered by name: a tuning run's
+    """Each arm's best FINISHED run (lowest final_val_loss), ordered by `name_order`: a tuning run's
     arm is its `arm` tag, any other run is an arm of its own."""
     best: dict[str, RunRecord] = {}
     for key, r in records.items():
@@ -121,7 +122,21 @@ def best_per_arm(records: Mapping[str, RunRecord]) -> list[RunRecord]:
         arm = r.arm or key
         if arm not in best or r.loss < best[arm].loss:
             best[arm] = r
-    return sorted(best.values(), key=lambda r: r.name)
+    return sorted(best.values(), key=lambda r: name_order(r.name))
+
+
+UNITS = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
+_SIZE = re.compile(r"^(.*?)-N([\d.]+(?:e[+-]?\d+)?)([KMBT]?)-D([\d.]+(?:e[+-]?\d+)?)([KMBT]?)(.*)$")
+
+
+def name_order(name: str) -> tuple:
+    """Sort key of a run name (`sweeps.names`): block, then N and D as numbers (N33.9K before
+    N102K, D250K before D1M), then the rest; a name of another form after, by its text."""
+    m = _SIZE.match(name)
+    if not m:
+        return (1, name, 0.0, 0.0, "")
+    block, n, n_unit, d, d_unit, rest = m.groups()
+    return (0, block, float(n) * UNITS[n_unit], float(d) * UNITS[d_unit], rest)
 
 
 def outcome_metrics(arms: list[RunRecord]) -> dict[str, float]:

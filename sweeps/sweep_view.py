@@ -8,7 +8,9 @@ model more than a small one.
 
 from __future__ import annotations
 
+import os
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable
@@ -18,19 +20,24 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, TaskProgressColumn
 from rich.table import Table
 
 from models.values import format_duration
 from sweeps import plan
-from sweeps.sweep_records import children_by_key
+from sweeps.sweep_records import children_by_key, name_order
 
 TERMINAL = ("FINISHED", "FAILED")
 
 
 def console() -> Console:
-    # not a terminal (logs, CI): a wide fixed width instead of 80 columns that cut the table
-    return Console() if sys.stdout.isatty() else Console(width=180, force_terminal=False)
+    """A terminal's own width; not a terminal (logs, CI): $COLUMNS where set, else a wide
+    fixed width instead of 80 columns that cut the table."""
+    if sys.stdout.isatty():
+        return Console()
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() and int(columns) > 0 else 180
+    return Console(width=width, force_terminal=False)
 
 
 def plan_rows(runs: list[plan.PlannedRun]) -> list[dict[str, Any]]:
@@ -95,22 +102,33 @@ def _c(x: float, wide: bool) -> str:
 PHASE_SHORT = {"candidate": "cand", "transfer": "xfer"}
 
 
+def seed_of(run: plan.PlannedRun) -> str:
+    """The point's training seed: its `train.seed` override (an axis, or `sweep.seeds`), else
+    its seed index (0: the config's own seed)."""
+    for o in run.overrides:
+        key, _, value = o.partition("=")
+        if key.lstrip("+") == plan.SEED_KEY:
+            return value.strip("'\"")
+    return str(run.seed)
+
+
 def plan_columns(runs, wide: bool, block_of: Callable) -> list[tuple[str, str, Callable]]:
     """(header, justify, cell) of the plan table. Narrow (80 columns): no run key and exact C
-    (plan.csv and the wide layout have them), the block (model preset, variant) for the arch
-    (listed below the table), the shape as L x d, and only the variant/phase columns that vary."""
+    (plan.csv and the wide layout have them), the block (model preset, variant: no separate
+    variant column) for the arch (listed below the table), the shape as L x d, and only the
+    phase column where phases vary. The seed wherever seeds vary (`train.seed` as an axis or
+    `sweep.seeds`): two points differing only by seed read differently."""
     f = lambda r: r.facts  # noqa: E731
     cols = [("#", "right", lambda r: str(r.index))]
     if wide:
         cols.append(("run key", "left", lambda r: r.run_key))
-    if wide or len({r.variant for r in runs}) > 1:
         cols.append(("variant", "left", lambda r: r.variant))
     if wide or {r.phase for r in runs} != {"run"}:
         cols.append(
             ("phase", "left", lambda r: r.phase if wide else PHASE_SHORT.get(r.phase, r.phase))
         )
-    if any(r.seed for r in runs):  # sweep.seeds
-        cols.append(("seed", "right", lambda r: str(r.seed)))
+    if len({seed_of(r) for r in runs}) > 1:
+        cols.append(("seed", "right", seed_of))
     if wide:
         cols.append(("arch", "left", lambda r: f(r).arch if f(r) else ""))
         cols.append(("L", "right", lambda r: str(f(r).n_layers) if f(r) else ""))
@@ -133,6 +151,14 @@ def plan_columns(runs, wide: bool, block_of: Callable) -> list[tuple[str, str, C
     return cols
 
 
+def narrow_status(run: plan.PlannedRun) -> str:
+    """The narrow plan's status word: run, done (finished before; its run id in the wide
+    layout), or skip (its reason printed below the table)."""
+    if not run.skip:
+        return "run"
+    return "done" if run.skip.startswith("done:") else "skip"
+
+
 def print_plan(
     spec: plan.SweepSpec, runs, jobs: int, records_read: bool, plan_s: float, block_of: Callable
 ) -> None:
@@ -144,18 +170,32 @@ def print_plan(
     if spec.budgets:
         kind += f", budgets C in {plan.C_LABEL[spec.budget_flops]} FLOPs"
     title = f"sweep '{spec.name}' ({kind}): {len(runs)} points"
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    # narrow: 2 spaces between columns (not 3), so 80 columns hold every number whole
+    padding = (0, 1) if wide else (0, 1, 0, 0)
+    t = Table(
+        title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=padding
+    )
     cols = plan_columns(runs, wide, block_of)
     for header, justify, _ in cols:
         t.add_column(header, justify=justify, no_wrap=True)
-    t.add_column("status / skip reason", overflow="fold", min_width=8)
+    if wide:
+        t.add_column("status / skip reason", overflow="fold", min_width=8)
+    elif any(r.skip for r in runs):  # narrow: a word; the reasons below the table
+        t.add_column("status", no_wrap=True)
     for r in runs:
-        status = r.skip or ("will run" if records_read or not wide else "will run (no store yet)")
-        t.add_row(*(cell(r) for _, _, cell in cols), status)
+        cells = [cell(r) for _, _, cell in cols]
+        if wide:
+            cells.append(r.skip or ("will run" if records_read else "will run (no store yet)"))
+        elif any(x.skip for x in runs):
+            cells.append(narrow_status(r))
+        t.add_row(*cells)
     out.print(t)
     if warning := memory_warning(runs):
         out.print(warning, highlight=False)
     if not wide:
+        for r in runs:
+            if r.skip and narrow_status(r) == "skip":
+                out.print(f"#{r.index} skipped: {r.skip}", highlight=False, markup=False)
         arch = {block_of(r): r.facts.arch for r in runs if r.facts}
         out.print("blocks: " + "; ".join(f"{b} = {a}" for b, a in arch.items()), highlight=False)
         out.print(f"(run keys, exact C: {WIDE}+ columns, or plan.csv of the parent run)")
@@ -185,6 +225,7 @@ class Closing:
     arms: list  # sweep_records.RunRecord per arm, its best FINISHED run
     report: Path | None = None  # report.html, when the sweep wrote one
     ui_command: str = "python -m sweeps.ui"
+    answer: tuple[str, ...] = ()  # the report's verdict lines (`analysis.summary.answer_lines`)
 
 
 def print_summary(name: str, outcomes, uri: str, parent_run_id: str, closing: Closing) -> None:
@@ -198,6 +239,21 @@ def print_summary(name: str, outcomes, uri: str, parent_run_id: str, closing: Cl
     out.print(f"sweep '{name}' summary: {states}", highlight=False)
     _print_not_finished(out, outcomes)
     _print_arms(out, closing.arms)
+    if closing.answer:  # what the sweep was run for, as the report's summary says it
+        out.print("answer (the report's summary):", highlight=False)
+        for line in closing.answer:
+            out.print(
+                textwrap.fill(
+                    line,
+                    width=min(out.width, 100),
+                    initial_indent="  ",
+                    subsequent_indent="    ",
+                    break_on_hyphens=False,  # a variant's name stays whole
+                    break_long_words=False,
+                ),
+                highlight=False,
+                markup=False,
+            )
     out.print(f"MLflow: parent run {parent_run_id} in {uri}", highlight=False)
     if closing.report is not None:
         out.print(f"report: {closing.report}", highlight=False)
@@ -225,7 +281,8 @@ def _print_not_finished(out: Console, outcomes) -> None:
 
 
 def _print_arms(out: Console, arms) -> None:
-    """Each arm's final validation loss (a tuned arm: its best candidate's), best marked."""
+    """Each arm's final validation loss (a tuned arm: its best candidate's), best marked, in
+    order of block, N and D."""
     if not arms:
         return
     best = min(arms, key=lambda r: r.loss)
@@ -233,26 +290,82 @@ def _print_arms(out: Console, arms) -> None:
     t.add_column("run", overflow="fold")
     t.add_column("val loss", justify="right")
     t.add_column("")
-    for r in arms:
+    for r in sorted(arms, key=lambda r: name_order(r.name)):  # N102K after N33.9K
         t.add_row(r.name or r.run_id[:8], f"{r.loss:.4f}", "best" if r is best else "")
     out.print(t)
     out.print(f"best point: {best.name or best.run_id} (val loss {best.loss:.4f})", highlight=False)
 
 
-class SweepProgress:
-    """A background thread polls MLflow for the sweep's children and draws done/total + ETA."""
+@dataclass(frozen=True)
+class Planned:
+    """The whole plan's size, known before the first run: a tuned sweep's later stages
+    (its chosen runs and transfers) included (`sweeps.tuning.stage_estimates`)."""
 
-    def __init__(self, name, todo, uri, experiment_id, parent_run_id, jobs: int, every_s=5.0):
+    runs: int
+    est_s: float  # estimated seconds of every run together (the plan's FLOPs at its rate)
+
+
+class SweepProgress:
+    """A background thread polls MLflow for the sweep's children and draws done/total + ETA.
+
+    The total is the whole plan's from the start (`planned`), so it does not jump when a
+    tuned sweep derives its next stage. Each point weighs its estimated seconds (its FLOPs
+    at the planned rate); the ETA is the weight left at the measured rate (weight done per
+    elapsed second), counting down between completions; before any, the plan's estimate.
+    """
+
+    def __init__(
+        self,
+        name,
+        todo,
+        uri,
+        experiment_id,
+        parent_run_id,
+        jobs: int,
+        every_s=5.0,
+        planned: Planned | None = None,
+    ):
         self.name, self.uri, self.exp, self.parent = name, uri, experiment_id, parent_run_id
         self.est = {r.run_key: max(r.est_s, 1.0) for r in todo}
+        self.planned = planned or Planned(len(self.est), sum(self.est.values()))
         self.jobs, self.every_s = max(1, jobs), every_s
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._done: set[str] = set()
         self._start = time.time()
+        self._finish_at: float | None = None  # the ETA's moment, set at each completion
         self._tty = sys.stdout.isatty()
         self._bar = None
+
+    @property
+    def total_runs(self) -> int:
+        return max(self.planned.runs, len(self.est))
+
+    @property
+    def total_s(self) -> float:
+        return max(self.planned.est_s, sum(self.est.values()))
+
+    def eta_s(self, now: float | None = None) -> float:
+        """Seconds left: the weight left at the measured rate, from the last completion on;
+        before any completion the plan's estimate on `jobs` slots."""
+        now = time.time() if now is None else now
+        if self._finish_at is None:
+            return max(0.0, self._start + self.total_s / self.jobs - now)
+        return max(0.0, self._finish_at - now)
+
+    def _measure(self, now: float) -> None:
+        done = sum(self.est[k] for k in self._done)
+        if done <= 0:
+            return
+        rate = done / max(now - self._start, 1e-9)  # estimated seconds of work per second
+        self._finish_at = now + (self.total_s - done) / rate
+
+    def _fields(self) -> dict:
+        return {
+            "runs": f"{len(self._done)}/{self.total_runs} runs",
+            "eta": format_duration(self.eta_s()),
+        }
 
     def __enter__(self):
         if self._tty and self.est:
@@ -264,12 +377,10 @@ class SweepProgress:
                 BarColumn(bar_width=24),
                 TaskProgressColumn(),
                 "{task.fields[runs]}",
-                TimeRemainingColumn(compact=True),
+                "ETA {task.fields[eta]}",
                 console=console(),
             )
-            self._task = self._bar.add_task(
-                f"sweep {name}", total=sum(self.est.values()), runs=f"0/{len(self.est)} runs"
-            )
+            self._task = self._bar.add_task(f"sweep {name}", total=self.total_s, **self._fields())
             self._bar.start()
         self._print_line()
         self._thread.start()
@@ -280,14 +391,20 @@ class SweepProgress:
         self._thread.join(timeout=10)
         self.refresh()
         if self._bar is not None:
+            if exc[0] is None:  # every stage ran: the plan's later stages may have been fewer
+                runs = f"{len(self._done)}/{len(self.est)} runs"  # those the stages launched
+                self._bar.update(
+                    self._task, completed=self.total_s, runs=runs, eta=format_duration(0)
+                )
             self._bar.stop()
 
     def add(self, runs) -> None:
-        """More points to wait for (a tuned sweep's next stage)."""
+        """A tuned sweep's next stage: its points join those waited for; the total stays the
+        plan's unless they exceed it."""
         with self._lock:
             self.est.update({r.run_key: max(r.est_s, 1.0) for r in runs})
             if self._bar is not None:
-                self._bar.update(self._task, total=sum(self.est.values()))
+                self._bar.update(self._task, total=self.total_s, **self._fields())
 
     def _loop(self) -> None:
         while not self._stop.wait(self.every_s):
@@ -301,16 +418,17 @@ class SweepProgress:
         with self._lock:
             done = {k for k, r in recs.items() if k in self.est and r.status in TERMINAL}
             if done == self._done:
+                if self._bar is not None:  # the ETA counts down between completions
+                    self._bar.update(self._task, eta=self._fields()["eta"])
                 return
             new = sorted(done - self._done, key=lambda k: recs[k].name)
             self._done = done
+            self._measure(time.time())
             for key in new:
                 self._point_line(recs[key])
             if self._bar is not None:
                 self._bar.update(
-                    self._task,
-                    completed=sum(self.est[k] for k in done),
-                    runs=f"{len(done)}/{len(self.est)} runs",
+                    self._task, completed=sum(self.est[k] for k in done), **self._fields()
                 )
             else:
                 self._print_line()
@@ -330,12 +448,9 @@ class SweepProgress:
     def _print_line(self) -> None:
         if self._bar is not None:
             return
-        total = sum(self.est.values())
-        done_est = sum(self.est[k] for k in self._done)
         elapsed = time.time() - self._start
-        eta = (elapsed / done_est * (total - done_est)) if done_est else total / self.jobs
         print(
-            f"[sweep {self.name}] {len(self._done)}/{len(self.est)} runs done, "
-            f"elapsed {format_duration(elapsed)}, ETA {format_duration(eta)}",
+            f"[sweep {self.name}] {len(self._done)}/{self.total_runs} runs done, "
+            f"elapsed {format_duration(elapsed)}, ETA {format_duration(self.eta_s())}",
             flush=True,
         )

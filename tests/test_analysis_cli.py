@@ -754,3 +754,65 @@ def test_a_sweeps_own_csv_reports_without_baseline_or_tune_flags():
     assert args.tune == ["train.lr"] and notes == ["--tune train.lr (the tuned settings)"]
     args = argparse.Namespace(baseline="b", compare="variant", tune=["train.warmup"])
     assert report.fill_defaults(args, tuned) == [] and args.tune == ["train.warmup"]
+
+
+def test_report_html_prints_every_section_though_the_screen_collapses_them(tmp_path):
+    """On screen every section after the summary is a closed <details>; printed (how a report
+    is shared) each shows: a print stylesheet reveals the details' content and a beforeprint
+    handler opens every closed one (restored after printing)."""
+    import re
+
+    blocks = [
+        ("h1", "t"),
+        ("h2", report.SUMMARY),
+        ("p", "the verdict"),
+        ("h2", "Approach 3"),
+        ("p", "the law"),
+        ("h2", "Runs"),
+        ("table", ["run"], [["a"]]),
+    ]
+    page = report.render_html(blocks, tmp_path, "t")
+    assert page.count("<details>") == 2 and "<details open" not in page  # collapsed on screen
+    style = page[page.index("<style>") : page.index("</style>")]
+    printed = re.search(r"@media print\{(.*)\}", style).group(1)
+    assert re.search(r"details::details-content\{[^}]*content-visibility:visible", printed)
+    script = page[page.index("<script>") : page.index("</script>")]
+    assert "beforeprint" in script and "details:not([open])" in script and "open=true" in script
+    assert "afterprint" in script
+    assert page.index("<script>") > page.rindex("</details>")  # after the sections it opens
+
+
+HELP_PROBE = """
+import runpy, sys
+heavy = ("torch", "scipy", "matplotlib", "seaborn", "mlflow")
+for name in sys.argv[1:]:
+    sys.argv = [name, "--help"]
+    try:
+        runpy.run_module(f"analysis.{name}", run_name="__main__")
+    except SystemExit as e:
+        code = e.code
+    print("PROBE", name, code, *[m for m in heavy if m in sys.modules], file=sys.stderr)
+"""
+
+
+def test_every_analysis_help_answers_before_any_heavy_import():
+    """`python -m analysis.X --help` parses its arguments before torch, scipy, matplotlib or
+    mlflow are imported (each ~1-3 s): the help answers at once."""
+    commands = sorted(
+        p.stem
+        for p in (Path(__file__).resolve().parents[1] / "analysis").glob("*.py")
+        if 'if __name__ == "__main__"' in p.read_text()
+    )
+    assert {"report", "fit", "predict", "compare_laws", "curves"} <= set(commands)
+    proc = subprocess.run(
+        [sys.executable, "-c", HELP_PROBE, *commands],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    probes = [line.split()[1:] for line in proc.stderr.splitlines() if line.startswith("PROBE")]
+    assert [p[0] for p in probes] == commands, proc.stderr[-2000:]
+    for name, code, *heavy in probes:
+        assert code in ("0", "None") and not heavy, (name, code, heavy)
+    assert proc.stdout.count("usage:") == len(commands)

@@ -442,3 +442,31 @@ def test_a_curve_law_is_checked_against_the_points_it_was_fitted_to():
     sec = C.section(cf)
     assert set(sec["not_identified"]) == set(law.params)
     assert "does not describe" in sec["why_not_identified"][law.params[0]]
+
+
+def test_curve_law_figure_stays_on_its_points_and_names_groups_in_full():
+    from types import SimpleNamespace
+
+    from analysis import plots
+
+    lrs = np.full(200, 1e-3)
+    steps = np.arange(20, 201, 20)
+    name = "post-layernorm-sinusoidal-mha-gelu|100000.0|0|0.002|0.02|0.1"
+    curve = C.Curve("a", {"train.batch_tokens": 1000}, steps, 3.0 + 100 / steps, lrs, 0)
+    # a law far above the points before the first one: 2 + 3 S1^-0.5, ~97 nats at step 1
+    law = SimpleNamespace(theta=np.array([np.log(2.0), np.log(3.0), 0.5, np.log(1.0)]))
+    plots.setup()
+    fig = curve_report.figure([(name, law, [curve])], plots.plt)
+    ax = fig.axes[0]
+    low, high = ax.get_ylim()
+    assert low >= 3.0 + 100 / 200 - 0.5 and high <= 3.0 + 100 / 20 + 0.5  # the points' range
+    for line in ax.get_lines():
+        if len(line.get_xdata()):
+            assert min(line.get_xdata()) >= 20 * 1000  # from the first measured point on
+    (label,) = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert label == "post-layernorm-sinusoidal-mha-gelu N=1e+05 lr=0.002 seed 0"
+    fig.canvas.draw()
+    box = ax.get_legend().get_window_extent()
+    assert not box.overlaps(ax.get_window_extent())  # clear of the points and tick labels
+    texts = [*ax.get_xticklabels(), ax.xaxis.label]
+    assert not any(box.overlaps(t.get_window_extent()) for t in texts)

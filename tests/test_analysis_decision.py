@@ -139,3 +139,23 @@ def test_agreement_figure_when_no_level_has_a_comparable_verdict(tmp_path):
     assert (tmp_path / "agreement.svg").stat().st_size > 0
     lo, hi = fig.axes[0].get_xlim()
     assert 0 < lo < 0.1 and hi > 0.33
+
+
+def test_agreement_legend_covers_no_cell_label_and_no_point():
+    from analysis import decision_plot, plots
+
+    # the demo's levels: every agreement at 1, one cell each, the right-most level near 1
+    levels = [
+        {"fraction": f, "cells": 1, "verdict_agreement": 1.0, "sign_agreement": 1.0}
+        for f in (0.07, 0.17, 0.4)
+    ]
+    plots.setup()
+    fig = decision_plot.agreement({"levels": levels}, "pre-rmsnorm-rope-gqa2-swiglu")
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    box = ax.get_legend().get_window_extent()
+    labels = [t for t in ax.texts if "cell" in t.get_text()]
+    assert [t.get_text() for t in labels] == ["1 cell"] * 3
+    assert not any(box.overlaps(t.get_window_extent()) for t in labels)
+    assert not box.overlaps(ax.get_window_extent())  # nor any point or line
+    assert not box.overlaps(ax.yaxis.label.get_window_extent())

@@ -99,3 +99,86 @@ def test_a_ladders_diagonal_of_tuned_panels_is_wrapped_not_a_sparse_matrix():
     points = pd.DataFrame(rows, columns=["variant", "N", "D", "value", "loss", "stopped", "chosen"])
     fig = plots.loss_vs_hyperparameter(points, "train.lr")
     assert len(fig.axes) == 8 and sum(ax.get_visible() for ax in fig.axes) == 5
+
+
+def _offsets(ax):
+    """(x, y) of every scatter point of `ax`."""
+    scatters = [c for c in ax.collections if isinstance(c, matplotlib.collections.PathCollection)]
+    return [tuple(p) for c in scatters for p in c.get_offsets()]
+
+
+def test_multipliers_join_measured_budgets_only_and_keep_the_y_axis_on_the_estimates():
+    unidentified = {
+        "baseline": "base",
+        "variants": {
+            "base": {"multipliers": []},
+            "llama": {
+                "multipliers": [
+                    {"C": 1e11, "multiplier": 0.8, "ci95": [1e-4, 1e12], "measured": True},
+                    {"C": 3e11, "multiplier": 0.6, "ci95": [0.5, 0.7], "measured": True},
+                    {"C": 3e12, "multiplier": 0.4, "ci95": [1e-4, 1e12], "measured": False},
+                    {"C": 3e13, "multiplier": 1e-5, "ci95": None, "measured": False},
+                ]
+            },
+        },
+    }
+    ax = plots.multipliers(unidentified).axes[0]
+    joined = [line for line in ax.get_lines() if line.get_label() == "llama"]
+    assert len(joined) == 1 and list(joined[0].get_xdata()) == [1e11, 3e11]
+    lo, hi = ax.get_ylim()
+    assert 0.1 < lo < 0.4 and 1.0 < hi < 2.0  # the estimates and 1, not 1e-4 to 1e12
+    points = _offsets(ax)
+    assert (3e12, 0.4) in points  # the extrapolation, an open marker
+    assert (3e13, lo) in points  # beyond the axis: at its edge
+    assert all(lo <= y <= hi for _, y in points)
+
+
+def _grid_runs():
+    from analysis.laws.chinchilla import Parametric
+
+    law = Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
+    rows = [(n, d) for n in (1e5, 3e5, 1e6) for d in (2.5e5, 1e6, 4e6)]
+    return pd.DataFrame(rows, columns=["N", "D"]), law
+
+
+def test_contours_draw_the_allocation_line_only_where_it_is_identified():
+    runs, law = _grid_runs()
+    ax = plots.contours(runs, law, identified=True).axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["compute-optimal", "runs"]
+    (line,) = ax.get_lines()
+    assert len(line.get_xdata()) and not [t for t in ax.texts if "identified" in t.get_text()]
+
+    ax = plots.contours(runs, law, identified=False).axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["runs"]
+    assert not ax.get_lines()
+    assert any("allocation not identified" in t.get_text() for t in ax.texts)
+
+
+def test_contours_with_no_optimum_say_so_instead_of_an_empty_legend_entry():
+    from analysis.laws.chinchilla import Parametric
+
+    runs, _ = _grid_runs()
+    no_optimum = Parametric(E=1.8, A=480.0, B=1200.0, alpha=-0.1, beta=0.30)  # nan allocation
+    ax = plots.contours(runs, no_optimum).axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["runs"]
+    assert any("allocation not identified" in t.get_text() for t in ax.texts)
+
+
+def test_every_training_curve_panel_labels_its_loss_axis():
+    runs, curves = [], []
+    for variant, offset in (("vanilla", 0.5), ("llama", 0.0)):
+        for n in (1e5, 3e5, 1e6):
+            run_id = f"{variant}-{n:g}"
+            runs.append((run_id, variant, n, 1e6))
+            for t in (2e5, 5e5, 1e6):
+                curves.append((run_id, t, 3 + offset + 1e5 / n - t / 1e6))
+    runs = pd.DataFrame(runs, columns=["run_id", "variant", "N", "D"])
+    curves = pd.DataFrame(curves, columns=["run_id", "tokens", "val_loss"])
+    plots.setup()
+    fig = plots.training_curves_by_variant(curves, runs)
+    plots.readable_ticks(fig)
+    fig.canvas.draw()
+    assert len(fig.axes) == 3
+    for ax in fig.axes:
+        shown = [t.get_text() for t in ax.get_yticklabels() if t.get_visible() and t.get_text()]
+        assert shown, ax.get_title()

@@ -6,6 +6,7 @@ DeepSeek LLM and Step Law constants reproduce the papers' own example values."""
 import argparse
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,8 @@ KEYS = ["train.lr", "train.batch_tokens"]
 LR_GRID = [float(x) for x in 2.0 ** np.arange(-7, 1)]  # 0.0078 .. 1
 BATCH_GRID = [float(x) for x in 2.0 ** np.arange(11, 19)]  # 2048 .. 262144 tokens
 CELLS = [(N, m * N) for N in (1e4, 3e4, 1e5) for m in (20, 80)]  # 3 sizes x 2 budgets
-PUBLISHED = Path(__file__).resolve().parents[1] / "conf" / "published"
+ROOT = Path(__file__).resolve().parents[1]
+PUBLISHED = ROOT / "conf" / "published"
 
 
 def laws_of(runs: pd.DataFrame, n_boot: int = 400) -> dict:
@@ -195,11 +197,29 @@ def test_step_law_constants_match_the_authors_tool(tmp_path):
     # the paper's 3-digit constants move lr by 2% at 1.4e12 tokens (D^0.307 vs D^0.3075)
     assert got.loc["train.lr", "value"] == pytest.approx(lr_tool, rel=0.025)
     assert got.loc["train.batch_tokens", "value"] == pytest.approx(batch_tool, rel=0.005)
-    # Step Law's rules need D: C alone cannot answer them, and the row says so
-    only_c = run_predict(
-        ["--fit", str(PUBLISHED / "step_law.json"), "--C", "1e21"], tmp_path / "c.csv"
-    )
-    assert "needs" in only_c.loc["train.batch_tokens", "note"]
+    # Step Law's rules need N and D: C alone answers neither, which is one line and exit 2
+    only_c = ["--hparams", "--fit", str(PUBLISHED / "step_law.json"), "--C", "1e21"]
+    assert predict.main([*only_c, "--out", str(tmp_path / "c.csv")]) == 2
+    assert not (tmp_path / "c.csv").exists()
+
+
+def test_the_help_example_answers_or_says_in_one_line_what_it_needs(tmp_path, capsys):
+    """`--hparams --fit fit.json --C 1e21` with an lr rule in N (the demo's full grid): no NaN
+    row and exit 0, but one line naming the rule, what it needs and a question that answers;
+    the help's own example (--C with --N) answers with an interval."""
+    fit_json = ROOT / "results" / "demo" / "full_grid" / "fit.json"
+    rule = json.loads(fit_json.read_text())["lr_rule"]
+    assert rule.get("variable", "N") == "N"
+    assert predict.main(["--hparams", "--fit", str(fit_json), "--C", "1e21"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: no rule can answer at --C 1e+21")
+    assert "train.lr" in err and "needs N" in err and "--N" in err
+    example = re.search(r"--hparams --fit fit.json (--C \S+ --N \S+)", predict.__doc__).group(1)
+    got = run_predict(["--fit", str(fit_json), *example.split()], tmp_path / "p.csv")
+    lr = got.loc["train.lr"]
+    N = float(example.split()[3])
+    assert lr["value"] == pytest.approx(rule["scale"] * N ** rule["exponent"])
+    assert 0 < lr["lo"] <= lr["value"] <= lr["hi"]
 
 
 def test_predict_from_a_fitted_law_covers_the_truth(tmp_path):

@@ -54,3 +54,35 @@ def test_eta_comes_from_measured_step_times_from_the_first_update():
     last = [line.rstrip() for line in text.split("\n") if line.strip()][-1]
     assert last.endswith("1:30"), last  # 90 steps left at 1 s each
     assert progress.eta_s(0) is None
+
+
+def test_sweep_progress_counts_the_whole_plan_and_its_eta_from_the_measured_rate(
+    monkeypatch, capsys
+):
+    """A tuned sweep derives its later stages as it goes: the total is the plan's from the
+    first line (no 2/2 then 2/6), and the ETA is the plan's weight left at the rate measured
+    so far (here 20 estimated seconds done in 20 s: 40 s for the 40 left)."""
+    import time
+    from types import SimpleNamespace
+
+    from sweeps import sweep_view
+    from sweeps.sweep_records import RunRecord
+
+    first = [SimpleNamespace(run_key=k, est_s=10.0) for k in ("a", "b")]
+    later = [SimpleNamespace(run_key=k, est_s=10.0) for k in ("c", "d", "e", "f")]
+    records = {}
+    monkeypatch.setattr(sweep_view, "children_by_key", lambda *a: dict(records))
+    plan = sweep_view.Planned(runs=6, est_s=60.0)
+    with sweep_view.SweepProgress("demo", first, "u", "0", "p", 1, 3600, plan) as bar:
+        assert bar.eta_s() == pytest.approx(60.0, abs=1)  # the plan's estimate on 1 slot
+        bar._start = time.time() - 20.0
+        for k in ("a", "b"):
+            records[k] = RunRecord(k, "FINISHED", "", "demo", "p", f"run-{k}", 3.0)
+        bar.refresh()
+        assert bar.eta_s() == pytest.approx(40.0, abs=1)
+        bar.add(later)
+        assert bar.total_runs == 6 and bar.total_s == 60.0
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("[sweep demo] ")]
+    counts = [re.search(r"(\d+)/(\d+) runs done", x).groups() for x in lines if "runs done" in x]
+    assert counts[0] == ("0", "6") and all(total == "6" for _, total in counts)
+    assert counts[-1] == ("2", "6") and "ETA 40s" in lines[-1]

@@ -180,3 +180,32 @@ def test_a_rule_in_d_cannot_set_wsd_branches(comp):
         runs_of(comp, ["sweep=rwsd", "+sweep.lr_rule={scale:1,exponent:-0.1,variable:D}"])
     runs = runs_of(comp, ["sweep=rwsd", "+sweep.lr_rule={scale:0.5,exponent:-0.5,variable:N}"])
     assert {r.phase for r in runs} == {"stable", "branch"}
+
+
+def test_the_dry_run_fits_80_columns_shows_seeds_and_no_empty_rule_lines(
+    comp, tmp_path, monkeypatch, capsys
+):
+    from sweeps import rules, sweep_view
+
+    seeded = GRID.replace(
+        "  train.tokens: [1e5, 4e5]\n", "  train.tokens: [1e5, 1e6]\n  train.seed: [0, 1]\n"
+    )
+    seeded += "variants:\n  base: {}\n  sinusoidal: {model.pos_encoding: sinusoidal}\n"
+    (tmp_path / "sweep" / "rseed.yaml").write_text(seeded)
+    args = ["sweep=rseed"]
+    sweep = driver.Sweep.from_cli(comp(args), args, comp)
+    runs, _ = sweep.make_plan()
+    assert len(runs) == 16
+    assert rules.describe(sweep.spec, runs) == []  # no rule set: nothing per point
+
+    monkeypatch.setenv("COLUMNS", "80")  # what a terminal of 80 columns exports
+    sweep_view.print_plan(sweep.spec, runs, 1, False, 0.1, sweep.names.block)
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line.rstrip()) <= 80 for line in lines)
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["#", "seed"])
+    rows = [line.split() for line in lines[header + 2 : header + 2 + len(runs)]]
+    assert [int(r[0]) for r in rows] == [r.index for r in runs]  # every row number whole
+    assert not any("…" in cell for row in rows for cell in row)  # no number cut
+    assert [r[1] for r in rows] == [sweep_view.seed_of(r) for r in runs]
+    assert {r[1] for r in rows} == {"0", "1"}
+    assert len({tuple(r) for r in rows}) == len(rows)  # no two rows read the same

@@ -10,6 +10,7 @@ an MLflow store.
 """
 
 import hashlib
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -485,3 +486,53 @@ def test_the_families_sweep_plans_each_familys_n_d_and_c(comp):
             assert r.c_exact == flops_per_token(cfg, 128).exact * r.d
     assert sorted(by_family) == ["decoder", "encoder", "encoder_decoder"]
     assert all(len(v) == 9 for v in by_family.values())
+
+
+@pytest.mark.parametrize(
+    "arg",
+    ["sweep.axes.model\\.size=[1e5]", "sweep.axes.model.size=[1e5]", "++sweep.fixed.train.lr=1e-3"],
+)
+def test_a_dotted_sweep_key_as_a_hydra_path_is_one_line_naming_the_spelling_that_works(
+    comp, capsys, arg
+):
+    from sweeps import run
+
+    with pytest.raises(SystemExit) as stop:
+        run.check_dotted_keys(["sweep=ablation", arg])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {arg}: ") and err.count("\n") == 1
+    suggested = re.search(r"write '([^']+)'", err).group(1)
+    run.check_dotted_keys(["sweep=ablation", suggested])  # passes the check
+    comp(["sweep=ablation", suggested])  # and Hydra composes it
+
+
+def test_an_axis_overridden_from_the_command_line_keeps_the_other_axes(comp):
+    """The documented spelling (docs/sweeping.md): a dict merged into sweep.axes."""
+    _, runs = plan_of(comp, ["sweep=ablation", "sweep.axes={model.size:[1e5]}"])
+
+    def values(key):
+        return {float(o.split("=")[1]) for r in runs for o in r.overrides if o.startswith(key)}
+
+    assert values("model.size=") == {1e5}
+    assert values("train.seed=") == {0, 1}  # the seed axis is still there
+    assert len(runs) == 7 * 2  # 7 variants x 1 size x 1 token budget x 2 seeds
+
+
+def test_the_progress_total_is_the_whole_tuned_plan_from_the_start(comp):
+    """The demo's first wave is its candidates; the bar's total counts its chosen runs, other
+    seeds and transfers too: the runs and seconds its dry run prints for every stage."""
+    from sweeps import tuning
+
+    args = ["sweep=demo"]
+    runs, tuned = driver.Sweep.from_cli(comp(args), args, comp).make_plan()
+    whole = driver.planned(runs, tuned)
+    first = [r for r in runs if not r.skip]
+    stages = tuning.stage_estimates(tuned)
+    assert len(stages) > 1 and len(first) == len(stages[0])
+    assert whole.runs == sum(tuned.cost(a)[3] for a in tuned.arms) > len(first)
+    assert whole.est_s == pytest.approx(sum(max(s, 1.0) for st in stages for s in st))
+    # an untuned sweep's plan is its runs
+    args = ["sweep=ablation"]
+    runs, tuned = driver.Sweep.from_cli(comp(args), args, comp).make_plan()
+    assert tuned is None and driver.planned(runs, None).runs == len(runs)

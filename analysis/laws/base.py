@@ -17,13 +17,15 @@ import itertools
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-from scipy.optimize import minimize
 
 from analysis.bootstrap import distinct
 from analysis.lbfgs import chunked, minimize_batched
+
+if TYPE_CHECKING:
+    import torch
 
 LOG_TINY = float(np.log(np.finfo(float).tiny))  # about -708: exp of it is still positive
 HUBER_DELTA = 1e-3  # Hoffmann et al. 2022, appendix D.2
@@ -32,7 +34,7 @@ KEEP = 2  # bootstrap: starts per replicate run to convergence
 POLISH = 3  # point estimate: distinct best results re-run with scipy's L-BFGS-B
 
 # log_loss(theta (k, P) tensor, columns {name: (n,) tensor}) -> (k, n) predicted log loss
-LogLoss = Callable[[torch.Tensor, dict[str, torch.Tensor]], torch.Tensor]
+LogLoss = Callable[["torch.Tensor", dict[str, "torch.Tensor"]], "torch.Tensor"]
 # fun(x (k, P), rows (k,)) -> (f (k,), grad (k, P)), as `analysis.lbfgs.minimize_batched` wants
 Objective = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
@@ -133,6 +135,8 @@ class Law:
     ) -> Objective:
         """The weighted sum of Huber losses of log residuals, for `minimize_batched`; weights
         (R, n) indexed by rows (None = all ones). Gradients by autograd."""
+        import torch  # lazy: ~1.7 s, only once a law is evaluated (a --help stays fast)
+
         log_L = torch.log(torch.tensor(np.array(loss, dtype=float)))
         w_all = None if weights is None else torch.tensor(np.array(weights, dtype=float))
         cols = {k: torch.tensor(np.asarray(v, dtype=float)) for k, v in columns.items()}
@@ -155,6 +159,8 @@ class Law:
 
     def predict(self, theta: np.ndarray, columns: dict[str, np.ndarray]) -> np.ndarray:
         """(R, n) predicted loss for theta (P,) or (R, P) at the points `columns`."""
+        import torch  # lazy: ~1.7 s, only once a law is evaluated (a --help stays fast)
+
         cols = {k: torch.tensor(np.array(v, dtype=float)) for k, v in columns.items()}
         with torch.no_grad():
             out = self.log_loss(torch.tensor(np.atleast_2d(np.array(theta, dtype=float))), cols)
@@ -166,6 +172,8 @@ def one_thread():
     """Torch on one thread while fitting: the objective's arrays are small (rows x points), so
     intra-op threads cost more than they save (5x slower with 2 threads on 2,000 x 30 rows x
     points)."""
+    import torch  # lazy: ~1.7 s, only once a law is evaluated (a --help stays fast)
+
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -189,6 +197,8 @@ def fit(law: Law, columns, loss, starts: np.ndarray | None = None, free=None) ->
     """Point estimate: batched L-BFGS from every start (default: the law's grid), L-BFGS-B
     polish of the POLISH best distinct results, lowest objective kept. `free` (P,) bool holds
     the others at their starting values."""
+    from scipy.optimize import minimize  # lazy: scipy ~0.9 s, only once a law is fitted
+
     n = len(np.asarray(loss))
     fun = law.objective(columns, loss)
     starts = law.starts() if starts is None else np.atleast_2d(starts)

@@ -19,15 +19,18 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-import torch
 
 from analysis import identification
 from analysis.bootstrap import intervals, resample_counts
 from analysis.laws.base import HUBER_DELTA, Law, fit_and_bootstrap
 from analysis.laws.base import fit as fit_law
+
+if TYPE_CHECKING:
+    import torch
 
 THETA = ("A", "B", "E", "alpha", "beta")  # theta = (log A, log B, log E, alpha, beta)
 # Hoffmann et al.'s starting grid in theta's scale: 6 * 6 * 5 * 5 * 5 = 4,500 points.
@@ -239,6 +242,8 @@ def huber_objective(theta, rows, log_N, log_D, log_L, weights, delta=HUBER_DELTA
 
 def log_loss(theta: torch.Tensor, cols: dict[str, torch.Tensor]) -> torch.Tensor:
     """The form in torch, for predictions alongside the other laws."""
+    import torch  # lazy: ~1.7 s, only when a law is evaluated (--help stays fast)
+
     log_A, log_B, log_E, alpha, beta = (theta[:, i : i + 1] for i in range(5))
     terms = torch.broadcast_tensors(
         log_E, log_A - alpha * torch.log(cols["N"]), log_B - beta * torch.log(cols["D"])

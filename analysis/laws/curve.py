@@ -21,10 +21,14 @@ forward area all scale with it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 
 from analysis.laws.base import Law
+
+if TYPE_CHECKING:
+    import torch
 
 LAMBDA = 0.999  # Tissue et al.'s decay factor of the annealing momentum
 FLOOR = 1e-12  # predicted loss clamped here: a trial theta can drive L0 + ... - C S2 below 0
@@ -76,6 +80,8 @@ def features(law: str, lrs: np.ndarray, steps, warmup: int = 0) -> dict:
 
 
 def tissue_log_loss(theta: torch.Tensor, cols: dict[str, torch.Tensor]) -> torch.Tensor:
+    import torch  # lazy: ~1.7 s, only when a law is evaluated (--help stays fast)
+
     log_L0, log_A, alpha, log_C = (theta[:, i : i + 1] for i in range(4))  # (k, 1) each
     forward = torch.exp(log_A - alpha * torch.log(cols["S1"]))
     loss = torch.exp(log_L0) + forward - torch.exp(log_C) * cols["S2"]
@@ -83,6 +89,8 @@ def tissue_log_loss(theta: torch.Tensor, cols: dict[str, torch.Tensor]) -> torch
 
 
 def multipower_log_loss(theta: torch.Tensor, cols: dict[str, torch.Tensor]) -> torch.Tensor:
+    import torch  # lazy: ~1.7 s, only when a law is evaluated (--help stays fast)
+
     log_L0, log_A, alpha, log_B, log_C, beta, gamma = (theta[:, i : i + 1] for i in range(7))
     forward = torch.exp(log_A - alpha * torch.log(cols["S1"]))  # (k, n)
     x = torch.exp(log_C[..., None] - gamma[..., None] * torch.log(cols["eta"])) * cols["Sk"]

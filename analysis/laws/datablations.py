@@ -16,12 +16,16 @@ Chinchilla runs, so it should not hold runs far larger than compute-optimal for 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
-import torch
 
 from analysis.laws.base import Law, bootstrap, data, fit, fit_and_bootstrap, one_thread
 from analysis.laws.chinchilla import LAW as CHINCHILLA
+
+if TYPE_CHECKING:
+    import torch
 
 # The README's parameters (C4 fit): a, b, e, alpha, beta, rd_star, rn_star with A = exp(a) etc.
 README = dict(
@@ -43,6 +47,8 @@ SINGLE_EPOCH_RTOL = 1e-9  # D <= U (1 + this): one pass over the unique data
 
 
 def log_loss(theta: torch.Tensor, cols: dict[str, torch.Tensor]) -> torch.Tensor:
+    import torch  # lazy: ~1.7 s, only when a law is evaluated (--help stays fast)
+
     log_E, log_A, log_B, alpha, beta, log_rd, log_rn = (theta[:, i : i + 1] for i in range(7))
     N, D, U = cols["N"], cols["D"], cols["U"]
     log_G = (torch.log(alpha) + log_A - torch.log(beta) - log_B) / (alpha + beta)

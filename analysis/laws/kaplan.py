@@ -7,15 +7,21 @@ alpha_D = 0.103, N_c = 6.4e13 non-embedding parameters, D_c = 1.8e13 tokens.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 
 from analysis.laws.base import Law
+
+if TYPE_CHECKING:
+    import torch
 
 PUBLISHED = {"alpha_N": 0.076, "alpha_D": 0.103, "N_c": 6.4e13, "D_c": 1.8e13}
 
 
 def log_loss(theta: torch.Tensor, cols: dict[str, torch.Tensor]) -> torch.Tensor:
+    import torch  # lazy: ~1.7 s, only when a law is evaluated (--help stays fast)
+
     log_Nc, log_Dc, alpha_N, alpha_D = (theta[:, i : i + 1] for i in range(4))  # (k, 1) each
     size_term = (alpha_N / alpha_D) * (log_Nc - torch.log(cols["N"]))  # log (N_c/N)^(aN/aD)
     data_term = log_Dc - torch.log(cols["D"])  # log D_c / D

@@ -9,15 +9,21 @@ its start grid is theirs: a, c in {1e2, 3e2, 1e3, 3e3}, b in {-0.1, -0.3}, E in 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 
 from analysis.laws.base import Law
+
+if TYPE_CHECKING:
+    import torch
 
 LOG6 = float(np.log(6.0))
 
 
 def log_loss(theta: torch.Tensor, cols: dict[str, torch.Tensor]) -> torch.Tensor:
+    import torch  # lazy: ~1.7 s, only when a law is evaluated (--help stays fast)
+
     log_E, log_a, b, log_c = (theta[:, i : i + 1] for i in range(4))  # (k, 1) each
     log_N = torch.log(cols["N"])
     log_MN = torch.log(cols["D"])  # M N = D
