@@ -126,7 +126,7 @@ def staged_arm(
     rows = {r["run_id"]: r for r in g.to_dict("records")}
     stable = curve_tuning.decay_start(next(iter(rows.values()))) * bt  # the sweep's rungs stop here
     rungs = tuple(r for r in rungs if r <= stable) or rungs[:1]
-    alive, counts, pick, why, seen = list(rows), [], None, "", []
+    alive, counts, why, seen = list(rows), [], "", []
     for k, upto in enumerate(rungs):
         counts.append(len(alive))
         preds = {}
@@ -137,11 +137,13 @@ def staged_arm(
             seen.append(curve_tuning.prefix_points(rows[rid], tokens, loss, upto)[0].size)
         decision = curve_tuning.decide(preds, k == len(rungs) - 1, z)
         why = decision.why
-        if decision.chosen is not None:
-            pick = decision.chosen
+        if decision.chosen is not None or decision.finalists:
             break
         alive = list(decision.keep)
     losses = dict(zip(g["run_id"], g["loss"].astype(float)))
+    # finalists: each decays to the budget (its grid run) and the measured loss chooses
+    pick = decision.chosen or min(decision.finalists, key=losses.get)
+    decayed = max(1, len(decision.finalists))
     label = {r: tuning.combo_text(keys, tuple(v)) for r, *v in g[["run_id", *keys]].values}
     ordered = sorted(losses, key=losses.get)
     return {
@@ -153,7 +155,7 @@ def staged_arm(
         "points": f"{min(seen)}-{max(seen)}",
         "grid_choice": label[ordered[0]],
         "margin": losses[ordered[1]] - losses[ordered[0]],
-        "cost_runs": curve_tuning.staged_cost(len(g), budget, rungs, counts) / budget,
+        "cost_runs": curve_tuning.staged_cost(len(g), budget, rungs, counts, decayed) / budget,
         "choice": label[pick],
         "rank": 1 + ordered.index(pick),
         "regret": losses[pick] - losses[ordered[0]],

@@ -73,14 +73,15 @@ def staged_rungs(
     return tuple(t * 2**k for k in range(rungs))
 
 
-def staged_cost(n_candidates: int, budget_tokens: int, rungs, alive) -> int:
-    """Tokens an arm trains under the staged rule: `alive[k]` candidates to rung k, the
-    chosen one from the last rung it reached (len(alive) rungs trained) to the budget."""
+def staged_cost(n_candidates: int, budget_tokens: int, rungs, alive, finalists: int = 1) -> int:
+    """Tokens an arm trains under the staged rule: `alive[k]` candidates to rung k, then
+    `finalists` (the chosen one, or two decayed where every survivor was on the plateau) from
+    the last rung reached (len(alive) rungs trained) to the budget."""
     prev, tokens = 0, 0
     for k, a in enumerate(alive):
         tokens += a * (rungs[k] - prev)
         prev = rungs[k]
-    return tokens + budget_tokens - prev
+    return tokens + finalists * (budget_tokens - prev)
 
 
 def cost_tokens(n_candidates: int, budget_tokens: int, prefix: int) -> int:
@@ -228,12 +229,15 @@ Z = 2.0  # the staged rule's separation: predicted finals apart by more than Z c
 
 @dataclass(frozen=True)
 class Decision:
-    """What the staged rule does at a rung: `keep` (ids, best first) go on to the next rung,
-    or `chosen` decays to the budget; `why` in words, for the dry run and the report."""
+    """What the staged rule does at a rung: `keep` (ids, best first) go on to the next rung;
+    or `chosen` decays to the budget; or, where every survivor is still on the plateau at the
+    last rung, each of `finalists` decays and the lowest final loss is the choice. `why` in
+    words, for the dry run and the report."""
 
     keep: tuple[str, ...]
     chosen: str | None
     why: str
+    finalists: tuple[str, ...] = ()
 
 
 def separated(a: Prediction, b: Prediction, z: float = Z) -> bool:
@@ -244,22 +248,37 @@ def separated(a: Prediction, b: Prediction, z: float = Z) -> bool:
     return b.score - a.score > z * math.hypot(a.se, b.se)
 
 
+def _ranked(preds: Mapping[str, Prediction], by) -> list[str]:
+    return sorted(preds, key=lambda k: (not math.isfinite(by(preds[k])), by(preds[k])))
+
+
 def decide(preds: Mapping[str, Prediction], last_rung: bool, z: float = Z) -> Decision:
-    """The staged rule at one rung (module docstring). The leader is the lowest predicted
-    final (a candidate without one ranks by its last train losses); it is chosen when every
-    other candidate is separated from it, or at the last rung. Otherwise the candidates not
-    separated from it go on, at most half of those at this rung (the best by score; one
-    left is the choice):
-    successive halving where the prefixes cannot rank, an early choice where they can."""
-    order = sorted(preds, key=lambda k: (not math.isfinite(preds[k].score), preds[k].score))
-    lead = order[0]
-    close = [k for k in order[1:] if not separated(preds[lead], preds[k], z)]
+    """The staged rule at one rung (module docstring). Before the last rung: the leader (the
+    lowest predicted final; a candidate without one ranks by its last train losses) is chosen
+    when every other is separated from it; otherwise half of the candidates go on, the best
+    by the prediction and the best by the current train loss alike (h // 2 + 1 of each, at
+    most h = ceil(k / 2) of k; the two rankings disagree early: the law sees where a curve
+    goes, the loss where it is). At the last rung (4t, near half the run): the lowest train
+    loss, unless every survivor is still on the plateau, where no prefix ranks: the two
+    lowest decay and the measured final loss chooses."""
+    by_pred = _ranked(preds, lambda p: p.score)
+    by_last = _ranked(preds, lambda p: p.last)
+    if last_rung:
+        if all(p.why == "on the plateau" for p in preds.values()) and len(preds) > 1:
+            two = tuple(by_last[:2])
+            return Decision(two, None, "every survivor on the plateau: 2 decay", two)
+        return Decision((by_last[0],), by_last[0], f"last rung: lowest of {len(preds)} losses")
+    lead = by_pred[0]
+    close = [k for k in by_pred[1:] if not separated(preds[lead], preds[k], z)]
     if not close:
-        why = f"{len(order) - 1} other(s) separated by > {z:g} se" if len(order) > 1 else "alone"
+        why = (
+            f"{len(by_pred) - 1} other(s) separated by > {z:g} se" if len(by_pred) > 1 else "alone"
+        )
         return Decision((lead,), lead, why)
-    keep = (lead, *close)[: math.ceil(len(order) / 2)]
-    if last_rung or len(keep) == 1:
-        where = "last rung" if last_rung else "half of 2 is 1"
-        return Decision((lead,), lead, f"{where}; {len(close)} other(s) within {z:g} se")
+    h = math.ceil(len(preds) / 2)
+    m = h // 2 + 1
+    keep = tuple(dict.fromkeys(by_pred[:m] + by_last[:m]))[:h]
+    if len(keep) == 1:
+        return Decision(keep, keep[0], "half of 2 is 1")
     reasons = sorted({preds[k].why or f"within {z:g} se" for k in close})
     return Decision(keep, None, f"{len(close)} not separated ({', '.join(reasons)})")

@@ -1005,6 +1005,12 @@ def _parser() -> argparse.ArgumentParser:
         "--title", help="report title (default: experiment name(s) or CSV folder name(s))"
     )
     parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument(
+        "--export-only",
+        action="store_true",
+        help="write runs.csv and curves.csv and nothing else (no fit: e.g. a dense full grid "
+        "for analysis.tuning_check or analysis.tuning_validation)",
+    )
     decision.add_args(parser)
     return parser
 
@@ -1135,6 +1141,8 @@ def main(argv: list[str] | None = None) -> int:
         loaded = load_selected(args)
         for note in fill_defaults(args, loaded.frame):
             print(f"note: {note}")
+        if args.export_only:
+            return export_only(args, loaded.frame)
         if args.group == "family":
             return families_main(args, loaded)
         check_one_family(
@@ -1251,6 +1259,21 @@ def _families_blocks(args, loaded: Runs, analyses, budgets, title, out: Path) ->
 def default_title(args) -> str:
     names = args.experiment or [Path(c).parent.name or Path(c).stem for c in args.csv]
     return " + ".join(names)
+
+
+def export_only(args, frame: pd.DataFrame) -> int:
+    """--export-only: the selection's runs (variants labelled) and their curves, no fit."""
+    runs = label_variants(frame, args.compare, args.baseline or "base")
+    curves = _curves(args, runs)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs.to_csv(out / "runs.csv", index=False)
+    wrote = "runs.csv"
+    if curves is not None and not curves.empty:
+        curves.to_csv(out / "curves.csv", index=False)
+        wrote += ", curves.csv"
+    print(f"wrote {out}/{wrote} ({len(runs)} runs; --export-only: no fit, no report)")
+    return 0
 
 
 def _curves(args, runs: pd.DataFrame) -> pd.DataFrame | None:

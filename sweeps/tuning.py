@@ -164,14 +164,14 @@ class TuningPlan:
         tags = _tags(arm=arm.id, tune_role="candidate", tune_rung=end, tune_values=cand.label)
         return Point(over + tags, arm.run.variant, phase="candidate")
 
-    def decayed(self, a: int, cand: Candidate, k: int = -1) -> Point:
+    def decayed(self, a: int, cand: Candidate, k: int = -1, role: str = "chosen") -> Point:
         """The winner from rung k (default the last) to the arm's budget, decaying from the
-        stable end."""
+        stable end (`role` finalist: one of the staged rule's decays on the plateau)."""
         arm = self.arms[a]
         over = self._base(arm, cand.overrides) + (f"{plan.TOKENS_KEY}={arm.tokens}",)
         over += (f"train.init_from={self.checkpoint_path(arm.last_key[cand.index], arm.rungs[k])}",)
-        tags = _tags(arm=arm.id, tune_role="chosen", tune_values=cand.label)
-        return Point(over + tags, arm.run.variant, phase="chosen")
+        tags = _tags(arm=arm.id, tune_role=role, tune_values=cand.label)
+        return Point(over + tags, arm.run.variant, phase=role)
 
     def full(
         self, a: int, cand: Candidate, role: str, tuned_at: str | None = None, seed: int = 0
@@ -281,6 +281,15 @@ class TuningPlan:
             if phase == "chosen":
                 arm.chosen = members[0][1] if math.isfinite(scored[0][0]) else None
                 continue
+            if phase == "finalist":  # staged, on the plateau: the measured final loss chooses
+                scored.sort()
+                if math.isfinite(scored[0][0]):
+                    arm.chosen = scored[0][1]
+                    tag_chosen(members, arm.chosen)
+                    extra = self.other_seeds(a, arm.candidates[arm.chosen], "chosen")
+                    points += extra
+                    starts += [0] * len(extra)
+                continue
             scored.sort()
             if not math.isfinite(scored[0][0]):
                 continue  # every candidate failed: the arm has no result (its runs say why)
@@ -292,7 +301,13 @@ class TuningPlan:
                 decision = analysis_curve.decide(preds, last)
                 arm.alive, arm.why = list(decision.keep), decision.why
                 last = decision.chosen is not None
-                arm.decided_at = self.stage if last else None
+                arm.decided_at = self.stage if last or decision.finalists else None
+                if decision.finalists:
+                    for c in decision.finalists:
+                        cand = arm.candidates[c]
+                        points.append((self.decayed(a, cand, self.stage, "finalist"), a, c))
+                        starts.append(arm.rungs[self.stage])
+                    continue
             if not self.spec.halving:
                 arm.chosen = arm.alive[0]
                 tag_chosen(members, arm.chosen)
@@ -350,8 +365,9 @@ class TuningPlan:
             runs += alive
             alive = 1 if k == len(arm.rungs) - 1 else math.ceil(alive / 2)
             prev = rung
-        tokens += arm.tokens - prev + more * arm.tokens
-        return f * tokens, grid, self.seeds * untuned, runs + 1 + more
+        finalists = 2 if self.staged else 1  # staged: two decay where all are on the plateau
+        tokens += finalists * (arm.tokens - prev) + more * arm.tokens
+        return f * tokens, grid, self.seeds * untuned, runs + finalists + more
 
 
 def plan_tuning(
@@ -532,7 +548,8 @@ def stage_estimates(tp: TuningPlan) -> list[list[float]]:
             stages.setdefault(k, []).extend([est(rung - prev)] * alive)
             alive = 1 if k == len(arm.rungs) - 1 else math.ceil(alive / 2)
             prev = rung
-        stages.setdefault(len(arm.rungs), []).append(est(arm.tokens - prev))
+        finalists = 2 if tp.staged else 1  # staged: the worst case, two decays on the plateau
+        stages.setdefault(len(arm.rungs), []).extend([est(arm.tokens - prev)] * finalists)
         stages[len(arm.rungs)] += [est(arm.tokens)] * (tp.seeds - 1)  # with the winner's decay
     return [stages[k] for k in sorted(stages)]
 
