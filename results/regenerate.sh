@@ -45,14 +45,20 @@ run demo python -m analysis.tuning_check --tuned results/demo/halving_runs.csv \
 run demo python -m analysis.tuning_check --tuned results/demo/previous_plan/runs.csv \
   --grid results/demo/full_grid/runs.csv --tune train.lr --tune train.warmup \
   --out results/demo/previous_plan/curve_vs_grid.md
-curve_check() {  # grid folder, other seed's folder, output
-  python -m analysis.tuning_check --strategy curve --grid "results/demo/$1/runs.csv" \
+curve_check() {  # grid folder, other seed's folder, output: the one-prefix rule (rule: predicted)
+  python -m analysis.tuning_check --strategy curve --rule tissue --grid "results/demo/$1/runs.csv" \
     --curves "results/demo/$1/curves.csv" --seed-grid "results/demo/$2/runs.csv" \
     --tune train.lr --tune train.warmup --out "results/demo/$3"
 }
 run demo curve_check curve_grid curve_grid_seed1 curve_tuning_check.md
 run demo curve_check curve_grid_seed1 curve_grid curve_tuning_check_seed1.md
 run demo curve_check curve_grid_seed2 curve_grid curve_tuning_check_seed2.md
+tv=results/tuning_validation
+run tuning_validation python -m analysis.tuning_validation --tune train.lr --tune train.warmup \
+  --grid demo=results/demo/curve_grid,results/demo/curve_grid_seed1,results/demo/curve_grid_seed2 \
+  --grid gpt2=$tv/tv_gpt2,$tv/tv_gpt2_seed1 --grid llama_postln=$tv/tv_llama_postln,$tv/tv_llama_postln_seed1 \
+  --grid sitepackages=$tv/tv_sitepackages,$tv/tv_sitepackages_seed1 \
+  --slope-runs results/demo/runs.csv --out $tv/held_out.md
 run ref_ladder_tuned report ref_ladder_tuned --tune train.lr --compute exact \
   --title "Reference ladder, tuned: IsoFLOP ladder in exact FLOPs, lr tuned per size, site-packages corpus (under one epoch), llama block, CPU"
 run ref_families report ref_families --tune train.lr --group family \

@@ -58,3 +58,11 @@ def lab(tmp_path, corpus, cache_dir, store) -> list[str]:
         f"data.path={corpus}",
         *TINY,
     ]
+
+
+@pytest.fixture(autouse=True)
+def no_inherited_columns(monkeypatch):
+    """The console's width off a terminal is $COLUMNS where set (sweeps.sweep_view.console),
+    and pytest's own terminal exports one into the workers: tests see a log's width (no
+    COLUMNS) unless they set it themselves."""
+    monkeypatch.delenv("COLUMNS", raising=False)
