@@ -88,6 +88,7 @@ _STORE_WRITE_PHRASES = (
     "Read-only file system",
 )
 _STORE_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
+_STORE_MODULES = {"mlflow", "sqlalchemy", "sqlite3", "psycopg", "psycopg2", "pymysql", "MySQLdb"}
 
 
 def store_write_error(e: BaseException) -> str | None:
@@ -99,10 +100,12 @@ def store_write_error(e: BaseException) -> str | None:
         seen.add(id(e))
         if isinstance(e, OSError) and e.errno in _STORE_WRITE_ERRNOS:
             return os.strerror(e.errno)
-        text = str(e)
-        for phrase in _STORE_WRITE_PHRASES:
-            if phrase.lower() in text.lower():
-                return phrase
+        # the phrases only from the store's own layers: a ConfigError may quote the OS's words
+        if type(e).__module__.split(".")[0] in _STORE_MODULES:
+            text = str(e).lower()
+            for phrase in _STORE_WRITE_PHRASES:
+                if phrase.lower() in text:
+                    return phrase
         e = e.__cause__ or e.__context__
     return None
 

@@ -114,7 +114,8 @@ class Trainer:
         try:
             return self._run()
         except Exception as e:
-            if isinstance(e, OSError) or (why := tracking.store_write_error(e)) is None:
+            mine = (OSError, ConfigError, tracking.TrackingUnavailable)  # each says its own line
+            if isinstance(e, mine) or (why := tracking.store_write_error(e)) is None:
                 raise  # an OSError is the runs folder's (checkpoint.atomic_write names it)
             raise self._store_unwritable(why, e) from e
 
@@ -562,7 +563,11 @@ class Trainer:
         if self.main and isinstance(e, tracking.TrackingLost):  # the run stays RUNNING
             self.metrics.abandon()
             metric_log.stop_system_metrics(self.system, store_lost=True)
-        elif self.main and not isinstance(e, OSError) and tracking.store_write_error(e):
+        elif (
+            self.main
+            and not isinstance(e, (OSError, ConfigError))
+            and tracking.store_write_error(e)
+        ):
             # a full or read-only store: no last points; FAILED if it still takes that
             self.metrics.abandon()
             metric_log.stop_system_metrics(self.system, store_lost=True)
