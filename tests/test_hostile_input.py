@@ -108,7 +108,7 @@ def test_prepare_checks_the_whole_command_line(tmp_path, overrides, message):
     assert not (tmp_path / "out").exists()
 
 
-def _cli(place, module: str, *args: str) -> subprocess.CompletedProcess:
+def _cli(place, module: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     env.pop("NOPE", None)
     return subprocess.run(
@@ -117,7 +117,7 @@ def _cli(place, module: str, *args: str) -> subprocess.CompletedProcess:
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
     )
 
 
@@ -350,7 +350,7 @@ def test_a_failed_sweep_report_is_said_as_one_line(tmp_path):
 def test_a_sweep_whose_report_fails_exits_non_zero(place, tmp_path):
     """4 runs are too few for the report's fit: the sweep trained them and exited 0."""
     report = f"+sweep.report={{out: {tmp_path / 'report'}, args: [--bootstrap, '10']}}"
-    out = _cli(place, "sweeps.run", "sweep=tiny", report)
+    out = _cli(place, "sweeps.run", "sweep=tiny", report, timeout=600)  # trains 4 points
     assert out.returncode == 1, out.stderr[-3000:]
     assert "Traceback" not in out.stderr
     errors = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
