@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,7 @@ from sweeps.job import ENV_GPU_LOCKS, ENV_GPU_POOL, PointInterrupted, training_c
 from sweeps.names import RunNames
 from sweeps.order import interleaved
 from sweeps.slurm import JobLost
-from sweeps.stopping import SweepStopped, stop_on_sigterm
+from sweeps.stopping import SweepStopped, pool_workers, stop_on_sigterm
 from sweeps.sweep_view import (
     Closing,
     Planned,
@@ -46,7 +48,7 @@ from sweeps.sweep_view import (
     print_plan,
     print_summary,
 )
-from training import objectives, tracking
+from training import objectives, ownership, tracking
 from training.checkpoint import branch_checkpoint_path, run_dir
 from training.cli import explain
 from training.config import ConfigError, DataConfig
@@ -460,7 +462,7 @@ def _execute(
             sweep_records.log_plan(sweep.uri, parent.run_id, plan_rows(runs), sweep_yaml)
     except BaseException as e:  # Ctrl-C, SIGTERM: KILLED; a launcher that breaks: FAILED
         status = "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED"
-        reason = e.reason if isinstance(e, SweepStopped) else _first_line(e)
+        reason = e.reason if isinstance(e, (SweepStopped, WorkerLost)) else _first_line(e)
         raise
     finally:
         if status == "FINISHED" and failed_points(outcomes.values()):
@@ -535,12 +537,76 @@ def _run_waves(
             if not batch:
                 continue
             overrides = [sweep.job_overrides(r, parent.run_id) for r in batch]
-            results = launch(overrides, job_idx, lambda ids, b=batch: sweep.record_jobs(b, ids))
+            try:
+                results = launch(overrides, job_idx, lambda ids, b=batch: sweep.record_jobs(b, ids))
+            except BrokenProcessPool as e:  # a local worker killed (kill -9, out of memory)
+                raise _worker_lost(sweep, parent, todo, batch, outcomes, e) from None
             job_idx += len(batch)
             for r, ret in zip(batch, results):
                 outcomes[r.index] = _outcome(r, ret)
                 _close_lost_run(sweep.uri, parent.experiment_id, r, ret)
             progress.refresh()
+
+
+class WorkerLost(RuntimeError):
+    """A process of the local worker pool (joblib's loky) ended without a result, killed by a
+    signal (kill -9, the kernel's out-of-memory killer) or exiting: the pool is broken (loky
+    kills its other workers too), so the sweep stops. `reason` is the one line that says what
+    happened, which points did not finish and that a rerun resumes them."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(reason)
+
+
+def _worker_lost(
+    sweep: Sweep, parent: Parent, todo, batch, outcomes, error: BaseException
+) -> WorkerLost:
+    """After a worker of the batch died: wait for the pool's other workers to end (loky kills
+    them), record the batch's outcomes from the store (a point may have finished first), mark
+    the runs left RUNNING KILLED with the reason (the rerun resumes each from its last
+    checkpoint) and say it in one line."""
+    deadline = time.monotonic() + 30
+    while pool_workers() and time.monotonic() < deadline:
+        time.sleep(0.1)  # nothing may still write to the runs read below
+    how = _how_workers_ended(error)
+    why = f"the sweep worker process training it was {how}; rerun the sweep to resume"
+    client = tracking.client(sweep.uri)
+    stopped, unstarted = [], []
+    for r in batch:
+        found = tracking.find_run_by_key(client, parent.experiment_id, r.run_key)
+        if found is not None and found.info.status == "FINISHED":
+            outcomes[r.index] = Outcome(r, "finished")
+            continue
+        outcomes[r.index] = Outcome(r, "not-run", why)
+        if found is None or found.info.status != "RUNNING":
+            unstarted.append(r)  # never opened in this invocation (or ended before it)
+            continue
+        stopped.append(r)
+        if ownership.live_claim(client, parent.experiment_id, r.run_key) is None:
+            tracking.set_tags(client, found.info.run_id, {"failure_reason": why})
+            client.set_terminated(found.info.run_id, "KILLED")
+    unstarted += [r for r in todo if r.index not in outcomes]
+    names = [sweep.names(r) if sweep.names else r.run_key for r in stopped]
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    parts = [f"{len(stopped)} point(s) stopped mid-run ({shown}; runs marked KILLED)"]
+    parts = parts if stopped else []
+    parts += [f"{len(unstarted)} not started"] if unstarted else []
+    return WorkerLost(
+        f"sweep {sweep.spec.name}: a worker process was {how}; {', '.join(parts) or 'no point lost'}"
+        "; rerun the same command to resume (finished points are skipped)"
+    )
+
+
+def _how_workers_ended(error: BaseException) -> str:
+    """`killed by SIGKILL` from loky's "The exit codes of the workers are {SIGKILL(-9)}"."""
+    codes = re.search(r"exit codes of the workers are \{([^}]*)\}", str(error))
+    if codes is None:
+        return "lost"
+    signals = re.findall(r"(SIG[A-Z0-9]+)\(", codes.group(1))
+    if signals:
+        return "killed by " + ", ".join(dict.fromkeys(signals))
+    return f"lost (exit code {codes.group(1)})"
 
 
 def _exit_if_failed(name: str, ordered: list[Outcome]) -> None:

@@ -108,7 +108,7 @@ def test_prepare_checks_the_whole_command_line(tmp_path, overrides, message):
     assert not (tmp_path / "out").exists()
 
 
-def _cli(place, module: str, *args: str) -> subprocess.CompletedProcess:
+def _cli(place, module: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     env.pop("NOPE", None)
     return subprocess.run(
@@ -117,7 +117,7 @@ def _cli(place, module: str, *args: str) -> subprocess.CompletedProcess:
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
     )
 
 
@@ -350,7 +350,7 @@ def test_a_failed_sweep_report_is_said_as_one_line(tmp_path):
 def test_a_sweep_whose_report_fails_exits_non_zero(place, tmp_path):
     """4 runs are too few for the report's fit: the sweep trained them and exited 0."""
     report = f"+sweep.report={{out: {tmp_path / 'report'}, args: [--bootstrap, '10']}}"
-    out = _cli(place, "sweeps.run", "sweep=tiny", report)
+    out = _cli(place, "sweeps.run", "sweep=tiny", report, timeout=600)  # trains 4 points
     assert out.returncode == 1, out.stderr[-3000:]
     assert "Traceback" not in out.stderr
     errors = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
@@ -453,3 +453,119 @@ def test_a_bad_jsonl_corpus_leaves_no_lock_or_partial_build(place, capsys, token
     left = sorted(p.name for p in (place["out"] / "cache").iterdir())
     assert not [n for n in left if n.endswith((".lock", ".partial"))], left
     assert sorted(p.name for p in place["out"].iterdir()) == ["cache"]
+
+
+def _can_mount_tmpfs() -> bool:
+    """A tmpfs of its own in a user and mount namespace (`unshare -rm`, no root needed where
+    unprivileged user namespaces are allowed): a real disk that fills up."""
+    try:
+        out = subprocess.run(
+            ["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=1m none /mnt"],
+            capture_output=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0
+
+
+# In its own namespace: a 64 MiB tmpfs at $1 holds the store (made there, as a sweep makes it
+# before its runs), a filler leaves $2 KiB free, the run fills that and fails; then the filler
+# is removed ("free space") and the same command reruns. Each attempt's stderr, exit code and
+# a copy of the store go to $3.
+FULL_DISK_SCRIPT = r"""
+set -u
+disk=$1; free_kb=$2; out=$3; shift 3
+mount -t tmpfs -o size=64m none "$disk" || exit 99
+"$PYTHON" -c "from training import tracking; tracking.ensure_experiment('sqlite:///$disk/m.db', 'scaling-lab')" || exit 98
+avail_kb=$(df --output=avail -k "$disk" | tail -1)
+dd if=/dev/zero of="$disk/filler" bs=1k count=$((avail_kb - free_kb)) status=none
+"$PYTHON" -m training.train "tracking.uri=sqlite:///$disk/m.db" "$@" 2> "$out/full.err"
+echo $? > "$out/full.rc"
+cp "$disk/m.db" "$out/full.db"
+rm "$disk/filler"
+"$PYTHON" -m training.train "tracking.uri=sqlite:///$disk/m.db" "$@" 2> "$out/freed.err"
+echo $? > "$out/freed.rc"
+cp "$disk/m.db" "$out/freed.db"
+"""
+
+
+def _store_rows(db, sql: str) -> list:
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _can_mount_tmpfs(), reason="no tmpfs can be mounted (unshare -rm)")
+def test_a_store_on_a_full_disk_is_one_line_and_the_run_failed(tmp_path):
+    """A store whose disk filled up during a run was 117 lines of traceback and the run left
+    RUNNING (issue 45): one `error:` line naming the store and the run (FAILED), exit 2,
+    nothing recorded lost, and once space is freed the same command resumes the run."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    words = "the quick brown fox jumps over the lazy dog while a scaling law fits the loss "
+    for i in range(40):  # ~250 KB: 100 steps of 1024 tokens are under one epoch, no warning
+        (corpus / f"doc{i}.txt").write_text(f"document {i}. " + words * 80)
+    disk, out = tmp_path / "disk", tmp_path / "out"
+    disk.mkdir()
+    out.mkdir()
+    overrides = [
+        "data=text",
+        f"data.path={corpus}",
+        "data.tokenizer=byte",
+        "data.eval_tokens=2048",
+        "model.size=1e4",
+        "train.seq_len=64",
+        "train.batch_tokens=1024",
+        "train.tokens=102400",  # 100 steps
+        "train.log_every=1",  # five points a step: the 80 KiB left fill up within the run
+        "train.eval_every=1000",
+        "train.checkpoint_every=10",
+        "train.progress=none",
+        "tracking.system_metrics=false",
+        f"paths.runs_dir={tmp_path / 'runs'}",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env.update(PYTHON=sys.executable)
+    env.pop("MLFLOW_TRACKING_URI", None)
+    done = subprocess.run(
+        ["unshare", "-rm", "bash", "-c", FULL_DISK_SCRIPT, "bash", str(disk), "80", str(out)]
+        + overrides,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    err = (out / "full.err").read_text()
+    assert (out / "full.rc").read_text().strip() == "2", err[-3000:]
+    line = one_error_line(err)
+    assert line.startswith(
+        f"tracking.uri=sqlite:///{disk}/m.db: the store cannot be written (database or disk "
+        "is full) at step "
+    ), line
+    [(run_id, status)] = _store_rows(out / "full.db", "SELECT run_uuid, status FROM runs")
+    assert status == "FAILED" and f"MLflow run {run_id} is FAILED" in line, line
+    assert "rerun the same command" in line
+    reason = _store_rows(out / "full.db", "SELECT value FROM tags WHERE key='failure_reason'")
+    assert reason == [("MlflowException: database or disk is full",)]
+    points = "SELECT key, step, value FROM metrics WHERE run_uuid = ?"
+    before = _store_rows(out / "full.db", points.replace("?", f"'{run_id}'"))
+    assert 0 < len({s for k, s, _ in before if k == "train_loss"}) < 100  # stopped mid-run
+
+    freed = (out / "freed.err").read_text()
+    assert (out / "freed.rc").read_text().strip() == "0", freed[-3000:]
+    assert _store_rows(out / "freed.db", "SELECT run_uuid, status FROM runs") == [
+        (run_id, "FINISHED")
+    ]  # the same MLflow run, resumed
+    after = _store_rows(out / "freed.db", points.replace("?", f"'{run_id}'"))
+    assert set(before) <= set(after)  # nothing recorded was lost
+    steps = [s for k, s, _ in after if k == "train_loss"]
+    assert sorted(steps) == [1024 * i for i in range(1, 101)]  # each step once

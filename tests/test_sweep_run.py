@@ -388,3 +388,85 @@ def test_workers_end_when_the_sweep_is_killed_with_sigkill(env):
             os.kill(pid, signal.SIGKILL)
     kids = runs(tmp).dropna(subset=["tags.run_key"])
     assert len(kids) == 2 and set(kids["status"]) == {"KILLED"}  # stopped as on SIGTERM
+
+
+@pytest.mark.slow
+def test_kill_9_of_one_worker_is_one_line_and_the_rerun_resumes(env):
+    """kill -9 of one worker of a local sweep (sweep.jobs=2) ended the sweep with a 49-line
+    TerminatedWorkerError traceback and its runs RUNNING (issue 45): one `error:` line saying
+    what happened, the runs it stopped KILLED, nothing recorded lost, and the rerun resumes."""
+    tmp, e, corpus = env
+    axes = "  model.size: [1e4]\n  train.tokens: [8192, 409600, 614400]"
+    (tmp / "sweep" / "w.yaml").write_text(tiny_sweep(axes, "  train.checkpoint_every: 20"))
+    cmd = sweep_cmd(tmp, corpus, "w", "sweep.jobs=2")
+    proc = subprocess.Popen(
+        cmd,
+        env=e,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.time() + 240
+    try:  # once the short point finished and the two long ones train in the two workers
+        while time.time() < deadline:
+            time.sleep(0.5)
+            if proc.poll() is not None:
+                pytest.fail("sweep ended early: " + proc.communicate()[1][-2000:])
+            if not (tmp / "mlruns.db").exists():
+                continue
+            try:
+                states = run_states(tmp)
+            except Exception:  # tables not created yet
+                continue
+            workers = pool_workers(proc.pid)
+            done = [k for st, k in states if st == "FINISHED" and k]
+            training = [k for st, k in states if st == "RUNNING" and k]
+            if done and len(training) == 2 and len(workers) == 2:
+                break
+        else:
+            pytest.fail("the two long points did not start training")
+        os.kill(workers[0], signal.SIGKILL)  # one worker of this sweep, never anyone else's
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    assert proc.returncode == 1, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and len([ln for ln in err.splitlines() if "Error" in ln]) == 0, err
+    assert errors[0].startswith("error: sweep w: a worker process was killed by SIGKILL; "), err
+    assert "2 point(s) stopped mid-run" in errors[0] and "rerun the same command" in errors[0]
+    df = runs(tmp)
+    kids = df[df["tags.run_key"].notna()].set_index("tags.run_key")
+    assert sorted(kids["status"]) == ["FINISHED", "KILLED", "KILLED"]  # none left RUNNING
+    killed = kids[kids["status"] == "KILLED"]
+    assert all(killed["tags.failure_reason"].str.contains("killed by SIGKILL"))
+    finished = kids[kids["status"] == "FINISHED"]
+    parent = df[df["tags.sweep_parent"] == "w"].iloc[0]
+    assert parent["status"] == "FAILED" and "killed by SIGKILL" in parent["tags.failure_reason"]
+
+    again = subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "2 finished, 1 done-before" in again.stdout, again.stdout[-3000:]
+    df = runs(tmp)
+    after = df[df["tags.run_key"].notna()].set_index("tags.run_key")
+    assert len(after) == 3 and set(after["status"]) == {"FINISHED"}  # one run per point
+    assert after.loc[killed.index, "run_id"].tolist() == killed["run_id"].tolist()  # resumed
+    assert after.loc[finished.index, "run_id"].tolist() == finished["run_id"].tolist()
+    assert after.loc[finished.index, "end_time"].tolist() == finished["end_time"].tolist()
+    assert _repeated_steps(tmp) == []  # every metric once per step across the kill
+
+
+def _repeated_steps(tmp) -> list:
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{tmp / 'mlruns.db'}?mode=ro", uri=True)
+    try:
+        return con.execute(
+            "SELECT run_uuid, key, step, COUNT(*) FROM metrics WHERE key NOT LIKE 'system/%'"
+            " GROUP BY run_uuid, key, step HAVING COUNT(*) > 1"
+        ).fetchall()
+    finally:
+        con.close()

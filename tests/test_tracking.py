@@ -388,3 +388,35 @@ def test_a_symlink_planted_as_the_store_lock_is_refused_and_its_target_kept(tmp_
         tracking.ensure_experiment(f"sqlite:///{tmp_path / 'mlruns.db'}", "x")
     assert err.value.errno == errno.ELOOP and err.value.filename == str(tmp_path / "mlruns.db.lock")
     assert precious.read_text() == "keep me\n" and not (tmp_path / "mlruns.db").exists()
+
+
+def test_store_write_error_reads_the_store_layers_only():
+    """A full or read-only store is told from the exceptions MLflow raises over the database's
+    (issue 45); a ConfigError that quotes the OS's words about a folder is not the store's."""
+    import errno
+    import sqlite3
+
+    from mlflow.exceptions import MlflowException
+
+    from training.config import ConfigError
+    from training.tracking import store_write_error
+
+    def raised(make):
+        try:
+            make()
+        except Exception as e:
+            return e
+
+    def full():
+        try:
+            raise sqlite3.OperationalError("database or disk is full")
+        except sqlite3.OperationalError as e:
+            raise MlflowException("(sqlite3.OperationalError) database or disk is full") from e
+
+    assert store_write_error(raised(full)) == "database or disk is full"
+    readonly = sqlite3.OperationalError("attempt to write a readonly database")
+    assert store_write_error(readonly) == "attempt to write a readonly database"
+    assert store_write_error(OSError(errno.ENOSPC, "x")) == "No space left on device"
+    folder = ConfigError("paths.runs_dir: cannot create a folder in /x (Read-only file system)")
+    assert store_write_error(folder) is None
+    assert store_write_error(MlflowException("RESOURCE_DOES_NOT_EXIST: no run")) is None

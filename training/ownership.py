@@ -107,6 +107,17 @@ class Claim:
         return f"pid {self.pid} on {self.host} (since {since}) into {run}"
 
 
+def live_claim(client, experiment_id: str, run_key: str) -> Claim | None:
+    """The first live claim on `run_key` (a process training it now), or None: a run left
+    RUNNING without one was stopped without recording it (kill -9) and may be closed."""
+    me = Claim(run_key, "", socket.gethostname(), os.getpid(), None, 0, 0)
+    tags = client.get_experiment(experiment_id).tags
+    now = int(time.time() * 1000)
+    claims = [c for t, v in tags.items() if (c := Claim.parse(run_key, t, v))]
+    live = sorted((c for c in claims if c.alive(now, me)), key=lambda c: (c.since, c.token))
+    return live[0] if live else None
+
+
 class Ownership:
     """This process's claim on a run key in one experiment (module docstring); `release` is
     safe to call at any time, also when nothing was claimed."""

@@ -5,6 +5,7 @@ and end it (FINISHED, FAILED or KILLED, with a `failure_reason`). Every function
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,9 +172,16 @@ def open_run(
         run_id = client.create_run(experiment_id, run_name=run.name).info.run_id
     else:
         client.update_run(run_id, status="RUNNING")
-    tracking.set_tags(client, run_id, run.tags)
-    tracking.log_params(client, run_id, run.params)
-    client.log_artifact(run_id, str(rdir / "config.yaml"))
+    try:
+        tracking.set_tags(client, run_id, run.tags)
+        tracking.log_params(client, run_id, run.params)
+        client.log_artifact(run_id, str(rdir / "config.yaml"))
+    except Exception as e:  # a store that is full or read-only: not left RUNNING if avoidable
+        if (why := tracking.store_write_error(e)) is not None:  # said by the trainer's line
+            e.run_id, e.run_status = run_id, "RUNNING"
+            if end_run_if_possible(client, run_id, "FAILED", f"{type(e).__name__}: {why}"):
+                e.run_status = "FAILED"
+        raise
     return run_id
 
 
@@ -199,3 +207,18 @@ def end_run(client, run_id: str, status: str, failure_reason: str | None = None)
     elif status == "FINISHED" and "failure_reason" in client.get_run(run_id).data.tags:
         client.delete_tag(run_id, "failure_reason")
     client.set_terminated(run_id, status)
+
+
+def end_run_if_possible(client, run_id: str | None, status: str, failure_reason: str) -> bool:
+    """`end_run` on a store that may refuse writes (a full disk): the status first (it updates
+    a row in place, which a full SQLite file often still takes), then the reason if it fits.
+    Returns whether the status was recorded."""
+    if run_id is None:
+        return False
+    try:
+        client.set_terminated(run_id, status)
+    except Exception:
+        return False
+    with contextlib.suppress(Exception):
+        tracking.set_tags(client, run_id, {"failure_reason": failure_reason})
+    return True

@@ -33,7 +33,9 @@ import this module long before, or without, recording anything.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import logging
 import os
 import subprocess
 import tempfile
@@ -68,6 +70,44 @@ class TrackingLost(TrackingUnavailable):
             "the same command resumes"
         )
         self.uri, self.step = uri, step
+
+
+class StoreUnwritable(TrackingUnavailable):
+    """The store refused a write: its disk is full (or over quota) or read-only. Raised by a
+    run that was writing to it (`training.trainer`), after marking its MLflow run FAILED where
+    the store still takes that; the message says which, and that a rerun resumes."""
+
+
+# What a database says when its disk is full or read-only (SQLite's SQLITE_FULL and
+# SQLITE_READONLY messages; the OS's for a file store and other databases).
+_STORE_WRITE_PHRASES = (
+    "database or disk is full",
+    "attempt to write a readonly database",
+    "No space left on device",
+    "Disk quota exceeded",
+    "Read-only file system",
+)
+_STORE_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
+_STORE_MODULES = {"mlflow", "sqlalchemy", "sqlite3", "psycopg", "psycopg2", "pymysql", "MySQLdb"}
+
+
+def store_write_error(e: BaseException) -> str | None:
+    """Why the store could not be written, when `e` or an exception it was raised from says its
+    disk is full or read-only (e.g. MLflow's `MlflowException` over SQLAlchemy's
+    `OperationalError` over sqlite3's "database or disk is full"); None otherwise."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _STORE_WRITE_ERRNOS:
+            return os.strerror(e.errno)
+        # the phrases only from the store's own layers: a ConfigError may quote the OS's words
+        if type(e).__module__.split(".")[0] in _STORE_MODULES:
+            text = str(e).lower()
+            for phrase in _STORE_WRITE_PHRASES:
+                if phrase.lower() in text:
+                    return phrase
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def unreachable(e: BaseException) -> bool:
@@ -265,11 +305,21 @@ def _create_sqlite_store(db: Path) -> None:
 HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 
 
+def _store_error_logged_again(record: logging.LogRecord) -> bool:
+    """False for MLflow's ERROR log, with a traceback, of a SQL error it raises right after as
+    an `MlflowException`: the caller says it once (a full store: one `error:` line)."""
+    return not record.getMessage().startswith("SQLAlchemy database error.")
+
+
 def client(uri: str, timeout_s: float | None = None):
     """An `MlflowClient` on `uri`; make it after `ensure_experiment` (which creates the store).
     With `timeout_s` and a server: a `BoundedClient`, and MLflow's own retries off unless the
     environment sets them (ours re-check what a failed `log_batch` wrote before re-sending)."""
     from mlflow.tracking import MlflowClient
+
+    db_log = logging.getLogger("mlflow.store.db.utils")
+    if _store_error_logged_again not in db_log.filters:
+        db_log.addFilter(_store_error_logged_again)
 
     inner = MlflowClient(tracking_uri=uri)
     if timeout_s is None or not is_remote(uri):

@@ -99,6 +99,7 @@ class Trainer:
         self.signals, self.stack = signals, stack
         self.spec = resolve_config(cfg)
         self.client = self.experiment_id = self.metrics = self.system = None  # main process only
+        self.ended: str | None = None  # the status `fail` could record on a full store
         self.lr = 0.0
 
     @property
@@ -107,7 +108,18 @@ class Trainer:
 
     def run(self) -> TrainResult:
         """`setup`, then `step` and `boundary` to the last step, then `finish`; an exception
-        in the loop goes through `fail` and is raised again."""
+        in the loop goes through `fail` and is raised again. A store that refuses a write (a
+        full or read-only disk), here or in `setup`, is raised as `StoreUnwritable`: one line
+        saying so and what became of the run."""
+        try:
+            return self._run()
+        except Exception as e:
+            mine = (OSError, ConfigError, tracking.TrackingUnavailable)  # each says its own line
+            if isinstance(e, mine) or (why := tracking.store_write_error(e)) is None:
+                raise  # an OSError is the runs folder's (checkpoint.atomic_write names it)
+            raise self._store_unwritable(why, e) from e
+
+    def _run(self) -> TrainResult:
         if (reused := self.setup()) is not None:
             return reused
         try:
@@ -119,6 +131,26 @@ class Trainer:
         except BaseException as e:
             self.fail(e)
             raise
+
+    def _store_unwritable(self, why: str, e: Exception) -> tracking.StoreUnwritable:
+        uri = tracking.resolve_tracking_uri(self.spec.tracking.uri)
+        state = getattr(self, "state", None)
+        run_id = state.mlflow_run_id if state is not None else None
+        if run_id is None and getattr(e, "run_id", None):  # run_record.open_run's
+            run_id, self.ended = e.run_id, e.run_status
+        if run_id is None:
+            what = "no run was opened"
+        elif self.ended == "FAILED":
+            what = f"MLflow run {run_id} is FAILED"
+        else:
+            what = f"MLflow run {run_id} could not be marked FAILED and shows RUNNING"
+        at = f" at step {state.step}" if state is not None and state.mlflow_run_id else ""
+        fix = "make it writable" if "only" in why.lower() else "free space"
+        return tracking.StoreUnwritable(
+            f"tracking.uri={uri}: the store cannot be written ({why}){at}; {what}; {fix} and "
+            f"rerun the same command: run key {self.spec.run_key} resumes from its last "
+            "checkpoint"
+        )
 
     # ------------------------------------------------------------ setup
     def setup(self) -> TrainResult | None:
@@ -531,6 +563,17 @@ class Trainer:
         if self.main and isinstance(e, tracking.TrackingLost):  # the run stays RUNNING
             self.metrics.abandon()
             metric_log.stop_system_metrics(self.system, store_lost=True)
+        elif (
+            self.main
+            and not isinstance(e, (OSError, ConfigError))
+            and tracking.store_write_error(e)
+        ):
+            # a full or read-only store: no last points; FAILED if it still takes that
+            self.metrics.abandon()
+            metric_log.stop_system_metrics(self.system, store_lost=True)
+            reason = f"{type(e).__name__}: {tracking.store_write_error(e)}"
+            if run_record.end_run_if_possible(self.client, self.run_id, "FAILED", reason):
+                self.ended = "FAILED"
         elif self.main:
             self.metrics.close()
             metric_log.stop_system_metrics(self.system)

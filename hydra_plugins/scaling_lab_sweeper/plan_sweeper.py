@@ -78,7 +78,7 @@ class PlanSweeper(Sweeper):
     def sweep(self, arguments: list[str]) -> Any:
         # Lazy: Hydra imports every plugin module in every app (training jobs too), and these
         # are the sweep's own (rich, the MLflow client).
-        from sweeps.driver import drive
+        from sweeps.driver import WorkerLost, drive
         from sweeps.plan import PlanError
         from training.tracking import TrackingUnavailable
 
@@ -96,6 +96,9 @@ class PlanSweeper(Sweeper):
             # an Exception, so Hydra passes it through.
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
+        except WorkerLost as e:  # kill -9 of a local worker: the parent run FAILED with why
+            print(f"error: {e.reason}", file=sys.stderr)
+            sys.exit(1)
         except SweepStopped as e:  # the parent run says KILLED and why; no traceback
             print(
                 f"sweep {self.config.sweep.name}: {e.reason}; rerun the same command to resume",
