@@ -360,3 +360,36 @@ def test_staged_arms_on_the_plateau_decay_two_finalists_and_the_measured_loss_ch
     )
     assert after == [] and tp.arms[0].chosen is not None
     assert tp.arms[0].candidates[tp.arms[0].chosen].values["train.lr"] == 3e-4
+
+
+def test_a_later_rungs_prediction_reads_the_whole_prefix_through_tune_prev(tmp_path):
+    """A staged segment continues the previous rung's checkpoint in a run of its own; its
+    prediction fits the candidate's points from step 2 on, read through the `tune_prev`
+    chain (a later segment's point wins where both logged one)."""
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlruns.db'}")
+    exp = client.create_experiment("staged")
+    row = _row("x", 1e-3, tokens=BT * 600)
+    params = {k: str(v) for k, v in row.items() if k.startswith("train.")}
+    law = TISSUE.to_theta({"L0": 3.0, "A": 0.9, "alpha": 0.45, "C": 0.3})
+    lrs = R.lrs_of(row)
+    warm = R.warmup_steps(row["train.warmup"], lrs.size)
+    loss = TISSUE.predict(law, features("tissue", lrs, np.arange(1, 201), warm))[0]
+    segments = []
+    for key, prev, steps in (("s0", None, range(1, 101)), ("s1", "s0", range(100, 201))):
+        tags = {"run_key": key, "tune_budget": str(BT * 600)}
+        if prev:
+            tags["tune_prev"] = prev
+        run = client.create_run(exp, tags=tags)
+        for k, v in params.items():
+            client.log_param(run.info.run_id, k, v)
+        metrics = [Metric("train_loss", float(loss[s - 1]), 0, s * BT) for s in steps]
+        client.log_batch(run.info.run_id, metrics=metrics)
+        client.set_terminated(run.info.run_id)
+        segments.append(client.get_run(run.info.run_id))
+    tokens, got = sweeps_curve.prefix_history(client, segments[1])
+    assert tokens == [s * BT for s in range(1, 201)] and got == pytest.approx(loss, rel=1e-6)
+    pred = sweeps_curve.prediction(client, segments[1])
+    want = curve_tuning.predict(row, tokens, got, BT * 200)
+    assert pred.final == pytest.approx(want.final) and math.isfinite(pred.se)
+    # the first segment alone sees its own 100 points only: another prediction
+    assert sweeps_curve.prediction(client, segments[0]).final != pytest.approx(pred.final)
