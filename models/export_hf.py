@@ -50,6 +50,7 @@ _TARGETS = {
             "norm": "layernorm",
             "mlp": "gelu",
             "scale_embeddings": False,
+            "qk_norm": False,
         },
         "llama": {
             "norm_position": "pre",
@@ -57,6 +58,7 @@ _TARGETS = {
             "norm": "rmsnorm",
             "mlp": "swiglu",
             "scale_embeddings": False,
+            "qk_norm": False,
         },
     },
     "encoder": {
@@ -66,6 +68,7 @@ _TARGETS = {
             "norm": "layernorm",
             "mlp": "gelu",
             "scale_embeddings": False,
+            "qk_norm": False,
         },
     },
     "encoder_decoder": {
@@ -75,6 +78,7 @@ _TARGETS = {
             "norm": "layernorm",
             "mlp": "gelu",
             "norm_eps": 1e-5,  # Marian's LayerNorms use torch's default eps
+            "qk_norm": False,
         },
     },
 }

@@ -82,6 +82,8 @@ def test_gpt2_export_uses_our_exact_gelu(tmp_path):
         (dict(pos_encoding="alibi", norm="rmsnorm", mlp="swiglu"), "pos_encoding"),
         (dict(n_kv_heads=2), "n_kv_heads"),  # GPT-2 has no GQA
         (dict(pos_encoding="rope", mlp="swiglu"), "norm"),  # Llama needs RMSNorm
+        (dict(pos_encoding="rope", norm="rmsnorm", mlp="swiglu", qk_norm=True), "qk_norm"),
+        (dict(pos_encoding="rope", norm="rmsnorm", mlp="moe"), "mlp"),  # no MoE target yet
     ],
 )
 def test_unexportable_config_names_the_field_and_writes_nothing(overrides, field, tmp_path):
