@@ -278,3 +278,31 @@ def test_moe_config_round_trips_and_dense_dicts_do_not_change():
     dense = ModelConfig(**TINY)
     assert "n_experts" not in dense.to_dict() and "moe_balance" not in dense.to_dict()
     assert [cfg.layer_mlp(i) for i in range(2)] == ["swiglu", "moe"]
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_moe_run_trains_and_records_total_and_active_counts(lab):
+    from train_helpers import compose, runs_df
+
+    from training.train import train
+
+    overrides = [
+        "model.mlp=moe",
+        "model.n_experts=4",
+        "model.top_k=2",
+        "model.n_shared_experts=1",
+        "model.moe_balance=aux_free",
+        "model.qk_norm=true",
+        "train.tokens=2048",
+    ]
+    result = train(compose(*lab, *overrides))
+    assert result.status == "FINISHED" and math.isfinite(result.final_val_loss)
+    row = runs_df(lab).iloc[0]
+    total, active = (
+        int(row["params.n_params_nonembed"]),
+        int(row["params.n_params_nonembed_active"]),
+    )
+    assert active < total
+    assert int(row["params.flops_6nd"]) == 6 * active * 2048
+    assert int(row["params.n_params"]) - int(row["params.n_params_active"]) == total - active
+    assert "moe4x2s1" in row["tags.arch"] and row["tags.arch"].endswith("qknorm")
