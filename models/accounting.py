@@ -35,6 +35,18 @@ projection runs over the S memory positions (once per sequence, not per target t
 scores and values over T x S; the head over T. ``six_n`` is then 6 (N_enc S + N_dec T) with
 ``ParamCount.encoder`` and ``.decoder`` the stacks' non-embedding parameters.
 
+Mixture of experts (``mlp: moe``). ``non_embedding`` and ``total`` count every expert (what is
+stored and trained); ``non_embedding_active`` counts what one token passes through: the
+router, its top_k routed experts and the shared experts (plus attention, norms and any dense
+MLP layers), so a dense model's active count is its non-embedding count. The forward FLOPs
+are 2 per active MLP parameter and token (dropless routing computes each assignment once) plus
+the router's 2 d n_experts (``router``); gathering, sorting, gating and combining do no
+matmul. ``six_n`` is 6 N_active (C = 6 N_active D, the compute an MoE is compared at).
+
+QK-norm (``qk_norm``) adds 2 head_dim gains per attention (self and cross) and no matmul FLOPs:
+like every norm it is left out of the FLOP count (about 4 head_dim x n_heads FLOPs per token
+and layer for the squares, mean and scale, under 1% of the projections' 2 d x 4 d).
+
 ``six_n`` is the usual ``6 * non_embedding`` approximation (Kaplan et al. 2020): it leaves out
 the LM head and attention over T, which dominate small models, so at the shipped IsoFLOP sizes
 (V 1024, seq_len 128) ``exact`` is 1.45-4.6x ``six_n`` (4.61x for the model above). C = 6 N D is
@@ -62,6 +74,10 @@ class ParamCount:
     mlm_transform: int = 0  # encoder: the MLM head's dense + norm
     encoder: int = 0  # encoder_decoder: the encoder stack's non-embedding params (+ its norm)
     decoder: int = 0  # encoder_decoder: the decoder stack's non-embedding params (+ its norm)
+    # Parameters one token passes through (MoE: the router, top_k routed and the shared
+    # experts); equal to non_embedding / mlp for a dense model.
+    non_embedding_active: int = 0
+    mlp_active: int = 0
 
 
 def norm_params(cfg: ModelConfig) -> int:
@@ -70,16 +86,35 @@ def norm_params(cfg: ModelConfig) -> int:
 
 
 def layer_params(cfg: ModelConfig) -> tuple[int, int, int]:
-    """(attention, mlp, norms) parameters of one self-attention block. A cross block adds one
-    more attention's worth (same shapes: q, k, v, output) and one more norm."""
-    d, b, f = cfg.d_model, int(cfg.bias), cfg.ffn_dim
+    """(attention, mlp, norms) parameters of one self-attention block of a dense model. A cross
+    block adds one more attention's worth (same shapes: q, k, v, output, QK-norm gains) and one
+    more norm. A MoE model's MLPs differ by layer: ``mlp_params``."""
+    d, b = cfg.d_model, int(cfg.bias)
     qkv_out = (cfg.n_heads + 2 * cfg.kv_heads) * cfg.head_dim
     attn = d * qkv_out + b * qkv_out + cfg.n_heads * cfg.head_dim * d + b * d
-    if cfg.mlp == "gelu":
-        mlp = 2 * d * f + b * (f + d)
+    attn += 2 * cfg.head_dim if cfg.qk_norm else 0  # the q and k RMSNorm gains
+    return attn, mlp_params(cfg, cfg.layer_mlp(0))[0], 2 * norm_params(cfg)
+
+
+def _expert_params(cfg: ModelConfig) -> int:
+    """One bias-free expert of width ``expert_d_ff``: 3 d f (SwiGLU) or 2 d f (GELU)."""
+    return (3 if cfg.expert_mlp == "swiglu" else 2) * cfg.d_model * cfg.expert_d_ff
+
+
+def mlp_params(cfg: ModelConfig, kind: str) -> tuple[int, int]:
+    """(total, active per token) parameters of one MLP of ``kind`` (``cfg.layer_mlp(i)``). A
+    dense MLP is all active. A MoE layer: the router (d x E), n_experts routed experts of which
+    top_k are active, n_shared_experts always active; no biases."""
+    d, b, f = cfg.d_model, int(cfg.bias), cfg.ffn_dim
+    if kind == "moe":
+        router, expert = d * cfg.n_experts, _expert_params(cfg)
+        shared = cfg.n_shared_experts * expert
+        return router + cfg.n_experts * expert + shared, router + cfg.top_k * expert + shared
+    if kind == "gelu":
+        dense = 2 * d * f + b * (f + d)
     else:  # swiglu: fused gate+up (d -> 2f) and down (f -> d)
-        mlp = 3 * d * f + b * (2 * f + d)
-    return attn, mlp, 2 * norm_params(cfg)
+        dense = 3 * d * f + b * (2 * f + d)
+    return dense, dense
 
 
 def count_params(cfg: ModelConfig) -> ParamCount:
@@ -88,6 +123,10 @@ def count_params(cfg: ModelConfig) -> ParamCount:
     n_enc, n_dec = cfg.encoder_layers, cfg.decoder_layers
     n_blocks = n_enc + n_dec
     attn, mlp, norms = n_blocks * attn1, n_blocks * mlp1, n_blocks * norms1
+    mlp_active = mlp
+    if cfg.mlp == "moe":  # decoder only: the MLP differs by layer
+        per_layer = [mlp_params(cfg, cfg.layer_mlp(i)) for i in range(cfg.n_layers)]
+        mlp, mlp_active = sum(t for t, _ in per_layer), sum(a for _, a in per_layer)
     final = norm_params(cfg) if cfg.norm_position == "pre" else 0  # per stack
     cross = mlm = head_bias = enc = dec = 0
     n_tables = 1
@@ -120,12 +159,14 @@ def count_params(cfg: ModelConfig) -> ParamCount:
         mlm_transform=mlm,
         encoder=enc,
         decoder=dec,
+        non_embedding_active=non_embedding - mlp + mlp_active,
+        mlp_active=mlp_active,
     )
 
 
 @dataclass(frozen=True)
 class FlopCount:
-    six_n: int  # 6 * non_embedding params (per token); 6 (N_enc S + N_dec T) per sequence
+    six_n: int  # 6 * non_embedding_active (per token); 6 (N_enc S + N_dec T) per sequence
     exact: int  # training (forward + backward) matmul FLOPs = 3 * forward
     forward: int  # forward matmul FLOPs (sum of the components below)
     qkv: int  # self-attention, all layers (both stacks)
@@ -140,6 +181,7 @@ class FlopCount:
     cross_values: int = 0  # encoder_decoder: T x S
     cross_out: int = 0  # encoder_decoder: cross-attention output projection over T
     mlm_transform: int = 0  # encoder: the MLM head's d x d transform
+    router: int = 0  # MoE: the router's d x n_experts logits, all MoE layers
 
 
 def _check_len(name: str, value: int) -> None:
@@ -149,16 +191,27 @@ def _check_len(name: str, value: int) -> None:
 
 def _stack(cfg: ModelConfig, n_layers: int, tokens: int, keys: int) -> dict[str, int]:
     """Forward FLOPs of ``n_layers`` self-attention blocks over ``tokens`` positions attending
-    ``keys`` positions each (T x T: the full matrix, as SDPA's math kernel computes it)."""
-    d, f, q_width = cfg.d_model, cfg.ffn_dim, cfg.n_heads * cfg.head_dim
+    ``keys`` positions each (T x T: the full matrix, as SDPA's math kernel computes it). An MLP
+    costs 2 FLOPs per active parameter and token (MoE: top_k routed + shared experts, each
+    token exactly once: dropless, no padding counted), the router 2 d n_experts."""
+    d, q_width = cfg.d_model, cfg.n_heads * cfg.head_dim
     per_token = n_layers * tokens
-    return {
+    parts = {
         "qkv": per_token * 2 * d * (cfg.n_heads + 2 * cfg.kv_heads) * cfg.head_dim,
         "attn_scores": per_token * 2 * keys * q_width,  # each query . every key, per query head
         "attn_values": per_token * 2 * keys * q_width,
         "attn_out": per_token * 2 * q_width * d,
-        "mlp": per_token * 2 * d * f * (2 if cfg.mlp == "gelu" else 3),
     }
+    if cfg.mlp != "moe":  # matmul weights only: the biases' adds are not matmul FLOPs
+        parts["mlp"] = per_token * 2 * d * cfg.ffn_dim * (2 if cfg.mlp == "gelu" else 3)
+        return parts
+    mult = 3 if cfg.expert_mlp == "swiglu" else 2
+    n_moe = cfg.n_moe_layers
+    dense = (n_layers - n_moe) * 2 * d * cfg.ffn_dim * mult
+    experts = n_moe * (cfg.top_k + cfg.n_shared_experts) * 2 * _expert_params(cfg)
+    parts["mlp"] = tokens * (dense + experts)
+    parts["router"] = tokens * n_moe * 2 * d * cfg.n_experts
+    return parts
 
 
 def _flop_count(cfg: ModelConfig, parts: dict[str, int], six_n: int) -> FlopCount:
@@ -180,7 +233,7 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> FlopCount:
     if cfg.family == "encoder":
         parts["mlm_transform"] = 2 * cfg.d_model * cfg.d_model
     parts["lm_head"] = 2 * cfg.d_model * cfg.vocab_size
-    return _flop_count(cfg, parts, 6 * count_params(cfg).non_embedding)
+    return _flop_count(cfg, parts, 6 * count_params(cfg).non_embedding_active)
 
 
 def flops_per_sequence(cfg: ModelConfig, seq_len: int, src_len: int | None = None) -> FlopCount:
@@ -248,8 +301,13 @@ def _layer_activations(cfg: ModelConfig, s: int, b: int, e: int, fused: bool) ->
         attn += 4 * a * s * b  # the kernel's fp32 log-sum-exp per query and head
     else:  # softmax output (also the probabilities x V input without dropout) + dropout's
         attn += a * s * s * b * (e + mask * (1 + e))
-    hidden = 2 * f if cfg.mlp == "gelu" else 4 * f  # gelu: in, out; swiglu: gate|up, silu, product
+    if cfg.mlp == "moe":  # MoE layers: each token's top_k + shared experts, and its routed copies
+        f = max(f, (cfg.top_k + cfg.n_shared_experts) * cfg.expert_d_ff)
+    gelu = cfg.layer_mlp(0) == "gelu" or (cfg.mlp == "moe" and cfg.expert_mlp == "gelu")
+    hidden = 2 * f if gelu else 4 * f  # gelu: in, out; swiglu: gate|up, silu, product
     mlp = e * s * b * (h + hidden) + mask * sbh
+    if cfg.mlp == "moe":  # the gathered rows (top_k copies) and the fp32 router probabilities
+        mlp += e * s * b * h * cfg.top_k + 4 * s * b * cfg.n_experts
     norms = 2 * 4 * sbh  # two norms' fp32 inputs
     return int(attn + mlp + norms)
 

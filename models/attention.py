@@ -36,6 +36,15 @@ class KVCache:
         return k, v
 
 
+def qk_norms(cfg: ModelConfig) -> tuple[nn.RMSNorm | None, nn.RMSNorm | None]:
+    """QK-norm (``cfg.qk_norm``): an RMSNorm over head_dim for queries and one for keys, each
+    gain shared by the heads (Qwen3 / Gemma 3; OLMo 2 norms the whole projection instead).
+    Bounds the attention logits, which otherwise grow with the q and k weights."""
+    if not cfg.qk_norm:
+        return None, None
+    return nn.RMSNorm(cfg.head_dim, eps=cfg.norm_eps), nn.RMSNorm(cfg.head_dim, eps=cfg.norm_eps)
+
+
 class SelfAttention(nn.Module):
     """Multi-head self-attention via ``F.scaled_dot_product_attention``; causal or not and
     any mask come from ``pos`` (see ``models.positions``).
@@ -53,6 +62,7 @@ class SelfAttention(nn.Module):
         self.q_size, self.kv_size = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
         self.qkv = nn.Linear(cfg.d_model, self.q_size + 2 * self.kv_size, bias=cfg.bias)
         self.proj = nn.Linear(self.q_size, cfg.d_model, bias=cfg.bias)
+        self.q_norm, self.k_norm = qk_norms(cfg)
         # None: SDPA's 1/sqrt(head_dim). muP (and CompleteP, built on it): 1/head_dim, since
         # after training q and k are correlated and q.k grows like head_dim, not its square root
         # (Yang et al. 2022, sec. 6).
@@ -68,6 +78,8 @@ class SelfAttention(nn.Module):
         q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
         k = k.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, K, T, hd)
         v = v.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, K, T, hd)
+        if self.q_norm is not None:  # per head, over head_dim, before positions
+            q, k = self.q_norm(q), self.k_norm(k)
         if pos.cos is not None:
             q, k = apply_rope(q, pos.cos, pos.sin), apply_rope(k, pos.cos, pos.sin)
         if cache is not None:
@@ -121,6 +133,7 @@ class CrossAttention(nn.Module):
         self.q = nn.Linear(cfg.d_model, self.q_size, bias=cfg.bias)
         self.kv = nn.Linear(cfg.d_model, 2 * self.kv_size, bias=cfg.bias)
         self.proj = nn.Linear(self.q_size, cfg.d_model, bias=cfg.bias)
+        self.q_norm, self.k_norm = qk_norms(cfg)
         self.attn_dropout = cfg.dropout
         self.resid_drop = nn.Dropout(cfg.dropout)
 
@@ -129,6 +142,8 @@ class CrossAttention(nn.Module):
         k, v = self.kv(memory).split([self.kv_size, self.kv_size], dim=-1)
         k = k.view(B, S, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, K, S, hd)
         v = v.view(B, S, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, K, S, hd)
+        if self.k_norm is not None:
+            k = self.k_norm(k)
         return k, v
 
     def forward(
@@ -140,6 +155,8 @@ class CrossAttention(nn.Module):
         """x (B, T, d); kv from ``memory_kv``; memory_mask (B, 1, 1, S) bool or None."""
         B, T, _ = x.shape
         q = self.q(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+        if self.q_norm is not None:
+            q = self.q_norm(q)
         y = F.scaled_dot_product_attention(
             q,
             *kv,

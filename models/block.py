@@ -22,6 +22,8 @@ class Block(nn.Module):
     """``norm`` and ``mlp`` are the classes the config names, passed in by the caller (see
     ``models.registry.build_block``) so that this module needs no registry."""
 
+    residual_sublayers = 2  # attention, MLP: the k of init_weights' init_std / sqrt(k L)
+
     def __init__(
         self, cfg: ModelConfig, layer_idx: int, norm: type[nn.Module], mlp: type[nn.Module]
     ):
@@ -37,9 +39,10 @@ class Block(nn.Module):
         """A residual branch's output as the stream receives it."""
         return y if self.branch_mult == 1.0 else y * self.branch_mult
 
-    def residual_projections(self) -> list[nn.Linear]:
-        """The projections that write into the residual stream, one per residual sublayer."""
-        return [self.attn.proj, self.mlp.proj]
+    def residual_projections(self) -> list[nn.Module]:
+        """The projections that write into the residual stream (each has a ``weight``): one
+        per residual sublayer, the MoE MLP's routed and shared experts' both."""
+        return [self.attn.proj, *self.mlp.residual_projections()]
 
 
 class PreNormBlock(Block):
@@ -59,6 +62,8 @@ class PostNormBlock(Block):
 
 
 class CrossBlock(Block):
+    residual_sublayers = 3
+
     def __init__(
         self, cfg: ModelConfig, layer_idx: int, norm: type[nn.Module], mlp: type[nn.Module]
     ):
@@ -66,8 +71,8 @@ class CrossBlock(Block):
         self.cross_norm = norm(cfg)
         self.cross_attn = CrossAttention(cfg)
 
-    def residual_projections(self) -> list[nn.Linear]:
-        return [self.attn.proj, self.cross_attn.proj, self.mlp.proj]
+    def residual_projections(self) -> list[nn.Module]:
+        return [self.attn.proj, self.cross_attn.proj, *self.mlp.residual_projections()]
 
 
 KV = tuple[torch.Tensor, torch.Tensor]
@@ -104,7 +109,6 @@ def init_weights(model: nn.Module, init_std: float, stacks: Sequence[Sequence[Bl
             nn.init.zeros_(module.bias)
     for stack in stacks:
         for block in stack:
-            projections = block.residual_projections()
-            std = init_std / math.sqrt(len(projections) * len(stack))
-            for proj in projections:
+            std = init_std / math.sqrt(block.residual_sublayers * len(stack))
+            for proj in block.residual_projections():
                 nn.init.normal_(proj.weight, std=std)

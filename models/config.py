@@ -26,7 +26,9 @@ from models.values import int_if_integral
 NormPosition = Literal["pre", "post"]
 Norm = Literal["layernorm", "rmsnorm"]
 PosEncoding = Literal["sinusoidal", "learned", "rope", "alibi", "none"]
-Mlp = Literal["gelu", "swiglu"]
+Mlp = Literal["gelu", "swiglu", "moe"]
+ExpertMlp = Literal["gelu", "swiglu"]
+MoeBalance = Literal["aux_loss", "aux_free"]
 Family = Literal["decoder", "encoder_decoder", "encoder"]
 
 # Fields the decoder family holds at their defaults (validated). ``to_dict`` leaves them out of
@@ -41,6 +43,21 @@ MUP_FIELDS = ("parametrization", "mup_base_width")
 # Fields every config but a CompleteP one holds at their defaults (validated); ``to_dict`` leaves
 # them out of SP and muP configs, whose run keys therefore stay what they were.
 DEPTH_FIELDS = ("mup_base_depth", "depth_alpha")
+# Fields a config with mlp != 'moe' holds at their defaults (validated); ``to_dict`` leaves them
+# out of such a config, so dense run keys do not depend on them. Likewise ``qk_norm`` when off.
+MOE_FIELDS = (
+    "n_experts",
+    "top_k",
+    "moe_granularity",
+    "n_shared_experts",
+    "expert_mlp",
+    "moe_every",
+    "moe_balance",
+    "moe_aux_coef",
+    "moe_z_coef",
+    "moe_bias_rate",
+    "moe_norm_topk",
+)
 
 
 @dataclass(frozen=True)
@@ -92,11 +109,33 @@ class ModelConfig:
     mup_base_depth: int | None = None  # n_layers of the base model; completep only (required)
     # CompleteP's residual exponent: 1 = CompleteP, 0.5 = depth-muP; in [0.5, 1]; completep only
     depth_alpha: float = 1.0
+    # RMSNorm on each query and key head (over head_dim, one gain shared by the heads) before
+    # positions are applied, in self- and cross-attention (Qwen3 / Gemma 3 form).
+    qk_norm: bool = False
+    # Mixture of experts (mlp='moe'; decoder family, SP only). Each MoE layer: a router
+    # (d_model -> n_experts, no bias), softmax over all experts, then the top_k experts per
+    # token; every token reaches its top_k experts (dropless: no capacity, nothing dropped).
+    # Experts are `expert_mlp` MLPs of width ffn_dim / moe_granularity (Krajewski et al. 2024's
+    # granularity G: G = 1 is an expert as wide as the dense MLP); no biases in the MoE layer.
+    n_experts: int = 8  # routed experts per MoE layer
+    top_k: int = 2  # routed experts per token
+    moe_granularity: int = 1  # G: expert width = ffn_dim / G (must divide)
+    n_shared_experts: int = 0  # always-active experts of the same width (DeepSeek), fused as one
+    expert_mlp: ExpertMlp = "swiglu"  # the experts' MLP, also the dense layers' of a MoE model
+    moe_every: int = 1  # layer i is MoE iff (i + 1) % moe_every == 0 (others dense); 1 = all
+    # aux_loss: Switch/GShard balance loss x moe_aux_coef. aux_free: DeepSeek-V3's per-expert
+    # selection bias, moved by moe_bias_rate x sign(mean load - load) after each step.
+    moe_balance: MoeBalance = "aux_loss"
+    moe_aux_coef: float = 0.01  # weight of the balance loss (aux_free may add one too)
+    moe_z_coef: float = 0.001  # weight of the router z-loss (ST-MoE); 0 = off
+    moe_bias_rate: float = 0.001  # aux_free's bias update speed (gamma); aux_free only
+    moe_norm_topk: bool = False  # renormalise the top_k gate weights to sum to 1 (Mixtral)
 
     def __post_init__(self) -> None:
         self._check_types()
         self._check_heads()
         self._check_family()
+        self._check_moe()
         if self.pos_encoding == "rope" and self.head_dim % 2 != 0:
             raise ValueError(
                 f"head_dim = d_model / n_heads = {self.head_dim} must be even with "
@@ -109,8 +148,9 @@ class ModelConfig:
             v = getattr(self, name)
             if v is None and name in _OPTIONAL_INT_FIELDS:
                 continue
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                allowed = "a positive integer" + (
+            low = 0 if name in _NONNEGATIVE_INT_FIELDS else 1
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                allowed = ("an integer >= 0" if low == 0 else "a positive integer") + (
                     " or null" if name in _OPTIONAL_INT_FIELDS else ""
                 )
                 raise ValueError(f"{name} must be {allowed}, got {v!r}")
@@ -119,13 +159,17 @@ class ModelConfig:
             if v not in choices:
                 allowed = ", ".join(repr(x) for x in choices)
                 raise ValueError(f"{name} must be one of {allowed}; got {v!r}")
-        for name in ("tie_embeddings", "bias", "scale_embeddings"):
+        for name in ("tie_embeddings", "bias", "scale_embeddings", "qk_norm", "moe_norm_topk"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("rope_base", "norm_eps", "init_std"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
                 raise ValueError(f"{name} must be a positive number, got {v!r}")
+        for name in ("moe_aux_coef", "moe_z_coef", "moe_bias_rate"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+                raise ValueError(f"{name} must be a number >= 0, got {v!r}")
         if isinstance(self.depth_alpha, bool) or not isinstance(self.depth_alpha, (int, float)):
             raise ValueError(f"depth_alpha must be a number in [0.5, 1], got {self.depth_alpha!r}")
         if not 0.5 <= self.depth_alpha <= 1.0:
@@ -179,6 +223,45 @@ class ModelConfig:
                     "leave it at 1.0"
                 )
 
+    def _check_moe(self) -> None:
+        """MoE fields: only with mlp='moe', and then consistent with each other."""
+        if self.mlp != "moe":
+            for f in dataclasses.fields(self):
+                if f.name in MOE_FIELDS and getattr(self, f.name) != f.default:
+                    raise ValueError(
+                        f"{f.name} applies to mlp='moe' only (mlp={self.mlp!r}); leave it at "
+                        f"{f.default!r}"
+                    )
+            return
+        if self.family != "decoder":
+            raise ValueError(
+                f"mlp='moe' is implemented for family='decoder' only, got family={self.family!r}"
+            )
+        if self.parametrization != "sp":
+            raise ValueError(
+                f"mlp='moe' is implemented for parametrization='sp' only, got "
+                f"{self.parametrization!r} (muP's hidden-weight rules do not cover experts)"
+            )
+        if self.top_k > self.n_experts:
+            raise ValueError(f"top_k ({self.top_k}) must be at most n_experts ({self.n_experts})")
+        if self.ffn_dim % self.moe_granularity != 0:
+            divisors = [g for g in range(1, self.ffn_dim + 1) if self.ffn_dim % g == 0]
+            raise ValueError(
+                f"moe_granularity ({self.moe_granularity}) must divide the MLP width ffn_dim "
+                f"({self.ffn_dim}); allowed moe_granularity: {', '.join(map(str, divisors[:12]))}"
+                f"{' ...' if len(divisors) > 12 else ''}"
+            )
+        if self.moe_every > self.n_layers:
+            raise ValueError(
+                f"moe_every ({self.moe_every}) must be at most n_layers ({self.n_layers}), "
+                "else no layer is MoE"
+            )
+        if self.moe_balance != "aux_free" and self.moe_bias_rate != 0.001:
+            raise ValueError(
+                f"moe_bias_rate applies to moe_balance='aux_free' only, got "
+                f"{self.moe_bias_rate!r} with moe_balance={self.moe_balance!r}; leave it at 0.001"
+            )
+
     def _check_mup(self) -> None:
         """muP and CompleteP: the family, norm placement and base shapes they need."""
         p = self.parametrization
@@ -218,7 +301,27 @@ class ModelConfig:
         """Resolved MLP hidden width (``d_ff`` or the default for the MLP type)."""
         if self.d_ff is not None:
             return self.d_ff
-        return default_d_ff(self.d_model, self.mlp, self.bias)
+        mlp = self.expert_mlp if self.mlp == "moe" else self.mlp
+        return default_d_ff(self.d_model, mlp, self.bias)
+
+    @property
+    def expert_d_ff(self) -> int:
+        """Hidden width of one expert (routed or shared): ffn_dim / moe_granularity."""
+        return self.ffn_dim // self.moe_granularity
+
+    def is_moe_layer(self, layer_idx: int) -> bool:
+        """Whether block ``layer_idx`` (0-based) has a MoE MLP (Qwen2-MoE's decoder_sparse_step)."""
+        return self.mlp == "moe" and (layer_idx + 1) % self.moe_every == 0
+
+    def layer_mlp(self, layer_idx: int) -> str:
+        """The MLP kind of block ``layer_idx``: ``moe``, or the dense ``gelu`` / ``swiglu``."""
+        if self.mlp != "moe":
+            return self.mlp
+        return "moe" if self.is_moe_layer(layer_idx) else self.expert_mlp
+
+    @property
+    def n_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.n_layers))
 
     @property
     def attention_kind(self) -> str:
@@ -272,6 +375,18 @@ class ModelConfig:
         """Size-independent architecture signature, e.g. ``pre-rmsnorm-rope-gqa2-swiglu``;
         other families than the decoder lead with theirs (``encoder_decoder-post-...``)."""
         parts = [self.norm_position, self.norm, self.pos_encoding, self.attention_kind, self.mlp]
+        if self.mlp == "moe":  # e.g. moe8x2 (8 experts, top 2), +g4 +s1 +every2 where set
+            parts[-1] = f"moe{self.n_experts}x{self.top_k}" + "".join(
+                f"{tag}{v}"
+                for tag, v, default in [
+                    ("g", self.moe_granularity, 1),
+                    ("s", self.n_shared_experts, 0),
+                    ("every", self.moe_every, 1),
+                ]
+                if v != default
+            )
+        if self.qk_norm:
+            parts.append("qknorm")
         if self.family != "decoder":
             parts.insert(0, self.family)
         return "-".join(parts)
@@ -285,6 +400,8 @@ class ModelConfig:
             (FAMILY_FIELDS if self.family == "decoder" else ())
             + (MUP_FIELDS if self.parametrization == "sp" else ())
             + (DEPTH_FIELDS if self.parametrization != "completep" else ())
+            + (MOE_FIELDS if self.mlp != "moe" else ())
+            + (() if self.qk_norm else ("qk_norm",))
         )
         for name in omit:
             del d[name]
@@ -326,6 +443,8 @@ def default_d_ff(d_model: int, mlp: str, bias: bool) -> int:
     """
     if mlp == "gelu":
         return 4 * d_model
+    if mlp == "moe":
+        raise ValueError("default_d_ff: pass the experts' MLP kind (expert_mlp), not 'moe'")
     b = 1 if bias else 0
     exact = (8 * d_model * d_model + 4 * d_model * b) / (3 * d_model + 2 * b)
     multiple = 8 if d_model >= 192 else 1
@@ -344,7 +463,13 @@ _INT_FIELDS = (
     "n_decoder_layers",
     "mup_base_width",
     "mup_base_depth",
+    "n_experts",
+    "top_k",
+    "moe_granularity",
+    "n_shared_experts",
+    "moe_every",
 )
+_NONNEGATIVE_INT_FIELDS = ("n_shared_experts",)
 _OPTIONAL_INT_FIELDS = (
     "n_kv_heads",
     "d_ff",

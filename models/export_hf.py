@@ -7,9 +7,10 @@ The output (``config.json`` + ``model.safetensors``) loads with ``transformers``
 and gives our logits (within float32 rounding), so trained models can be evaluated with the
 usual tools. Targets per family (``models.hf_layouts`` maps our weights onto each):
 
-- ``decoder`` -> ``GPT2LMHeadModel`` (Pre-LN, LayerNorm, learned positions, MHA, GELU) or
-  ``LlamaForCausalLM`` (Pre-LN, RMSNorm, RoPE, SwiGLU, any MHA/GQA/MQA):
-  ``AutoModelForCausalLM``.
+- ``decoder`` -> ``GPT2LMHeadModel`` (Pre-LN, LayerNorm, learned positions, MHA, GELU),
+  ``LlamaForCausalLM`` (Pre-LN, RMSNorm, RoPE, SwiGLU, any MHA/GQA/MQA) or
+  ``Qwen3MoeForCausalLM`` (as Llama with QK-norm and ``mlp: moe``: SwiGLU experts, no shared
+  experts, softmax-then-top-k routing without aux-free biases): ``AutoModelForCausalLM``.
 - ``encoder`` -> ``BertForMaskedLM`` (Post-LN, LayerNorm, learned positions, MHA, GELU):
   ``AutoModelForMaskedLM``.
 - ``encoder_decoder`` -> ``MarianMTModel`` (Post-LN, LayerNorm with eps 1e-5, sinusoidal
@@ -50,6 +51,7 @@ _TARGETS = {
             "norm": "layernorm",
             "mlp": "gelu",
             "scale_embeddings": False,
+            "qk_norm": False,
         },
         "llama": {
             "norm_position": "pre",
@@ -57,6 +59,18 @@ _TARGETS = {
             "norm": "rmsnorm",
             "mlp": "swiglu",
             "scale_embeddings": False,
+            "qk_norm": False,
+        },
+        "qwen3_moe": {
+            "norm_position": "pre",
+            "pos_encoding": "rope",
+            "norm": "rmsnorm",
+            "mlp": "moe",
+            "scale_embeddings": False,
+            "qk_norm": True,  # Qwen3 always norms q and k per head
+            "expert_mlp": "swiglu",
+            "n_shared_experts": 0,
+            "moe_balance": "aux_loss",  # no selection bias in Qwen3-MoE's router
         },
     },
     "encoder": {
@@ -66,6 +80,7 @@ _TARGETS = {
             "norm": "layernorm",
             "mlp": "gelu",
             "scale_embeddings": False,
+            "qk_norm": False,
         },
     },
     "encoder_decoder": {
@@ -75,12 +90,14 @@ _TARGETS = {
             "norm": "layernorm",
             "mlp": "gelu",
             "norm_eps": 1e-5,  # Marian's LayerNorms use torch's default eps
+            "qk_norm": False,
         },
     },
 }
 _MHA_ONLY = {"gpt2", "bert", "marian"}
 _EXPORTABLE = {
-    "decoder": "gpt2 (pre, layernorm, learned, MHA, gelu) or llama (pre, rmsnorm, rope, swiglu)",
+    "decoder": "gpt2 (pre, layernorm, learned, MHA, gelu), llama (pre, rmsnorm, rope, swiglu) "
+    "or qwen3_moe (pre, rmsnorm, rope, qk_norm, moe of swiglu experts, no shared, aux_loss)",
     "encoder": "bert (post, layernorm, learned, MHA, gelu)",
     "encoder_decoder": "marian (post, layernorm with eps 1e-5, sinusoidal, MHA, gelu)",
 }
@@ -99,15 +116,18 @@ def hf_target(cfg: ModelConfig) -> str:
             "multiplier and 1/head_dim attention scale); only 'sp' models are exportable"
         )
     targets = _TARGETS[cfg.family]
-    best, best_misses = None, None
+    best, best_misses, best_rank = None, None, None
     for name, needs in targets.items():
         misses = [(f, v) for f, v in needs.items() if getattr(cfg, f) != v]
         if name in _MHA_ONLY and cfg.kv_heads != cfg.n_heads:
             misses.append(("n_kv_heads", "null (MHA)"))
+        if name == "qwen3_moe" and cfg.bias and cfg.moe_every != 1:  # dense MLPs: no bias
+            misses.append(("bias", False))
         if not misses:
             return name
-        if best_misses is None or len(misses) < len(best_misses):
-            best, best_misses = name, misses
+        rank = (len(misses), any(f == "mlp" for f, _ in misses))  # ties: the same MLP kind
+        if best_misses is None or rank < best_rank:
+            best, best_misses, best_rank = name, misses, rank
     field, want = best_misses[0]
     options = sorted({needs.get(field) for needs in targets.values()} - {None}, key=repr)
     allowed = " or ".join(repr(v) for v in options) if field != "n_kv_heads" else want

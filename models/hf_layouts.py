@@ -24,6 +24,12 @@ config (``ExportError`` otherwise); here every target is assumed to fit.
   Learned positions do not fit (Marian does not save them either; BART adds an embedding
   LayerNorm our 2017 model lacks).
 
+- ``Qwen3MoeForCausalLM`` (decoder; Llama's layout plus per-head ``q_norm``/``k_norm`` and
+  sparse MLPs). Its router (``mlp.gate.weight``) and experts (``mlp.experts.gate_up_proj``
+  (E, 2f, d) rows [gate | up], ``mlp.experts.down_proj`` (E, d, f)) store exactly our
+  ``router``, ``gate_up`` and ``proj``; ``decoder_sparse_step`` is our ``moe_every``. Its
+  dense MLPs have no biases; its attention biases (q, k, v and o) follow ``attention_bias``.
+
 GPT-2, BERT and Marian always have biases: a ``bias=False`` model is exported with zero biases
 (the same function).
 """
@@ -42,6 +48,7 @@ Pair = tuple[torch.Tensor, torch.Tensor]  # (weight, bias)
 CLASSES = {
     "gpt2": "GPT2LMHeadModel",
     "llama": "LlamaForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
     "bert": "BertForMaskedLM",
     "marian": "MarianMTModel",
 }
@@ -96,6 +103,22 @@ def _llama_config(cfg: ModelConfig) -> dict:
         attention_dropout=cfg.dropout,
         bos_token_id=None,
         eos_token_id=None,
+    )
+
+
+def _qwen3_moe_config(cfg: ModelConfig) -> dict:
+    llama = _llama_config(cfg)
+    del llama["mlp_bias"]
+    return dict(
+        llama,
+        moe_intermediate_size=cfg.expert_d_ff,
+        num_experts=cfg.n_experts,
+        num_experts_per_tok=cfg.top_k,
+        norm_topk_prob=cfg.moe_norm_topk,
+        decoder_sparse_step=cfg.moe_every,
+        mlp_only_layers=[],
+        router_aux_loss_coef=cfg.moe_aux_coef,
+        use_sliding_window=False,
     )
 
 
@@ -211,6 +234,38 @@ def _llama_state(cfg: ModelConfig, sd: Tensors) -> Tensors:
     return out
 
 
+def _qwen3_moe_state(cfg: ModelConfig, sd: Tensors) -> Tensors:
+    """Llama's mapping plus QK-norm gains; the MoE layers' router and experts as they are."""
+    q, kv, f = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.ffn_dim
+    kinds = ("weight", "bias") if cfg.bias else ("weight",)
+    out = {
+        "model.embed_tokens.weight": sd["tok_emb.weight"],
+        "model.norm.weight": sd["final_norm.weight"],
+    }
+    for i in range(cfg.n_layers):
+        a, h = f"blocks.{i}", f"model.layers.{i}"
+        out[f"{h}.input_layernorm.weight"] = sd[f"{a}.attn_norm.weight"]
+        out[f"{h}.post_attention_layernorm.weight"] = sd[f"{a}.mlp_norm.weight"]
+        out[f"{h}.self_attn.q_norm.weight"] = sd[f"{a}.attn.q_norm.weight"]
+        out[f"{h}.self_attn.k_norm.weight"] = sd[f"{a}.attn.k_norm.weight"]
+        names = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"]
+        for kind in kinds:
+            for name, part in zip(names, sd[f"{a}.attn.qkv.{kind}"].split([q, kv, kv])):
+                out[f"{h}.{name}.{kind}"] = part
+            out[f"{h}.self_attn.o_proj.{kind}"] = sd[f"{a}.attn.proj.{kind}"]
+        if cfg.is_moe_layer(i):
+            out[f"{h}.mlp.gate.weight"] = sd[f"{a}.mlp.router.weight"]
+            out[f"{h}.mlp.experts.gate_up_proj"] = sd[f"{a}.mlp.gate_up.weight"]
+            out[f"{h}.mlp.experts.down_proj"] = sd[f"{a}.mlp.proj.weight"]
+        else:  # a dense SwiGLU layer (bias-free: export_hf checks)
+            gate, up = sd[f"{a}.mlp.gate_up.weight"].split([f, f])
+            out[f"{h}.mlp.gate_proj.weight"], out[f"{h}.mlp.up_proj.weight"] = gate, up
+            out[f"{h}.mlp.down_proj.weight"] = sd[f"{a}.mlp.proj.weight"]
+    if not cfg.tie_embeddings:
+        out["lm_head.weight"] = sd["lm_head.weight"]
+    return out
+
+
 def _bert_state(cfg: ModelConfig, sd: Tensors) -> Tensors:
     d = cfg.d_model
     out: Tensors = {
@@ -289,12 +344,14 @@ def _marian_state(cfg: ModelConfig, sd: Tensors) -> Tensors:
 _CONFIGS: dict[str, tuple[str, Callable[[ModelConfig], dict]]] = {
     "gpt2": ("GPT2Config", _gpt2_config),
     "llama": ("LlamaConfig", _llama_config),
+    "qwen3_moe": ("Qwen3MoeConfig", _qwen3_moe_config),
     "bert": ("BertConfig", _bert_config),
     "marian": ("MarianConfig", _marian_config),
 }
 _STATES: dict[str, Callable[[ModelConfig, Tensors], Tensors]] = {
     "gpt2": _gpt2_state,
     "llama": _llama_state,
+    "qwen3_moe": _qwen3_moe_state,
     "bert": _bert_state,
     "marian": _marian_state,
 }

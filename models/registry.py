@@ -12,6 +12,7 @@ from models.block import (
 )
 from models.config import ModelConfig
 from models.mlp import GeluMLP, SwiGLUMLP
+from models.moe import MoEMLP
 from models.norms import LayerNorm, RMSNorm
 from models.positions import (
     AlibiPositions,
@@ -22,7 +23,7 @@ from models.positions import (
 )
 
 NORMS = {"layernorm": LayerNorm, "rmsnorm": RMSNorm}
-MLPS = {"gelu": GeluMLP, "swiglu": SwiGLUMLP}
+MLPS = {"gelu": GeluMLP, "swiglu": SwiGLUMLP, "moe": MoEMLP}
 POSITIONS = {
     "sinusoidal": SinusoidalPositions,
     "learned": LearnedPositions,
@@ -35,7 +36,9 @@ CROSS_BLOCKS = {"pre": PreNormCrossBlock, "post": PostNormCrossBlock}
 
 
 def build_block(cfg: ModelConfig, layer_idx: int, cross: bool = False) -> Block:
-    """The block ``cfg.norm_position`` names, with the norm and MLP classes the config names;
+    """The block ``cfg.norm_position`` names, with the norm and MLP classes the config names
+    (the MLP of layer ``layer_idx``: a MoE model's dense layers use ``expert_mlp``);
     ``cross``: the encoder-decoder's decoder block (self-attention, cross-attention, MLP)."""
     blocks = CROSS_BLOCKS if cross else BLOCKS
-    return blocks[cfg.norm_position](cfg, layer_idx, NORMS[cfg.norm], MLPS[cfg.mlp])
+    mlp = MLPS[cfg.layer_mlp(layer_idx)]
+    return blocks[cfg.norm_position](cfg, layer_idx, NORMS[cfg.norm], mlp)

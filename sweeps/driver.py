@@ -119,7 +119,8 @@ def facts(cfg: DictConfig) -> plan.RunFacts:
     pc = count_params(spec.model)
     seq_len = spec.train.seq_len  # per token as the family's objective counts tokens
     per_token = objectives.for_model(spec.model, seq_len, spec.data).accounting(seq_len)
-    six_n = None if spec.model.family == "decoder" else per_token.flops_6nd / seq_len
+    dense_decoder = spec.model.family == "decoder" and spec.model.mlp != "moe"
+    six_n = None if dense_decoder else per_token.flops_6nd / seq_len  # MoE: 6 N_active
     memory, device_memory = planned_memory(spec.train, spec.model, torch.cuda.is_available())
     return plan.RunFacts(
         run_key=spec.run_key,

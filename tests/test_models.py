@@ -20,7 +20,7 @@ AXES = {
     "norm": ["layernorm", "rmsnorm"],
     "pos_encoding": ["sinusoidal", "learned", "rope", "alibi", "none"],
     "n_kv_heads": [None, 2, 1],  # MHA, GQA, MQA
-    "mlp": ["gelu", "swiglu"],
+    "mlp": ["gelu", "swiglu", "moe"],  # moe: 8 SwiGLU experts, top 2 (the defaults)
 }
 COMBOS = [dict(zip(AXES, values)) for values in itertools.product(*AXES.values())]
 
@@ -34,7 +34,8 @@ def test_every_combination_builds_trains_and_counts(axes):
     torch.manual_seed(0)
     # alternate tying and bias so both settings meet every other axis value
     flip = COMBOS.index(axes) % 2 == 0
-    cfg = tiny(**axes, tie_embeddings=flip, bias=not flip)
+    qk_norm = COMBOS.index(axes) % 3 == 0  # QK-norm meets every other axis value too
+    cfg = tiny(**axes, tie_embeddings=flip, bias=not flip, qk_norm=qk_norm)
     model = build_model(cfg)
     idx = torch.randint(0, cfg.vocab_size, (2, cfg.max_seq_len))
     logits, loss = model(idx, idx)
@@ -46,6 +47,7 @@ def test_every_combination_builds_trains_and_counts(axes):
     pc = count_params(cfg)
     assert pc.total == sum(p.numel() for p in params)
     assert pc.total == pc.non_embedding + pc.embedding
+    assert (pc.non_embedding_active < pc.non_embedding) == (cfg.mlp == "moe")
     assert model(idx)[1] is None
 
 

@@ -80,7 +80,8 @@ class NextToken:
 
     def accounting(self, tokens: int) -> Accounting:
         fl = flops_per_token(self.cfg, self.seq_len).exact
-        return Accounting(6 * count_params(self.cfg).non_embedding * tokens, fl * tokens, fl)
+        n = count_params(self.cfg).non_embedding_active  # MoE: C = 6 N_active D
+        return Accounting(6 * n * tokens, fl * tokens, fl)
 
     def val_batches(self, windows: np.ndarray):
         return windows  # (n, T + 1): training.step.evaluate shifts them itself

@@ -142,6 +142,9 @@ def derived_params(spec: RunSpec, model_cfg, geo: Geometry, objective) -> dict[s
         "n_params": pc.total,
         "n_params_nonembed": pc.non_embedding,
         "n_params_embed": pc.embedding,
+        # what one token passes through (MoE: top_k routed + shared experts); = the above if dense
+        "n_params_active": pc.total - pc.non_embedding + pc.non_embedding_active,
+        "n_params_nonembed_active": pc.non_embedding_active,
         "tokens": spec.train.tokens,  # the budget asked for
         "tokens_trained": trained,  # D: what the run trains (a branch: its stable prefix too)
         "flops_6nd": fl.flops_6nd,

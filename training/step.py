@@ -8,6 +8,7 @@ function of its arguments: `benchmarks/` times exactly what `training.train` run
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import warnings
@@ -20,6 +21,7 @@ import torch.nn.functional as F
 from accelerate.utils import DistributedType
 
 from models.accounting import GB, MemoryEstimate, largest_micro_batch, memory_estimate
+from models.moe import balance, regularization
 from training.config import ConfigError, TrainConfig
 
 
@@ -271,18 +273,26 @@ class DtypeProbe:
 @dataclass(frozen=True)
 class Update:
     """What ends an optimizer step: clip the gradients of `params` to `max_norm` (none when
-    0), step `optimizer`, zero its gradients. `optimizer` and `clip` as `step_and_clip` gives."""
+    0), step `optimizer`, zero its gradients, update the aux-free MoE biases. `optimizer` and
+    `clip` as `step_and_clip` gives; `moe` the model's MoE layers, whose balance and z losses
+    join each micro-batch's objective (`optimizer_step`)."""
 
     optimizer: Any
     clip: Callable
     params: list
     max_norm: float
+    moe: list = dataclasses.field(default_factory=list)  # the model's MoE layers (moe_layers)
+
+    def regularization(self):
+        """The MoE layers' weighted balance and z losses of the last forward (None: dense)."""
+        return regularization(self.moe) if self.moe else None
 
     def apply(self) -> None:
         if self.max_norm > 0:
             self.clip(self.params, self.max_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        balance(self.moe)  # aux-free selection biases, from this step's loads
 
 
 def next_batch(sampler, device) -> list[torch.Tensor]:
@@ -294,15 +304,17 @@ def next_batch(sampler, device) -> list[torch.Tensor]:
 def optimizer_step(model, sampler, accelerator, update: Update, micro_loss: Callable):
     """One optimizer step over the accelerator's `gradient_accumulation_steps` micro-batches
     from `sampler`: backward on each, `update` on the last. `micro_loss(model, *batch)` is the
-    loss of one micro-batch (next-token `loss`, or a family's objective). Returns the step's
-    mean loss, a device tensor (reading it would sync the host every step)."""
+    loss of one micro-batch (next-token `loss`, or a family's objective); a MoE model's
+    weighted auxiliary losses are added to what is backpropagated, not to what is returned.
+    Returns the step's mean loss, a device tensor (reading it would sync the host every step)."""
     grad_accum = accelerator.gradient_accumulation_steps
     step_loss = torch.zeros((), device=accelerator.device)
     for _ in range(grad_accum):
         batch = next_batch(sampler, accelerator.device)
         with accelerator.accumulate(model):
             micro = micro_loss(model, *batch)
-            accelerator.backward(micro)
+            reg = update.regularization()  # MoE: balance + z losses; the logged loss is micro's
+            accelerator.backward(micro if reg is None else micro + reg)
             if accelerator.sync_gradients:  # the last micro-batch of the step
                 update.apply()
         step_loss += micro.detach().float()

@@ -33,6 +33,7 @@ import torch
 from accelerate import Accelerator, PartialState
 
 from models import build_model
+from models.moe import moe_layers
 from training import checkpoint, hostmem, metric_log, objectives, run_record, tracking
 from training.config import ConfigError
 from training.data import BatchSampler, Prefetcher, prepare_data, val_pairs, val_windows
@@ -271,7 +272,9 @@ class Trainer:
         model = compiled(self.raw_model) if use else self.raw_model
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         opt, clip = step_and_clip(self.accelerator, self.optimizer)
-        self.update = Update(opt, clip, list(self.model.parameters()), tr.grad_clip)
+        self.update = Update(
+            opt, clip, list(self.model.parameters()), tr.grad_clip, moe_layers(self.raw_model)
+        )
         self.probe = None if use else DtypeProbe(self.raw_model)  # hooks would recompile
         if self.model_cfg.family == "decoder":
             self.micro_loss = partial(loss, label_smoothing=tr.label_smoothing)
