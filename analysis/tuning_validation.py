@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -75,19 +76,37 @@ def parse_grids(specs: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def replay(families, keys, runs_allowed, rule, z, memo) -> pd.DataFrame:
-    """Every arm of every family's folders under one rule (and z), with its seed spread."""
-    tables = []
-    for family, folders in families.items():
-        for i, (runs, points) in enumerate(folders):
-            others = [r for j, (r, _) in enumerate(folders) if j != i]
-            kw = {"z": z} if rule == "staged" else {}
-            allowed = runs_allowed if rule == "staged" else 2.0
-            table = curve_check.check(runs, points, keys, allowed, rule, predict=memo, **kw)
-            sds = [curve_check.check_sd(runs, o, keys) for o in others]
-            table["seed_sd"] = np.nanmean(np.vstack(sds), axis=0) if sds else math.nan
-            tables.append(table.assign(family=family, seed_folder=i))
-    return pd.concat(tables, ignore_index=True)
+def _folder_tables(job) -> dict:
+    """Every rule's table at one folder of a family (a process of its own: its memo serves
+    every z), each arm with its seed spread against the family's other folders."""
+    family, i, folders, keys, runs_allowed, z_grid = job
+    runs, points = folders[i]
+    others = [r for j, (r, _) in enumerate(folders) if j != i]
+    sds = [curve_check.check_sd(runs, o, keys) for o in others]
+    sd = np.nanmean(np.vstack(sds), axis=0) if sds else math.nan
+    memo, out = _Memo(), {}
+    settings = [("staged", z) for z in z_grid] + [("tissue", None), ("last", None)]
+    for rule, z in settings:
+        kw = {"z": z} if rule == "staged" else {}
+        allowed = runs_allowed if rule == "staged" else curve_tuning.RUNS
+        table = curve_check.check(runs, points, keys, allowed, rule, predict=memo, **kw)
+        out[(rule, z)] = table.assign(seed_sd=sd, family=family, seed_folder=i)
+    return out
+
+
+def replay_all(families, keys, runs_allowed, z_grid, jobs: int = 1) -> dict:
+    """{(rule, z): every arm of every family's folders}, folders in `jobs` processes."""
+    work = [
+        (family, i, folders, keys, runs_allowed, tuple(z_grid))
+        for family, folders in families.items()
+        for i in range(len(folders))
+    ]
+    if jobs > 1:
+        with ProcessPoolExecutor(jobs) as pool:
+            parts = list(pool.map(_folder_tables, work))
+    else:
+        parts = [_folder_tables(w) for w in work]
+    return {k: pd.concat([p[k] for p in parts], ignore_index=True) for k in parts[0]}
 
 
 def score(table: pd.DataFrame, per_doubling: float) -> dict:
@@ -127,10 +146,11 @@ def shallowest_slope(runs: pd.DataFrame, budget: float) -> float:
     return float(min(slopes))
 
 
-def validate(families, keys, runs_allowed, z_grid, per_doubling):
-    """(held-out table: one row per family x rule, the z each held-out family got)."""
-    memo = _Memo()
-    by_z = {z: replay(families, keys, runs_allowed, "staged", z, memo) for z in z_grid}
+def validate(families, keys, runs_allowed, z_grid, per_doubling, jobs: int = 1):
+    """(held-out table: one row per family x rule, the z each held-out family got, the
+    staged rule's tables by z)."""
+    tables = replay_all(families, keys, runs_allowed, z_grid, jobs)
+    by_z = {z: tables[("staged", z)] for z in z_grid}
     rows, chosen = [], {}
     for held in families:
         train = {z: t[t["family"] != held] for z, t in by_z.items()}
@@ -139,10 +159,9 @@ def validate(families, keys, runs_allowed, z_grid, per_doubling):
         chosen[held] = z
         test = by_z[z][by_z[z]["family"] == held]
         rows.append({"held out": held, "rule": f"staged (z={z:g})", **score(test, per_doubling)})
-    for rule in ("tissue", "last"):
-        table = replay(families, keys, runs_allowed, rule, None, memo)
+    for rule, name in (("tissue", "predicted (one prefix)"), ("last", "last loss (baseline)")):
+        table = tables[(rule, None)]
         for held in families:
-            name = "predicted (one prefix)" if rule == "tissue" else "last loss (baseline)"
             part = table[table["family"] == held]
             rows.append({"held out": held, "rule": name, **score(part, per_doubling)})
     return pd.DataFrame(rows), chosen, by_z
@@ -196,6 +215,7 @@ def _parser() -> ArgumentParser:
     parser.add_argument("--runs", type=float, default=curve_tuning.STAGED_RUNS)
     parser.add_argument("--z", type=float, nargs="+", default=list(Z_GRID))
     parser.add_argument("--slope-runs", help="a sweep's runs.csv with budgets past the grids'")
+    parser.add_argument("--jobs", type=int, default=1, help="folders replayed in parallel")
     parser.add_argument("--out", help="also write the table as markdown here")
     return parser
 
@@ -217,7 +237,11 @@ def main(argv: list[str] | None = None) -> int:
             if not Path(args.slope_runs).is_file():
                 raise InputError(f"--slope-runs: no such file: {args.slope_runs}")
             per_doubling = shallowest_slope(read_csv(args.slope_runs).frame, budget)
-        table, chosen, by_z = validate(families, args.tune, args.runs, args.z, per_doubling)
+        if args.jobs < 1:
+            raise InputError(f"--jobs: expected 1 or more, got {args.jobs}")
+        table, chosen, by_z = validate(
+            families, args.tune, args.runs, args.z, per_doubling, args.jobs
+        )
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
