@@ -58,7 +58,7 @@ run tuning_validation python -m analysis.tuning_validation --tune train.lr --tun
   --grid demo=results/demo/curve_grid,results/demo/curve_grid_seed1,results/demo/curve_grid_seed2 \
   --grid gpt2=$tv/tv_gpt2,$tv/tv_gpt2_seed1 --grid llama_postln=$tv/tv_llama_postln,$tv/tv_llama_postln_seed1 \
   --grid sitepackages=$tv/tv_sitepackages,$tv/tv_sitepackages_seed1 \
-  --slope-runs results/demo/runs.csv --out $tv/held_out.md
+  --slope-runs results/demo/runs.csv --jobs 2 --out $tv/held_out.md
 run ref_ladder_tuned report ref_ladder_tuned --tune train.lr --compute exact \
   --title "Reference ladder, tuned: IsoFLOP ladder in exact FLOPs, lr tuned per size, site-packages corpus (under one epoch), llama block, CPU"
 run ref_families report ref_families --tune train.lr --group family \
