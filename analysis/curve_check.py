@@ -71,6 +71,40 @@ def seed_sd(g: pd.DataFrame, other: pd.DataFrame | None, keys: list[str]) -> flo
     return float(d.median() * MEDIAN_ABS_TO_SD) if len(d) >= 3 else math.nan
 
 
+def _cut(row: dict, curves: dict, upto: int, predict, first: int):
+    """(the rule's value, points seen) of one candidate's curve cut at `upto` tokens."""
+    pts = curves.get(row["run_id"])
+    tokens, loss = (pts["tokens"], pts["train_loss"]) if pts is not None else ([], [])
+    seen = curve_tuning.prefix_points(row, tokens, loss, upto, first)[0].size
+    return predict(row, tokens, loss, upto), seen
+
+
+def _arm_row(g: pd.DataFrame, keys: list[str], first_rung: int, seen: list[int], cost: float):
+    """(the arm's row of the check without its choice, a function of a run id to the choice's
+    columns: the value as written, its rank among the grid's final losses, its regret)."""
+    losses = dict(zip(g["run_id"], g["loss"].astype(float)))
+    label = {r: tuning.combo_text(keys, tuple(v)) for r, *v in g[["run_id", *keys]].values}
+    ordered = sorted(losses, key=losses.get)
+    budget = float(g["D"].max())
+    row = {
+        "variant": g["variant"].iloc[0] if "variant" in g.columns else "",
+        "N": float(g["N"].iloc[0]),
+        "D": budget,
+        "n_grid": len(g),
+        "prefix_tokens": first_rung,
+        "points": f"{min(seen)}-{max(seen)}",
+        "grid_choice": label[ordered[0]],
+        "margin": losses[ordered[1]] - losses[ordered[0]],
+        "cost_runs": cost / budget,
+    }
+
+    def choice(pick: str) -> dict:
+        regret = losses[pick] - losses[ordered[0]]
+        return {"choice": label[pick], "rank": 1 + ordered.index(pick), "regret": regret}
+
+    return row, choice
+
+
 def check_arm(
     g: pd.DataFrame, curves: dict, keys: list[str], runs_allowed: float, rule, first: int
 ) -> dict:
@@ -82,30 +116,14 @@ def check_arm(
     upto = curve_tuning.prefix_tokens(len(g), budget, bt, runs_allowed)
     preds, seen = {}, []
     for row in g.to_dict("records"):
-        pts = curves.get(row["run_id"])
-        tokens, loss = (pts["tokens"], pts["train_loss"]) if pts is not None else ([], [])
-        preds[row["run_id"]] = rule(row, tokens, loss, upto)
-        seen.append(curve_tuning.prefix_points(row, tokens, loss, upto, first)[0].size)
-    losses = dict(zip(g["run_id"], g["loss"].astype(float)))
-    label = {r: tuning.combo_text(keys, tuple(v)) for r, *v in g[["run_id", *keys]].values}
-    ordered = sorted(losses, key=losses.get)
-    out = {
-        "variant": g["variant"].iloc[0] if "variant" in g.columns else "",
-        "N": float(g["N"].iloc[0]),
-        "D": float(budget),
-        "n_grid": len(g),
-        "prefix_tokens": upto,
-        "points": f"{min(seen)}-{max(seen)}",
-        "grid_choice": label[ordered[0]],
-        "margin": losses[ordered[1]] - losses[ordered[0]],
-        "cost_runs": curve_tuning.cost_tokens(len(g), budget, upto) / budget,
-    }
+        preds[row["run_id"]], n = _cut(row, curves, upto, rule, first)
+        seen.append(n)
+    cost = curve_tuning.cost_tokens(len(g), budget, upto)
+    out, choice = _arm_row(g, keys, upto, seen, cost)
     finite = {r: p for r, p in preds.items() if math.isfinite(p)}
     if not finite:
         return {**out, "choice": "none (too few points)", "rank": 0, "regret": math.nan}
-    pick = min(finite, key=finite.get)
-    regret = losses[pick] - losses[ordered[0]]
-    return {**out, "choice": label[pick], "rank": 1 + ordered.index(pick), "regret": regret}
+    return {**out, **choice(min(finite, key=finite.get))}
 
 
 def staged_arm(
@@ -122,21 +140,17 @@ def staged_arm(
     `curve_tuning.predict` or a memo of it)."""
     budget = int(g["D"].max())
     bt = int(g["train.batch_tokens"].iloc[0])
-    rungs = curve_tuning.staged_rungs(len(g), budget, bt, runs_allowed)
     rows = {r["run_id"]: r for r in g.to_dict("records")}
     stable = curve_tuning.decay_start(next(iter(rows.values()))) * bt  # the sweep's rungs stop here
-    rungs = tuple(r for r in rungs if r <= stable) or rungs[:1]
-    alive, counts, why, seen = list(rows), [], "", []
+    rungs = curve_tuning.staged_rungs(len(g), budget, bt, runs_allowed, stable=stable)
+    alive, counts, seen = list(rows), [], []
     for k, upto in enumerate(rungs):
         counts.append(len(alive))
         preds = {}
         for rid in alive:
-            pts = curves.get(rid)
-            tokens, loss = (pts["tokens"], pts["train_loss"]) if pts is not None else ([], [])
-            preds[rid] = predict(rows[rid], tokens, loss, upto)
-            seen.append(curve_tuning.prefix_points(rows[rid], tokens, loss, upto)[0].size)
+            preds[rid], n = _cut(rows[rid], curves, upto, predict, curve_tuning.FIRST_STEP)
+            seen.append(n)
         decision = curve_tuning.decide(preds, k == len(rungs) - 1, z)
-        why = decision.why
         if decision.chosen is not None or decision.finalists:
             break
         alive = list(decision.keep)
@@ -144,24 +158,9 @@ def staged_arm(
     # finalists: each decays to the budget (its grid run) and the measured loss chooses
     pick = decision.chosen or min(decision.finalists, key=losses.get)
     decayed = max(1, len(decision.finalists))
-    label = {r: tuning.combo_text(keys, tuple(v)) for r, *v in g[["run_id", *keys]].values}
-    ordered = sorted(losses, key=losses.get)
-    return {
-        "variant": g["variant"].iloc[0] if "variant" in g.columns else "",
-        "N": float(g["N"].iloc[0]),
-        "D": float(budget),
-        "n_grid": len(g),
-        "prefix_tokens": rungs[0],
-        "points": f"{min(seen)}-{max(seen)}",
-        "grid_choice": label[ordered[0]],
-        "margin": losses[ordered[1]] - losses[ordered[0]],
-        "cost_runs": curve_tuning.staged_cost(len(g), budget, rungs, counts, decayed) / budget,
-        "choice": label[pick],
-        "rank": 1 + ordered.index(pick),
-        "regret": losses[pick] - losses[ordered[0]],
-        "decided_at": f"{len(counts)}/{len(rungs)}",
-        "why": why,
-    }
+    cost = curve_tuning.staged_cost(len(g), budget, rungs, counts, decayed)
+    out, choice = _arm_row(g, keys, rungs[0], seen, cost)
+    return {**out, **choice(pick), "decided_at": f"{len(counts)}/{len(rungs)}", "why": decision.why}
 
 
 def check(

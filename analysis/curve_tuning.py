@@ -57,12 +57,18 @@ def prefix_tokens(n_candidates: int, budget_tokens: int, batch_tokens: int, runs
 
 
 def staged_rungs(
-    n_candidates: int, budget_tokens: int, batch_tokens: int, runs=STAGED_RUNS, rungs=RUNGS
+    n_candidates: int,
+    budget_tokens: int,
+    batch_tokens: int,
+    runs=STAGED_RUNS,
+    rungs=RUNGS,
+    stable: int | None = None,
 ) -> tuple[int, ...]:
     """The staged rule's rungs (tokens): t, 2t, 4t, ... with at most ceil(k/2) of k candidates
     going on from a rung, t the largest whole number of batches whose worst case (no arm
     decided early) costs at most `runs` runs: sum_k alive_k (t_k - t_(k-1)) + D - t_K <= runs D.
-    Rungs past the stable phase are dropped by the caller (`sweeps.tuning`)."""
+    With `stable` (tokens of the stable phase) the rungs past it are dropped, the first kept
+    (the sweep refuses a first rung past it)."""
     alive = [n_candidates]
     for _ in range(rungs - 1):
         alive.append(math.ceil(alive[-1] / 2))
@@ -70,7 +76,10 @@ def staged_rungs(
     coef = sum(a * w for a, w in zip(alive, widths)) - 2 ** (rungs - 1)
     t = (runs - 1.0) * budget_tokens / max(coef, 1)
     t = int(t // batch_tokens) * batch_tokens
-    return tuple(t * 2**k for k in range(rungs))
+    out = tuple(t * 2**k for k in range(rungs))
+    if stable is None:
+        return out
+    return tuple(r for r in out if r <= stable) or out[:1]
 
 
 def staged_cost(n_candidates: int, budget_tokens: int, rungs, alive, finalists: int = 1) -> int:

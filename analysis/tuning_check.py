@@ -46,7 +46,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import curve_check, tuning
+from analysis import curve_check, curve_tuning, tuning
 from analysis.load import ArgumentParser, InputError, check_out_file, read_csv
 
 # The sweep tags each tuned arm's result `chosen` (halving's decayed winner) and its other
@@ -263,7 +263,7 @@ def _curve_text(args) -> str:
     if not args.curves:
         raise InputError("--curves: required by --strategy curve (the grid's dense curves)")
     if args.runs is None:
-        args.runs = 3.0 if args.rule == "staged" else 2.0
+        args.runs = curve_tuning.STAGED_RUNS if args.rule == "staged" else curve_tuning.RUNS
     if not args.runs > 1.0:
         raise InputError(f"--runs: expected more than 1 run per arm, got {args.runs}")
     if args.first_step is not None and args.first_step < 1:

@@ -33,8 +33,9 @@ def rungs(
     phase's end."""
     if spec.rule == "predicted":
         return (curve_tuning.prefix_tokens(n_candidates, budget_tokens, batch_tokens, spec.runs),)
-    out = curve_tuning.staged_rungs(n_candidates, budget_tokens, batch_tokens, spec.runs)
-    return tuple(r for r in out if r <= stable) or out[:1]
+    return curve_tuning.staged_rungs(
+        n_candidates, budget_tokens, batch_tokens, spec.runs, stable=stable
+    )
 
 
 def check_points(arm: str, rung: int, batch_tokens: int) -> None:

@@ -140,6 +140,12 @@ class TuningPlan:
         """`sweep.tune_curve` with the staged rule (`analysis.curve_tuning.decide`)."""
         return bool(self.spec.curve) and self.spec.curve.rule == "staged"
 
+    @property
+    def finalists(self) -> int:
+        """Decays to the budget per tuned arm at worst: the staged rule decays two where every
+        survivor is on the plateau, the others one winner."""
+        return 2 if self.staged else 1
+
     # ---- points -------------------------------------------------------------------------
     def _base(self, arm: Arm, tuned: tuple[str, ...]) -> tuple[str, ...]:
         """The arm's overrides without those the tuning sets, then `tuned` and the schedule."""
@@ -365,9 +371,8 @@ class TuningPlan:
             runs += alive
             alive = 1 if k == len(arm.rungs) - 1 else math.ceil(alive / 2)
             prev = rung
-        finalists = 2 if self.staged else 1  # staged: two decay where all are on the plateau
-        tokens += finalists * (arm.tokens - prev) + more * arm.tokens
-        return f * tokens, grid, self.seeds * untuned, runs + finalists + more
+        tokens += self.finalists * (arm.tokens - prev) + more * arm.tokens
+        return f * tokens, grid, self.seeds * untuned, runs + self.finalists + more
 
 
 def plan_tuning(
@@ -548,8 +553,7 @@ def stage_estimates(tp: TuningPlan) -> list[list[float]]:
             stages.setdefault(k, []).extend([est(rung - prev)] * alive)
             alive = 1 if k == len(arm.rungs) - 1 else math.ceil(alive / 2)
             prev = rung
-        finalists = 2 if tp.staged else 1  # staged: the worst case, two decays on the plateau
-        stages.setdefault(len(arm.rungs), []).extend([est(arm.tokens - prev)] * finalists)
+        stages.setdefault(len(arm.rungs), []).extend([est(arm.tokens - prev)] * tp.finalists)
         stages[len(arm.rungs)] += [est(arm.tokens)] * (tp.seeds - 1)  # with the winner's decay
     return [stages[k] for k in sorted(stages)]
 
