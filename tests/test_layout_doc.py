@@ -19,10 +19,16 @@ def named_paths() -> set[str]:
     return set(PATH.findall(LAYOUT.read_text()))
 
 
+def code_roots() -> set[str]:
+    """The named code folders, and any other top-level package (a new one is checked too)."""
+    packages = {d.name for d in ROOT.iterdir() if (d / "__init__.py").is_file()}
+    return (set(CODE_ROOTS) | packages) - {"tests"}
+
+
 def code_paths() -> set[str]:
     """Every module (`.py` file other than `__init__.py`) and package (`pkg/`) of the code roots."""
     found = set()
-    for root in CODE_ROOTS:
+    for root in code_roots():
         for path in (ROOT / root).rglob("*.py"):
             if "__pycache__" in path.parts:
                 continue
