@@ -508,7 +508,7 @@ def test_a_dotted_sweep_key_as_a_hydra_path_is_one_line_naming_the_spelling_that
 
 
 def test_an_axis_overridden_from_the_command_line_keeps_the_other_axes(comp):
-    """The documented spelling (docs/sweeping.md): a dict merged into sweep.axes."""
+    """The documented spelling (docs/sweeps.md): a dict merged into sweep.axes."""
     _, runs = plan_of(comp, ["sweep=ablation", "sweep.axes={model.size:[1e5]}"])
 
     def values(key):
