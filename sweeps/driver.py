@@ -448,7 +448,6 @@ def _execute(
     tags = {
         "git_commit": tracking.git_commit(),
         "sweep_kind": sweep.spec.kind,
-        "n_points": len(runs),
     }
     parent = Parent(exp_id, sweep_records.open_parent(sweep.uri, exp_id, sweep.spec.name, tags))
     sweep_yaml = OmegaConf.to_yaml(sweep.cfg.sweep)

@@ -491,6 +491,8 @@ def test_a_seeded_tuned_sweep_records_both_seeds_of_its_result(tmp_path):
     assert chosen["tags.tune_values"].nunique() == 1 and chosen["tags.arm"].nunique() == 1
     assert (chosen["params.tokens"] == "16384").all()
     parent = df["tags.mlflow.parentRunId"].iloc[0]
+    # the parent counts every point of every stage (the first stage alone had 2)
+    assert mlflow.get_run(parent).data.tags["n_points"] == "4"
     runs = load_mlflow("scaling-lab", sweep=parent, tracking_uri=uri).frame
     assert sorted(runs["seed"]) == [0, 0, 0, 1] and runs["unigram_entropy"].notna().all()
     _, section = analysis_tuning.select(runs, ["train.lr"])
