@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Metric
+from sweep_helpers import TINY, _corpus, _env, _tag, sweep_file, tuned_plan
 
 from analysis import curve_check, curve_tuning, tuning_check
 from analysis import curves as C
@@ -22,15 +23,6 @@ from analysis.laws.curve import TISSUE, features
 from analysis.load import load_curves, val_points
 from sweeps import curve_tuning as sweeps_curve
 from sweeps import plan, tuning
-from tests.test_sweeps_tuning import (  # noqa: F401 (comp: a fixture)
-    TINY,
-    _corpus,
-    _env,
-    _tag,
-    comp,
-    sweep_file,
-    tuned_plan,
-)
 
 BT = 64  # tokens per step of the synthetic runs
 
