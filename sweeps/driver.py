@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
@@ -44,6 +45,8 @@ from sweeps.sweep_view import (
     Closing,
     Planned,
     SweepProgress,
+    command_lines,
+    fit_width,
     plan_rows,
     print_plan,
     print_summary,
@@ -303,7 +306,7 @@ def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: L
                 print(line)
         return []
     if tuned and (warning := tuning.early_rungs(tuned)):
-        print(warning, flush=True)  # also without a dry run: before anything trains
+        print(fit_width(warning), flush=True)  # also without a dry run: before anything trains
     _check_places(sweep)
     if any(not r.skip for r in runs):
         _prepare_data(cfg, sweep.base, list(sweep.datasets.values()))
@@ -721,10 +724,18 @@ def _report(
     cmd += [str(a) for a in report.get("args") or []]
     cmd += ["--tracking-uri", uri, "--experiment", experiment]
     cmd += ["--sweep", parent_run_id, "--out", str(report.out)]
-    print("report:", " ".join(cmd), flush=True)
-    done = subprocess.run(cmd, stderr=subprocess.PIPE, text=True)
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
-    for line in done.stderr.splitlines():  # its warnings; its error goes into ours
+    print(command_lines("report:", cmd), flush=True)
+    with tempfile.TemporaryFile("w+") as stderr:  # read after it exits: no pipe to fill
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # its lines as it prints them
+        with subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env
+        ) as done:
+            for line in done.stdout:  # as it goes, each line within 80 columns
+                print(fit_width(line.rstrip("\n")), flush=True)
+        stderr.seek(0)
+        lines = stderr.read().splitlines()
+    errors = [line for line in lines if line.startswith("error: ")]
+    for line in lines:  # its warnings; its error goes into ours
         if not line.startswith("error: "):
             print(line, file=sys.stderr)
     if done.returncode != 0:

@@ -570,7 +570,7 @@ def print_tuning(tp: TuningPlan, jobs: int, block_of: Callable[[PlannedRun], str
     candidates, rungs, runs and compute against the untuned run and the full grid; then the
     sweep's totals. Below WIDE columns: arms by number, without id and arch, one C column."""
     spec = tp.spec
-    wide = console().width >= WIDE
+    wide = console(wide=True).width >= WIDE
     how = "successive halving" if spec.halving else "full grid"
     if spec.curve and spec.curve.rule == "staged":
         how = (
@@ -615,7 +615,7 @@ def print_tuning(tp: TuningPlan, jobs: int, block_of: Callable[[PlannedRun], str
             row = [str(i), block_of(arm.run), n, d, role, rungs, str(runs)]
             row += [f"{spent:.1e}".replace("e+", "e"), ratio]
         t.add_row(*row)
-    out = console()
+    out = console(wide=True)
     out.print(t)
     wall = sum(_packed(s, jobs) for s in stage_estimates(tp))
     tuned_arms = [a for a in tp.arms if a.tuned]
