@@ -26,6 +26,7 @@ from rich.table import Table
 
 from models.values import format_duration
 from sweeps import plan
+from sweeps.points import C_LABEL
 from sweeps.sweep_records import children_by_key, name_order
 
 TERMINAL = ("FINISHED", "FAILED")
@@ -209,7 +210,7 @@ def print_plan(
     wide = out.width >= WIDE
     kind = spec.kind
     if spec.budgets:
-        kind += f", budgets C in {plan.C_LABEL[spec.budget_flops]} FLOPs"
+        kind += f", budgets C in {C_LABEL[spec.budget_flops]} FLOPs"
     title = f"sweep '{spec.name}' ({kind}): {len(runs)} points"
     # narrow: 2 spaces between columns (not 3), so 80 columns hold every number whole
     padding = (0, 1) if wide else (0, 1, 0, 0)

@@ -47,6 +47,7 @@ from analysis import curve_tuning as analysis_curve
 from models.values import format_duration
 from sweeps import curve_tuning, plan
 from sweeps.plan import PlanError, PlannedRun, Point, TuneSpec, format_value
+from sweeps.points import BATCH_KEY
 from sweeps.sweep_view import WIDE, console
 from training import tracking
 from training.schedules import warmup_steps
@@ -464,7 +465,7 @@ def _candidate(spec: TuneSpec, arm: Arm, i: int, values: dict, default_warmup) -
     computes), which must end before the first rung; the arm keeps the longest."""
     over = [f"{k}={format_value(v)}" for k, v in values.items() if k != WARMUP_KEY]
     warmup = float(values.get(WARMUP_KEY, default_warmup))
-    bt = int(float(values.get(plan.BATCH_KEY, arm.run.facts.batch_tokens)))
+    bt = int(float(values.get(BATCH_KEY, arm.run.facts.batch_tokens)))
     w_steps = 0
     if spec.halving:
         w_steps = warmup_steps(warmup, math.ceil(arm.tokens / bt))

@@ -23,6 +23,7 @@ from analysis.laws.curve import TISSUE, features
 from analysis.load import load_curves, val_points
 from sweeps import curve_tuning as sweeps_curve
 from sweeps import plan, tuning
+from sweeps.config import CurveSpec
 
 BT = 64  # tokens per step of the synthetic runs
 
@@ -77,7 +78,7 @@ def test_dense_curves_round_trip_and_old_files_still_read(tmp_path):
 
 def test_curve_strategy_plans_one_prefix_per_candidate_at_two_runs(comp, capsys):  # noqa: F811
     _, _, tp = tuned_plan(comp, [*TINY, "+sweep.tune_curve={rule: predicted, runs: 2}"])
-    assert tp.spec.curve == plan.CurveSpec(2.0, 0.2, "predicted")
+    assert tp.spec.curve == CurveSpec(2.0, 0.2, "predicted")
     for arm in tp.arms:
         spent, grid, untuned, n_runs = tp.cost(arm)
         bt = arm.run.facts.batch_tokens
@@ -280,7 +281,7 @@ def test_staged_strategy_plans_doubling_rungs_and_decides_from_predictions(comp,
     arm whose prefixes overlap sends its leading half on, each later segment naming the one
     it continues (its prefix's earlier points)."""
     _, _, tp = tuned_plan(comp, [*TINY, "+sweep.tune_curve={}"])
-    assert tp.spec.curve == plan.CurveSpec(3.0, 0.2, "staged") and tp.staged
+    assert tp.spec.curve == CurveSpec(3.0, 0.2, "staged") and tp.staged
     for arm in tp.arms:
         t = arm.rungs[0]
         assert arm.rungs == tuple(r for r in (t, 2 * t, 4 * t) if r <= arm.stable)
