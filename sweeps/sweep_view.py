@@ -486,7 +486,7 @@ class SweepProgress:
         if self._bar is not None:
             self._bar.console.print(line, highlight=False, markup=False)
         else:
-            print(f"[sweep {self.name}] {line}", flush=True)
+            print(fit_width(f"[sweep {self.name}] {line}"), flush=True)  # a failure's reason
 
     def _print_line(self) -> None:
         if self._bar is not None:

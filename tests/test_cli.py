@@ -130,3 +130,28 @@ def test_report_runs_from_a_csv(tmp_path):
     assert (
         report.startswith("# Scaling-law report: ref_wallclock\n") and "12 finished runs" in report
     )
+
+
+@pytest.mark.slow
+def test_a_sweeps_dry_run_through_the_command_is_the_modules(tmp_path):
+    """Hydra's overrides pass through: the same plan as `python -m sweeps.run` prints."""
+    import os
+    import re
+
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlruns.db'}",
+        "SCALING_LAB_RUNS_DIR": str(tmp_path / "runs"),
+    }
+    args = ["sweep=tiny", "sweep.dry_run=true", "model=vanilla"]
+    outs = [
+        subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        for cmd in (
+            [sys.executable, "-m", "scaling_lab", "sweep", *args],
+            [sys.executable, "-m", "sweeps.run", *args],
+        )
+    ]
+    assert [o.returncode for o in outs] == [0, 0], outs[0].stderr[-2000:]
+    ours, theirs = (re.sub(r"planned in [\d.]+s", "", o.stdout) for o in outs)
+    assert ours == theirs and "sweep 'tiny'" in ours
+    assert "post-layernorm-sinusoidal-mha-gelu" in ours  # model=vanilla reached the plan
