@@ -726,7 +726,7 @@ def _report(
     errors = [line for line in lines if line.startswith("error: ")]
     for line in lines:  # its warnings; its error goes into ours
         if not line.startswith("error: "):
-            print(line, file=sys.stderr)
+            print(fit_width(line), file=sys.stderr)
     if done.returncode != 0:
         why = errors[-1].removeprefix("error: ") if errors else "see above"
         return None, f"sweep.report: analysis.report exited with {done.returncode} ({why})"
