@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
 
 from models import count_params, flops_per_sequence, flops_per_token
 from models.ladder import model_config
@@ -313,21 +312,6 @@ def test_conflicting_or_bad_axes_fail_before_anything_runs(d, cli, match):
 # ---------------------------------------------------------------- shipped sweeps, real factory
 CONF = Path(__file__).resolve().parents[1] / "conf"
 SWEEPS = sorted(p.stem for p in (CONF / "sweep").glob("*.yaml"))
-
-
-@pytest.fixture
-def tmp_store(tmp_path, monkeypatch):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlruns.db'}")
-    monkeypatch.setenv("SCALING_LAB_RUNS_DIR", str(tmp_path / "runs"))
-    monkeypatch.setenv("SCALING_LAB_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path
-
-
-@pytest.fixture
-def comp(tmp_store):
-    """Hydra's compose API on conf/run.yaml: the config a job of `python -m sweeps.run` gets."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        yield lambda overrides: compose("run", overrides=list(overrides), return_hydra_config=True)
 
 
 def plan_of(comp, arguments):

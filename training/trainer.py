@@ -409,7 +409,7 @@ class Trainer:
     def _log_dtypes(self) -> None:
         """The dtypes the first step computed in (`DtypeProbe`): the run's `dtypes` tag."""
         dtypes, self.probe = self.probe.result(), None
-        log.info("run %s computed in: %s", self.spec.run_key, dtypes)
+        log.debug("run %s computed in: %s", self.spec.run_key, dtypes)  # 300+ columns
         if self.main:
             tracking.set_tags(self.client, self.run_id, {"dtypes": dtypes})
 
