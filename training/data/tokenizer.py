@@ -4,6 +4,7 @@ end-of-text id); the BPE runs on every core (the tokenizers library's batch para
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Iterable, Iterator
@@ -37,6 +38,35 @@ class ByteTokenizer:
         return bytes(ids).decode("utf-8", "replace")
 
 
+def bpe_sample(texts: Iterable[str], max_chars: int) -> Iterator[str]:
+    """The texts a BPE is trained on: the first `max_chars` characters of `texts`, read no
+    further."""
+    budget = max_chars
+    for t in texts:
+        if budget <= 0:
+            log.info("BPE trained on the first %d training characters", max_chars)
+            return
+        yield t[:budget]
+        budget -= len(t)
+
+
+def sample_key(texts: Iterable[str], vocab_size: int, max_chars: int) -> tuple[str, int]:
+    """(a sha256 of what a BPE trained on `texts` depends on, the sample's characters): the
+    sample's texts (each one's length and characters: the trainer splits words within a text),
+    the vocabulary size and the tokenizers library's version. Equal keys train equal
+    tokenizers, so one trained before is reused (training.data.build)."""
+    import tokenizers
+
+    h, chars = hashlib.sha256(), 0
+    h.update(json.dumps(["bpe", vocab_size, tokenizers.__version__]).encode())
+    for t in bpe_sample(texts, max_chars):
+        data = t.encode("utf-8", "surrogatepass")
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+        chars += len(t)
+    return h.hexdigest()[:32], chars
+
+
 class BPETokenizer:
     """A byte-level BPE `tokenizers.Tokenizer` with `<|endoftext|>` as a special token."""
 
@@ -50,18 +80,9 @@ class BPETokenizer:
         """Trained on the first `max_chars` characters of `texts` (read no further)."""
         from tokenizers import ByteLevelBPETokenizer
 
-        def sample() -> Iterator[str]:
-            budget = max_chars
-            for t in texts:
-                if budget <= 0:
-                    log.info("BPE trained on the first %d training characters", max_chars)
-                    return
-                yield t[:budget]
-                budget -= len(t)
-
         tok = ByteLevelBPETokenizer()
         tok.train_from_iterator(
-            sample(),
+            bpe_sample(texts, max_chars),
             vocab_size=vocab_size,
             min_frequency=2,
             special_tokens=[EOT],
