@@ -10,14 +10,19 @@ uninterrupted build. Once every unit is done, their tokens are concatenated into
 and `val.bin`, meta.json is written and the folder renamed to `<cache>`: nothing half-written
 is ever read as a cache. The unit shards are then removed.
 
-A unit whose bytes, tokenizer and settings are those of a unit of another finished cache next
-to it (the same corpus before an edit) takes its tokens from there: after an edit only the
-units it touched are encoded again (if the edit is outside the BPE's training sample, the
-retrained tokenizer is the same).
+The BPE is keyed by a sha256 of its training sample (the first data.tokenizer_train_chars
+characters of the training side, training.data.tokenizer.sample_key): a finished cache next to
+this one with the same sample lends its tokenizer.json, so an edit outside the sample trains
+nothing. A unit whose bytes, tokenizer and settings are those of a unit of another finished
+cache next to it (the same corpus before an edit) takes its tokens from there: after an edit
+only the units it touched are encoded again. Once published, the build removes the caches of
+the same corpus and settings it supersedes (training.data.supersede).
 
 Units are encoded by worker processes (one per core, each encoding one unit at a time) when
 there are several; a single unit, and Hugging Face datasets (read in order, a batch of rows at
-a time), are encoded in this process on the tokenizers library's threads.
+a time), are encoded in this process on the tokenizers library's threads. A large BPE sample
+is trained in a process of its own. Both are spawned, not forked, and die with the builder
+(training.data.workers): none starts with the builder's memory or outlives it.
 """
 
 from __future__ import annotations
