@@ -202,3 +202,29 @@ def test_prepare_warns_for_streaming_without_a_token_limit(tmp_path):
         "warning: data.streaming=true without data.max_tokens: the whole dataset is streamed "
         "and tokenized before training starts; set data.max_tokens to bound it"
     ]
+
+
+def test_a_long_text_in_pieces_has_the_tokens_and_the_bpe_of_the_whole(monkeypatch):
+    """A text over LONG_TEXT_CHARS is encoded (and counted for training) in pieces cut after a
+    newline between non-space characters: the same tokens as the whole text, and the same
+    trained tokenizer."""
+    import training.data.tokenizer as tok_mod
+
+    rng = np.random.default_rng(0)
+    seps = [" ", "  ", "\n", "\n\n", " \n", "\n ", "\t", "\r\n", "\u00a0", "\u3000", "\x1c\n"]
+    words = WORDS + ["'s", "l'été", "42", "x=1;", "<|endoftext|>", "----", "日本語"]
+    text = "".join(w + seps[int(rng.integers(len(seps)))] for w in rng.choice(words, 6000))
+    monkeypatch.setattr(tok_mod, "LONG_TEXT_CHARS", 2000)
+    monkeypatch.setattr(tok_mod, "PIECE_CHARS", 500)
+    cut = tok_mod.pieces(text)
+    assert len(cut) > 20 and "".join(cut) == text
+    split = tok_mod.BPETokenizer.train([text, "short"], 400, 10**9)
+    monkeypatch.setattr(tok_mod, "LONG_TEXT_CHARS", 10**9)
+    whole = tok_mod.BPETokenizer.train([text, "short"], 400, 10**9)
+    assert split.tok.to_str() == whole.tok.to_str()
+    want = whole.encode_flat([text, "short", text], np.uint16)
+    monkeypatch.setattr(tok_mod, "LONG_TEXT_CHARS", 2000)
+    monkeypatch.setattr(tok_mod, "GROUP_CHARS", 1500)  # encoded a few pieces at a time
+    got = whole.encode_flat([text, "short", text], np.uint16)
+    np.testing.assert_array_equal(got[0], want[0])
+    assert got[1] == want[1]
