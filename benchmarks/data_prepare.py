@@ -5,6 +5,8 @@ runs in its own forked process, so each peak RSS is its own.
     python -m benchmarks.data_prepare --sizes-mb 250 500 --baseline-mb 25 --tokens 1e9
     python -m benchmarks.data_prepare --sizes-mb --baseline-mb 0 --tokens 0 --paired-mb 8
     python -m benchmarks.data_prepare --sizes-mb --baseline-mb 0 --tokens 0 --rehash CORPUS_DIR
+    python -m benchmarks.data_prepare --sizes-mb --baseline-mb 0 --tokens 0 --real code prose \
+        --real-mb 100
 
 Measures, on a generated text corpus (a folder of .txt files, documents joined by
 <|endoftext|>, words drawn from a Zipf-distributed vocabulary):
@@ -21,6 +23,18 @@ Measures, on a generated text corpus (a folder of .txt files, documents joined b
   its files read once beforehand (page cache)
 - pre-tokenized shards: --tokens uint16 tokens as llm.c .bin shards in a temporary folder
   (deleted afterwards): first check (hash + largest id), then start-up, and RSS for 100 batches.
+- real corpora (--real code prose, --real-mb MB), built offline from this machine's files:
+  code, the .py/.md/.txt/.rst files (up to 1 MB) of the running Python's site-packages; prose,
+  the English man pages (groff requests and escapes stripped) and the text under /usr/share/doc
+  (READMEs, changelogs, copyright and license texts, decompressed; HTML tags stripped). Each
+  copied as .txt files until the size is reached (copy k > 0 under `copy<k>/`, its first line
+  replaced, so every document is new). The whole command, `python -m training.data prepare
+  data=text data.path=CORPUS` with the default settings (BPE on 50M characters), in a process
+  of its own: wall and CPU seconds (its tree's, from wait4), the summed PSS of its process tree
+  sampled every 0.5 s from /proc/*/smaps_rollup; then the bare loop (the same documents
+  through its trained tokenizer's `encode_batch_fast`, nothing written) in a process of its
+  own, and the ratio of their times; then the last file edited (outside the BPE's sample) and
+  the command again: its time, whether it trained the BPE, and the caches left.
 Prints a markdown table; `--json` writes the raw numbers.
 """
 
@@ -42,6 +56,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
+from benchmarks.real_corpora import real_corpus, tree_pss_mb
 from training.config import DataConfig
 from training.data import (
     BatchSampler,
@@ -356,6 +371,113 @@ def _tokens_row(n_tokens: int, workdir: Path) -> dict:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _measured(cmd: list[str], log: Path) -> dict:
+    """Run `cmd` (from the repository root): wall and CPU seconds (its whole tree's, as
+    reaped), the peak and median of its tree's summed PSS sampled every 0.5 s, its stdout."""
+    import threading
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("SCALING_LAB_CACHE_DIR", None)
+    t0 = time.perf_counter()
+    with open(log, "w") as err:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err)
+        samples, stop = [], threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(0.5):
+                samples.append(tree_pss_mb(proc.pid))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        out = proc.stdout.read().decode()
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        stop.set()
+        sampler.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise SystemExit(f"error: {' '.join(cmd)} exited {proc.returncode}; see {log}")
+    return {
+        "seconds": round(wall, 1),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
+        "peak_pss_mb": round(max(samples, default=0)),
+        "median_pss_mb": round(float(np.median(samples)) if samples else 0),
+        "stdout": out.strip(),
+    }
+
+
+def _prepare_command(corpus: Path, root: Path, log: Path) -> dict:
+    cmd = [sys.executable, "-m", "training.data", "prepare", "data=text"]
+    cmd += [f"data.path={corpus}", f"paths.cache_dir={root}"]
+    out = _measured(cmd, log)
+    cache = Path(out["stdout"].split(" in ", 1)[1].rsplit(",", 1)[0])
+    meta = json.loads((cache / "meta.json").read_text())
+    caches = [d for d in root.iterdir() if d.is_dir() and "." not in d.name and len(d.name) == 16]
+    return {
+        **out,
+        "cache": str(cache),
+        "tokens": meta["n_train_tokens"] + meta["n_val_tokens"],
+        "docs": meta["n_train_docs"] + meta["n_val_docs"],
+        "tokenizer_s": meta["tokenizer_seconds"],
+        "bpe_trained": meta["tokenizer_trained"],
+        "caches_left": len(caches),
+    }
+
+
+def _bare_main(corpus: str, tokenizer_file: str) -> None:
+    """--bare: the bare loop over the corpus's documents, in this process."""
+    cfg = _cfg(Path(corpus), "bpe", 5e7)
+    chars, n = _bare_loop(cfg, Tokenizer.from_file(tokenizer_file))
+    print(json.dumps({"chars": chars, "tokens": n}))
+
+
+def _real_row(kind: str, mb: int, workdir: Path) -> dict:
+    corpus = real_corpus(kind, workdir / f"{kind}_{mb}", mb)
+    root = workdir / f"cache_{kind}_{mb}"
+    shutil.rmtree(root, ignore_errors=True)
+    size = sum(p.stat().st_size for p in corpus.rglob("*.txt"))
+    ours = _prepare_command(corpus, root, workdir / f"{kind}_{mb}.prepare.log")
+    bare_cmd = [sys.executable, "-m", "benchmarks.data_prepare", "--bare", str(corpus)]
+    bare = _measured([*bare_cmd, str(Path(ours["cache"]) / "tokenizer.json")], workdir / "bare.log")
+    last = sorted(corpus.rglob("*.txt"))[-1]  # outside the BPE's sample (its first 50M chars)
+    text = last.read_bytes()
+    last.write_bytes(text + b"\nan edited line\n")
+    try:
+        edit = _prepare_command(corpus, root, workdir / f"{kind}_{mb}.edit.log")
+    finally:
+        last.write_bytes(text)
+    shutil.rmtree(root, ignore_errors=True)
+    gb = size / 1e9
+    return {
+        "what": f"{kind}, {size / 1e6:.0f} MB, {ours['docs']:,} documents",
+        "ours": ours,
+        "bare": bare,
+        "cpu_s_per_gb": round(ours["cpu_s"] / gb),
+        "bare_cpu_s_per_gb": round(bare["cpu_s"] / gb),
+        "ratio_wall": round(bare["seconds"] / ours["seconds"], 3),
+        "ratio_cpu": round(bare["cpu_s"] / ours["cpu_s"], 3),
+        "edit": edit,
+    }
+
+
+def _real_table(rows: list[dict]) -> str:
+    head = (
+        "| corpus | tokens | prepare s (CPU s) | CPU s/GB | BPE s | peak / median PSS MB "
+        "| bare loop s (CPU s) | bare/ours wall (CPU) | after a 1-file edit: s, BPE, caches |"
+    )
+    lines = [head, "|" + "---|" * 9]
+    for r in rows:
+        o, b, e = r["ours"], r["bare"], r["edit"]
+        bpe = "retrained" if e["bpe_trained"] else "reused"
+        lines.append(
+            f"| {r['what']} | {o['tokens']:,} | {o['seconds']} ({o['cpu_s']}) | "
+            f"{r['cpu_s_per_gb']} | {o['tokenizer_s']} | {o['peak_pss_mb']} / "
+            f"{o['median_pss_mb']} | {b['seconds']} ({b['cpu_s']}) | {r['ratio_wall']} "
+            f"({r['ratio_cpu']}) | {e['seconds']} s, {bpe}, {e['caches_left']} |"
+        )
+    return "\n".join(lines)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes-mb", type=int, nargs="*", default=[250, 500])
@@ -372,12 +494,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--rehash", type=Path, help="a text corpus folder to fingerprint from scratch")
     p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "data_prepare")
+    p.add_argument("--real", nargs="*", default=[], choices=["code", "prose"])
+    p.add_argument("--real-mb", type=int, default=100, help="size of each --real corpus")
+    p.add_argument("--bare", nargs=2, help=argparse.SUPPRESS)  # CORPUS TOKENIZER: one bare loop
     p.add_argument("--json", type=Path)
     return p
 
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
+    if args.bare:
+        return _bare_main(*args.bare)
     os.environ["SCALING_LAB_CACHE_DIR"] = str(args.workdir / "memo")  # fingerprints memo
     rows = []
     for mb in args.sizes_mb:
@@ -419,6 +546,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.tokens:
         rows.append(_tokens_row(int(args.tokens), args.workdir))
         print(json.dumps(rows[-1]), flush=True)
+    real = [_real_row(kind, args.real_mb, args.workdir) for kind in args.real]
+    for row in real:
+        print(json.dumps(row), flush=True)
+    if real:
+        print(_real_table(real), flush=True)
+    rows += real
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 

@@ -25,6 +25,8 @@ from training.data import filehash
 from training.data.cache import prepare_data
 from training.data.fingerprint import source_fingerprint
 from training.paths import PROJECT_ROOT, default_cache_dir, resolve_dir
+from training.spec import _unbounded_stream as unbounded_stream
+from training.spec import _warn as warn
 from training.spec import preflight_data
 
 USAGE = (
@@ -69,10 +71,11 @@ def _prepared(argv: list[str]):
     data = {name: cls.from_dict(cfg.get(name)) for name, cls in SECTIONS.items()}["data"]
     cache_root = resolve_dir((cfg.get("paths") or {}).get("cache_dir"), default_cache_dir())
     preflight_data(data, cache_root)
+    warn(unbounded_stream(data))  # as the run does
     filehash.use_cache_dir(cache_root)  # its fingerprints too, not the default cache
     t0 = time.perf_counter()
     fingerprint = source_fingerprint(data)
-    tokens = prepare_data(data, cache_root, progress=sys.stderr.isatty())
+    tokens = prepare_data(data, cache_root, progress=True)  # a bar, or lines in a log
     return fingerprint, tokens, time.perf_counter() - t0
 
 

@@ -10,14 +10,19 @@ uninterrupted build. Once every unit is done, their tokens are concatenated into
 and `val.bin`, meta.json is written and the folder renamed to `<cache>`: nothing half-written
 is ever read as a cache. The unit shards are then removed.
 
-A unit whose bytes, tokenizer and settings are those of a unit of another finished cache next
-to it (the same corpus before an edit) takes its tokens from there: after an edit only the
-units it touched are encoded again (if the edit is outside the BPE's training sample, the
-retrained tokenizer is the same).
+The BPE is keyed by a sha256 of its training sample (the first data.tokenizer_train_chars
+characters of the training side, training.data.tokenizer.sample_key): a finished cache next to
+this one with the same sample lends its tokenizer.json, so an edit outside the sample trains
+nothing. A unit whose bytes, tokenizer and settings are those of a unit of another finished
+cache next to it (the same corpus before an edit) takes its tokens from there: after an edit
+only the units it touched are encoded again. Once published, the build removes the caches of
+the same corpus and settings it supersedes (training.data.supersede).
 
 Units are encoded by worker processes (one per core, each encoding one unit at a time) when
 there are several; a single unit, and Hugging Face datasets (read in order, a batch of rows at
-a time), are encoded in this process on the tokenizers library's threads.
+a time), are encoded in this process on the tokenizers library's threads. A large BPE sample
+is trained in a process of its own. Both are spawned, not forked, and die with the builder
+(training.data.workers): none starts with the builder's memory or outlives it.
 """
 
 from __future__ import annotations
@@ -25,7 +30,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import multiprocessing as mp
 import os
 import shutil
 import time
@@ -39,17 +43,20 @@ import numpy as np
 import training.data.encode as encode
 import training.data.plan as plan
 import training.data.sources as sources
+import training.data.supersede as supersede
+import training.data.workers as procs
 from training.config import ConfigError, DataConfig
 from training.data.filehash import file_sha256, recall, remember, signature_of
 from training.data.fingerprint import source_fingerprint
 from training.data.progress import Progress
 from training.data.store import publish
-from training.data.tokenizer import BPETokenizer, ByteTokenizer
+from training.data.tokenizer import BPETokenizer, ByteTokenizer, sample_key
 from training.data.unigram import UnigramCounts
 from training.paths import fsync_dir
 
 HF_UNIT_ROWS = 10_000  # rows of a Hugging Face dataset per unit
 WORKERS_ENV = "SCALING_LAB_PREPARE_WORKERS"
+APART_MIN_CHARS = 4_000_000  # a BPE sample this large is trained in a process of its own
 
 
 def default_workers() -> int:
@@ -237,18 +244,35 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def _worker_pool(n: int, tokenizer_file: str | None):
-    """`n` forked encoding processes (forked, as a DataLoader's workers: a spawned process
-    would import the caller's script again). Forked with the tokenizers library's threads off,
-    which it would otherwise turn off itself, with a warning."""
-    before = os.environ.get("TOKENIZERS_PARALLELISM")
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    try:
-        return mp.get_context("fork").Pool(n, encode.init_worker, (tokenizer_file,))
-    finally:
-        if before is None:
-            del os.environ["TOKENIZERS_PARALLELISM"]
-        else:
-            os.environ["TOKENIZERS_PARALLELISM"] = before
+    """`n` encoding processes, spawned (none starts with this process's memory) and bound to
+    this one (training.data.workers)."""
+    return procs.pool(n, encode.init_worker, (tokenizer_file,))
+
+
+def train_tokenizer(cfg: DataConfig, chunk: bool, path: str) -> None:
+    """Train the BPE on the first data.tokenizer_train_chars characters of a file corpus's
+    training side and save it to `path` (run apart from the builder: the sample and the
+    trainer's memory go with the process)."""
+    docs = sources.documents(cfg)
+    docs = encode.chunked(docs) if chunk else docs
+    train_side = (t for k, t in docs if not sources.is_val(k, cfg.val_fraction))
+    BPETokenizer.train(train_side, cfg.vocab_size, cfg.tokenizer_train_chars).save(Path(path))
+
+
+def reusable_tokenizer(folder: Path, key: str) -> Path | None:
+    """The tokenizer.json of a finished cache in `folder` trained on the sample `key` (its
+    checksum checked), or None."""
+    for meta_file in folder.glob("*/meta.json"):
+        try:
+            meta = json.loads(meta_file.read_text())
+            found = meta_file.parent / "tokenizer.json"
+            if meta.get("tokenizer_sample") == key and (
+                file_sha256(found) == meta["sha256"]["tokenizer.json"]
+            ):
+                return found
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return None
 
 
 def truncated(result: encode.UnitResult, room: int) -> encode.UnitResult | None:
@@ -293,26 +317,55 @@ class Build:
             record = {"units": [[list(vars(p).values()) for p in u] for u in self.plan]}
         record = json.loads(json.dumps({**record, "chunk": self.chunk}))  # as read back
         self.partial = Partial(final, record)
+        _write_atomic(self.partial.dir / supersede.LINEAGE_FILE, supersede.lineage(cfg))
         self.t0 = time.perf_counter()
+        self.sample_key, self.tokenizer_trained = None, cfg.tokenizer == "bpe"
         self.tokenizer, self.tokenizer_s = self._tokenizer()
+        self.progress.stage("encoding")
         self.dtype = np.dtype(np.uint16 if self.tokenizer.vocab_size <= 2**16 else np.uint32)
 
     def _tokenizer(self):
-        """The partial build's tokenizer, else one trained on the first characters of the train
-        side (and kept with the units it encodes)."""
+        """The partial build's tokenizer, else that of a finished cache next to it trained on
+        the same sample, else one trained on the first characters of the train side (kept with
+        the units it encodes). A large sample is trained in a spawned process: its memory is
+        freed before the workers start."""
         cfg, path = self.cfg, self.partial.dir / "tokenizer.json"
         if cfg.tokenizer == "byte":
             return ByteTokenizer(), 0.0
-        if path.exists():
+        key_file = self.partial.dir / "tokenizer_sample"
+        if path.exists():  # a resumed build: its units were encoded with this one
+            if not key_file.exists():
+                self.sample_key = sample_key(self._train_side(), cfg.vocab_size, self._max_chars)[0]
+                _write_atomic(key_file, self.sample_key)
+            self.sample_key = key_file.read_text()
             return BPETokenizer.load(path), 0.0
         t0 = time.perf_counter()
-        docs = sources.documents(cfg, self.hf)
+        self.progress.stage("reading the BPE training sample")
+        self.sample_key, chars = sample_key(self._train_side(), cfg.vocab_size, self._max_chars)
+        tmp = path.with_name("tokenizer.json.tmp")
+        if found := reusable_tokenizer(self.final.parent, self.sample_key):
+            self.progress.stage(f"the BPE of the same sample reused from {found.parent.name}")
+            shutil.copyfile(found, tmp)
+            self.tokenizer_trained = False
+        elif self.plan is not None and chars >= APART_MIN_CHARS:
+            self.progress.stage(f"training the BPE on {chars:,} characters")
+            procs.run_apart(train_tokenizer, cfg, self.chunk, str(tmp))
+        else:
+            self.progress.stage(f"training the BPE on {chars:,} characters")
+            BPETokenizer.train(self._train_side(), cfg.vocab_size, self._max_chars).save(tmp)
+        os.replace(tmp, path)
+        _write_atomic(key_file, self.sample_key)
+        return BPETokenizer.load(path), time.perf_counter() - t0
+
+    @property
+    def _max_chars(self) -> int:
+        return self.cfg.tokenizer_train_chars
+
+    def _train_side(self) -> Iterator[str]:
+        """The training side's texts, in order (the BPE sample is their first characters)."""
+        docs = sources.documents(self.cfg, self.hf)
         docs = encode.chunked(docs) if self.chunk else docs
-        train_side = (t for k, t in docs if not sources.is_val(k, cfg.val_fraction))
-        tokenizer = BPETokenizer.train(train_side, cfg.vocab_size, cfg.tokenizer_train_chars)
-        tokenizer.save(path.with_name("tokenizer.json.tmp"))
-        os.replace(path.with_name("tokenizer.json.tmp"), path)
-        return tokenizer, time.perf_counter() - t0
+        return (t for k, t in docs if not sources.is_val(k, self.cfg.val_fraction))
 
     def finished(self) -> bool:
         return bool(self.partial.done) and bool(self.partial.done[-1].get("last"))
@@ -344,6 +397,7 @@ class Build:
                     self.dtype.name,
                     self.chunk,
                     self.identity(pieces),
+                    encode.BATCH_CHARS,
                 )
 
     @functools.cached_property  # the tokenizer's sha256 once, not once per unit
@@ -388,7 +442,7 @@ class Build:
         for job in todo:
             entry = self.partial.reuse(found[job.ident]) if job.ident in found else None
             if entry is not None:
-                self.progress.advance(entry["chars"], entry["train"] + entry["val"])
+                self.progress.advance(entry["chars"], entry["train"] + entry["val"], copied=True)
                 continue
             if job.ident in found:  # spoiled: encode it here after all
                 result = job.run(self.tokenizer)
@@ -464,7 +518,10 @@ class Build:
             "train_chars": sum(e["train_chars"] for e in done),
             "unigram_entropy": counts.entropy(),  # nats per train token (training.data.unigram)
             "units": [{k: v for k, v in e.items() if k not in drop} for e in done],
+            "tokenizer_sample": self.sample_key,  # its BPE is reused for the same sample
+            "tokenizer_trained": self.tokenizer_trained,
             "tokenizer_seconds": round(self.tokenizer_s, 2),
+            "lineage": supersede.lineage(cfg),  # a newer cache of the same lineage replaces it
             "build_seconds": round(time.perf_counter() - self.t0, 2),
             "sha256": sha256,  # verified on load (store.cache_problem)
         }
@@ -491,10 +548,12 @@ def build_cache(
     )
     publish(build.partial.dir, build.meta(), final)
     remove_units(final)
+    for folder, size in supersede.remove_superseded(final, supersede.lineage(cfg)):
+        progress.note(f"removed the superseded cache {folder} ({size / 1e6:,.0f} MB)")
 
 
 def remove_units(cache: Path) -> None:
     """The units' shards and log, once train.bin and val.bin hold their tokens."""
     shutil.rmtree(cache / "units", ignore_errors=True)
-    for name in ("done.jsonl", "plan.json"):
+    for name in ("done.jsonl", "plan.json", "tokenizer_sample", supersede.LINEAGE_FILE):
         (cache / name).unlink(missing_ok=True)

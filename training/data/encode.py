@@ -132,12 +132,14 @@ def _digest(key: str, text: str) -> int:
     return int.from_bytes(h.digest(), "little")
 
 
-def _batches(stream: Iterable[tuple[str, bool, str]]) -> Iterator[list[tuple[str, bool, str]]]:
+def _batches(
+    stream: Iterable[tuple[str, bool, str]], batch_chars: int
+) -> Iterator[list[tuple[str, bool, str]]]:
     batch, size = [], 0
     for item in stream:
         batch.append(item)
         size += len(item[2])
-        if size >= BATCH_CHARS:
+        if size >= batch_chars:
             yield batch
             batch, size = [], 0
     if batch:
@@ -145,7 +147,12 @@ def _batches(stream: Iterable[tuple[str, bool, str]]) -> Iterator[list[tuple[str
 
 
 def encode_documents(
-    docs: Iterable[tuple[str, str]], tokenizer, dtype, path: Path, val_fraction: float
+    docs: Iterable[tuple[str, str]],
+    tokenizer,
+    dtype,
+    path: Path,
+    val_fraction: float,
+    batch_chars: int | None = None,
 ) -> UnitResult:
     """Every document through the tokenizer into the unit shard `path`, in order. A thread
     encodes batch after batch (the tokenizers library releases the GIL) while this one reads
@@ -155,7 +162,7 @@ def encode_documents(
     try:
         pending = None  # (batch, its encoding in flight)
         with ThreadPoolExecutor(1) as pool:
-            for batch in _batches(split):
+            for batch in _batches(split, batch_chars or BATCH_CHARS):
                 encoding = pool.submit(tokenizer.encode_flat, [t for *_, t in batch], dtype)
                 if pending is not None:
                     writer.append(pending[0], pending[1].result())
@@ -173,8 +180,8 @@ _worker_tokenizer = None
 
 
 def init_worker(tokenizer_file: str | None) -> None:
-    """A worker process: one unit at a time on one core (the builder forks it with the
-    tokenizers library's threads off)."""
+    """A worker process: one unit at a time on one core (spawned with the tokenizers library's
+    threads off: training.data.workers)."""
     global _worker_tokenizer
     _worker_tokenizer = (
         BPETokenizer.load(Path(tokenizer_file)) if tokenizer_file else ByteTokenizer()
@@ -191,6 +198,7 @@ class UnitJob:
     dtype: str
     chunk: bool  # the whole corpus has few documents: cut them into chunks
     ident: str = ""  # what its tokens depend on (training.data.build.Build.identity)
+    batch_chars: int | None = None  # None: BATCH_CHARS (set by the builder: workers are spawned)
 
     def documents(self) -> Iterator[tuple[str, str]]:
         docs = chain.from_iterable(sources.piece_documents(p, self.cfg) for p in self.pieces)
@@ -198,7 +206,12 @@ class UnitJob:
 
     def run(self, tokenizer) -> UnitResult:
         return encode_documents(
-            self.documents(), tokenizer, self.dtype, Path(self.path), self.cfg.val_fraction
+            self.documents(),
+            tokenizer,
+            self.dtype,
+            Path(self.path),
+            self.cfg.val_fraction,
+            self.batch_chars,
         )
 
 

@@ -4,8 +4,10 @@ end-of-text id); the BPE runs on every core (the tokenizers library's batch para
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import re
 from collections.abc import Iterable, Iterator
 from itertools import chain
 from pathlib import Path
@@ -37,6 +39,77 @@ class ByteTokenizer:
         return bytes(ids).decode("utf-8", "replace")
 
 
+def bpe_sample(texts: Iterable[str], max_chars: int) -> Iterator[str]:
+    """The texts a BPE is trained on: the first `max_chars` characters of `texts`, read no
+    further."""
+    budget = max_chars
+    for t in texts:
+        if budget <= 0:
+            log.info("BPE trained on the first %d training characters", max_chars)
+            return
+        yield t[:budget]
+        budget -= len(t)
+
+
+def sample_key(texts: Iterable[str], vocab_size: int, max_chars: int) -> tuple[str, int]:
+    """(a sha256 of what a BPE trained on `texts` depends on, the sample's characters): the
+    sample's texts (each one's length and characters: the trainer splits words within a text),
+    the vocabulary size and the tokenizers library's version. Equal keys train equal
+    tokenizers, so one trained before is reused (training.data.build)."""
+    import tokenizers
+
+    h, chars = hashlib.sha256(), 0
+    h.update(json.dumps(["bpe", vocab_size, tokenizers.__version__]).encode())
+    for t in bpe_sample(texts, max_chars):
+        data = t.encode("utf-8", "surrogatepass")
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+        chars += len(t)
+    return h.hexdigest()[:32], chars
+
+
+LONG_TEXT_CHARS = 1 << 20  # a longer text is encoded in pieces of about PIECE_CHARS
+PIECE_CHARS = 1 << 18
+GROUP_CHARS = (
+    4 << 20
+)  # characters encoded at once: a batch (encode.BATCH_CHARS), a long text in parts
+_SAFE_CUT = re.compile(r"(?<=\S)\n(?=\S)")
+
+
+def pieces(text: str) -> list[str]:
+    """`text` cut into pieces of about PIECE_CHARS, each cut just after a newline that has a
+    non-space character on both sides: the byte-level pre-tokenizer (GPT-2's pattern) makes
+    that newline a word of its own, so the words, the BPE's tokens and its training counts are
+    those of the whole text. The tokenizers library's memory grows with a text's length (~200
+    bytes per character: a 9 MB log file took 1.8 GB); in pieces it is bounded by the batch.
+    Python's whitespace includes every character the library's pattern calls whitespace, so a
+    cut is never inside one of its words. A text without such a newline stays whole."""
+    if len(text) <= LONG_TEXT_CHARS:
+        return [text]
+    out, start = [], 0
+    while len(text) - start > LONG_TEXT_CHARS:
+        m = _SAFE_CUT.search(text, start + PIECE_CHARS)
+        if m is None:
+            break
+        out.append(text[start : m.end()])
+        start = m.end()
+    out.append(text[start:])
+    return out
+
+
+def _groups(texts: list[str], max_chars: int) -> Iterator[list[str]]:
+    """Consecutive runs of `texts` of at most `max_chars` characters (or one text)."""
+    group, size = [], 0
+    for t in texts:
+        if group and size + len(t) > max_chars:
+            yield group
+            group, size = [], 0
+        group.append(t)
+        size += len(t)
+    if group:
+        yield group
+
+
 class BPETokenizer:
     """A byte-level BPE `tokenizers.Tokenizer` with `<|endoftext|>` as a special token."""
 
@@ -50,18 +123,9 @@ class BPETokenizer:
         """Trained on the first `max_chars` characters of `texts` (read no further)."""
         from tokenizers import ByteLevelBPETokenizer
 
-        def sample() -> Iterator[str]:
-            budget = max_chars
-            for t in texts:
-                if budget <= 0:
-                    log.info("BPE trained on the first %d training characters", max_chars)
-                    return
-                yield t[:budget]
-                budget -= len(t)
-
         tok = ByteLevelBPETokenizer()
         tok.train_from_iterator(
-            sample(),
+            (p for t in bpe_sample(texts, max_chars) for p in pieces(t)),  # the same counts
             vocab_size=vocab_size,
             min_frequency=2,
             special_tokens=[EOT],
@@ -83,7 +147,14 @@ class BPETokenizer:
 
     def encode_flat(self, texts: list[str], dtype) -> tuple[np.ndarray, list[int]]:
         """(every text's ids followed by end-of-text, in order; each text's id count)."""
-        ids = [e.ids for e in self.tok.encode_batch_fast(texts)]  # no offsets: ~2x faster
+        cut = [pieces(t) for t in texts]
+        parts = [p for c in cut for p in c]
+        ids = []
+        for group in _groups(parts, GROUP_CHARS):  # no offsets: ~2x faster
+            ids += [e.ids for e in self.tok.encode_batch_fast(group)]
+        if len(parts) > len(texts):  # a long text's pieces joined again
+            it = iter(ids)
+            ids = [list(chain.from_iterable(next(it) for _ in c)) for c in cut]
         eot = (self.eot_id,)
         flat = np.fromiter(
             chain.from_iterable(chain.from_iterable((i, eot) for i in ids)),
