@@ -321,6 +321,20 @@ def optimizer_step(model, sampler, accelerator, update: Update, micro_loss: Call
     return step_loss / grad_accum
 
 
+def eval_starts(n_mine: int, n_all: int, micro_batch: int, accelerator, model) -> list[int | None]:
+    """Where each of this rank's validation micro-batches starts in its `n_mine` rows (of
+    `n_all`, split over the ranks). A sharded model all-gathers each block in every forward, a
+    collective: then every rank runs as many forwards as the rank with the most rows, a rank
+    with fewer adding ones that count nothing (None)."""
+    from training.parallel import is_sharded
+
+    starts: list[int | None] = list(range(0, n_mine, micro_batch))
+    if is_sharded(model):
+        most = -(-n_all // accelerator.num_processes)
+        starts += [None] * (len(range(0, most, micro_batch)) - len(starts))
+    return starts
+
+
 def evaluate(model, windows, micro_batch: int, accelerator) -> float:
     """Mean next-token loss over the fixed validation windows (split across processes).
 
@@ -331,11 +345,13 @@ def evaluate(model, windows, micro_batch: int, accelerator) -> float:
     total = torch.zeros(2, device=accelerator.device, dtype=torch.float64)
     model.eval()
     with torch.no_grad(), accelerator.autocast():
-        for i in range(0, len(mine), micro_batch):
-            batch = torch.from_numpy(mine[i : i + micro_batch]).to(accelerator.device)
+        for i in eval_starts(len(mine), len(windows), micro_batch, accelerator, model):
+            rows = windows[:1] if i is None else mine[i : i + micro_batch]
+            batch = torch.from_numpy(rows).to(accelerator.device)
             _, batch_loss = model(batch[:, :-1], batch[:, 1:], return_logits=False)
-            total[0] += batch_loss.double() * len(batch)
-            total[1] += len(batch)
+            if i is not None:
+                total[0] += batch_loss.double() * len(batch)
+                total[1] += len(batch)
     model.train()
     total = accelerator.reduce(total, "sum")
     return (total[0] / total[1]).item()
