@@ -83,6 +83,8 @@ def memory_warning(runs) -> str | None:
     over = [r for r in runs if not r.skip and memory_cell(r.facts).endswith("!")]
     if not over:
         return None
+    if notes := [f"point {r.index} {r.facts.memory_note}" for r in over if r.facts.memory_note]:
+        return "warning: " + "; ".join(notes)  # training.memory_plan: what would fit
     points = ", ".join(str(r.index) for r in over)
     device = over[0].facts.device_memory_gb
     return (

@@ -186,7 +186,7 @@ class Trainer:
         self.precision = resolved_precision(tr, cuda)
         # what the disk, the store and the memory hold: before anything is written
         device_bytes = device_memory_bytes(tr) if cuda else None
-        preflight(self.spec, self.geo.micro_batch, resolved_precision(tr, cuda), device_bytes)
+        preflight(self.spec, self.geo.micro_batch, self.precision, device_bytes, self.world)
         runs_dir = resolve_dir(self.spec.paths.runs_dir, default_runs_dir())
         self.cache_dir = resolve_dir(self.spec.paths.cache_dir, default_cache_dir())
         self.rdir = checkpoint.run_dir(runs_dir, self.spec.run_key)
