@@ -77,6 +77,27 @@ def test_fsdp_on_two_ranks_trains_the_losses_of_one_process(lab, tmp_path, famil
     assert abs(got_val - want_val) < 1e-5
     shards = list((tmp_path / "runs").glob("*/last.pt.shards-*"))
     assert len(shards) == 1 and len(list(shards[0].glob("*.distcp"))) == 2  # one file per rank
+    if family == "decoder":  # the Hugging Face export reads the 2 ranks' shards whole
+        _export_matches(shards[0].parent / "last.pt", next((tmp_path / "p").glob("*/last.pt")))
+
+
+def _export_matches(sharded: Path, plain: Path) -> None:
+    """The model exported from the sharded checkpoint holds the unsharded run's weights (up to
+    the losses' rounding) and gives its own logits through transformers."""
+    import torch
+    import transformers
+
+    from models.export_hf import load_checkpoint_model, main
+
+    got, want = load_checkpoint_model(sharded), load_checkpoint_model(plain)
+    for (name, a), (_, b) in zip(got.state_dict().items(), want.state_dict().items(), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=0, msg=name)
+    out = sharded.parent / "hf"
+    main(["--checkpoint", str(sharded), "--out", str(out)])
+    hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    idx = torch.randint(0, got.cfg.vocab_size, (2, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(hf(idx).logits, got(idx)[0], atol=1e-4, rtol=0)
 
 
 def _rank_pid(launcher: subprocess.Popen, rank: int) -> int:

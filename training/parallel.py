@@ -132,17 +132,6 @@ def load_sharded(folder: Path, model: nn.Module, optimizer) -> None:
     )
 
 
-def load_model_weights(folder: Path, model: nn.Module) -> None:
-    """Only the model's weights from a sharded checkpoint, into a plain module in one process
-    (the Hugging Face export)."""
-    import torch.distributed.checkpoint as dcp
-
-    state = {"model": model.state_dict()}
-    with _one_process_is_meant():
-        dcp.load(state, checkpoint_id=str(folder))
-    model.load_state_dict(state["model"])
-
-
 @contextlib.contextmanager
 def _one_process_is_meant():
     """Without a process group `torch.distributed.checkpoint` warns, at every save, that it
