@@ -20,6 +20,7 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn
 from rich.table import Table
 
@@ -277,7 +278,7 @@ def _print_not_finished(out: Console, outcomes) -> None:
             plan.format_count(r.n),
             plan.format_count(r.d),
             o.state,
-            o.reason,
+            escape(o.reason),  # a reason may quote "[...]" (a gloo error's source location)
         )
     out.print(d)
 

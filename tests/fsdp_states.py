@@ -3,8 +3,9 @@ on any number of processes (tests/test_train_fsdp.py runs it under torchrun and 
 
     python fsdp_states.py train STEPS DIR REF [FROM]
         build the model (FSDP2 over the ranks when there are several), load FROM (a sharded
-        checkpoint) if given, take STEPS AdamW steps, save the shards to DIR and the whole
-        state (every rank's shards gathered) to REF (rank 0)
+        checkpoint) if given, take STEPS AdamW steps, print the bytes of parameters and AdamW
+        moments each rank holds, save the shards to DIR and the whole state (every rank's
+        shards gathered) to REF (rank 0)
     python fsdp_states.py check DIR REF
         load DIR into a fresh model and optimizer and assert that the whole state equals REF
         bit for bit
@@ -49,6 +50,20 @@ def whole_state(model, optimizer) -> dict[str, torch.Tensor]:
     return out
 
 
+def held_bytes(model, optimizer) -> dict[str, int]:
+    """Bytes of parameters and AdamW moments this rank holds (its shards under FSDP)."""
+
+    def local(t) -> int:
+        t = t.to_local() if hasattr(t, "to_local") else t
+        return t.numel() * t.element_size()
+
+    moments = [v for s in optimizer.state.values() for k, v in s.items() if k != "step"]
+    return {
+        "params": sum(local(p) for p in model.parameters()),
+        "optimizer": sum(local(v) for v in moments),
+    }
+
+
 def main(argv: list[str]) -> None:
     from training import parallel
 
@@ -70,6 +85,8 @@ def main(argv: list[str]) -> None:
             optimizer.step()
             optimizer.zero_grad()
         parallel.save_sharded(folder, model, optimizer)
+        held = held_bytes(model, optimizer)
+        print(f"rank {rank} holds {held['params']} {held['optimizer']} bytes", flush=True)
         state = whole_state(model, optimizer)
         if rank == 0:
             torch.save(state, ref)

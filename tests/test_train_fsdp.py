@@ -150,15 +150,15 @@ def test_kill_9_of_one_rank_then_rerun_resumes_to_the_uninterrupted_losses(lab, 
     assert losses(long) == losses(clean)  # every logged train loss and the final val loss
 
 
-def _states(*args: str, ranks: int) -> None:
+def _states(*args: str, ranks: int) -> str:
     script = str(ROOT / "tests" / "fsdp_states.py")
     if ranks == 2:
-        torchrun([script, *args])
-    else:
-        out = subprocess.run(
-            [sys.executable, script, *args], cwd=ROOT, env=ENV, capture_output=True, text=True
-        )
-        assert out.returncode == 0, out.stderr[-3000:]
+        return torchrun([script, *args]).stdout
+    out = subprocess.run(
+        [sys.executable, script, *args], cwd=ROOT, env=ENV, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
 
 
 @pytest.mark.slow
@@ -166,12 +166,31 @@ def test_sharded_checkpoint_moves_from_two_ranks_to_one_and_back_exactly(tmp_pat
     """Shards written by 2 ranks load in one process, and one process's in 2 ranks, with every
     parameter and AdamW moment bit for bit as the writer held it (gathered: REF)."""
     a, b = tmp_path / "a", tmp_path / "b"
-    _states("train", "3", str(a), f"{a}.pt", ranks=2)
+    out = _states("train", "3", str(a), f"{a}.pt", ranks=2)
+    _held_is_one_rank_share(out, ranks=2)
     _states("check", str(a), f"{a}.pt", ranks=1)  # 2 -> 1
     _states("train", "2", str(b), f"{b}.pt", str(a), ranks=1)  # 1 process continues them
     _states("check", str(b), f"{b}.pt", ranks=2)  # 1 -> 2
     with pytest.raises(AssertionError):  # the check can fail: another state is not REF
         _states("check", str(a), f"{b}.pt", ranks=1)
+
+
+def _held_is_one_rank_share(out: str, ranks: int) -> None:
+    """What each rank measured it holds: its shards, within 5% of the planner's share (FSDP2
+    splits a dimension unevenly when it does not divide), all ranks' together the whole."""
+    from models import ModelConfig
+    from models.accounting import count_params
+    from training.memory_plan import step_memory
+
+    cfg = ModelConfig.from_dict(
+        {"d_model": 32, "n_layers": 2, "n_heads": 2, "vocab_size": 64, "max_seq_len": 16}
+    )
+    n = count_params(cfg).total
+    share = step_memory(cfg, 16, 2, "fp32", "cpu", "fsdp", world=ranks).optimizer
+    held = [tuple(map(int, line.split()[3:5])) for line in out.splitlines() if " holds " in line]
+    assert len(held) == ranks
+    assert sum(p for p, _ in held) == 4 * n and sum(o for _, o in held) == 8 * n
+    assert all(abs(o - share) <= 0.05 * share for _, o in held), (held, share)
 
 
 @pytest.mark.slow
@@ -203,3 +222,38 @@ def test_a_run_continues_from_two_ranks_on_one_process(lab, tmp_path):
     clean = [*long, "tracking.experiment=clean", f"paths.runs_dir={tmp_path / 'c'}"]
     uninterrupted = train(compose(*clean))
     assert abs(resumed.final_val_loss - uninterrupted.final_val_loss) < 1e-5
+
+
+def test_parallel_settings_keep_the_run_key_and_fp16_is_refused_with_fsdp():
+    from training.config import ConfigError, TrainConfig
+    from training.keys import run_key
+
+    plain = {"train": TrainConfig().to_dict()}
+    sharded = {"train": TrainConfig(parallel="fsdp", activation_checkpointing=True).to_dict()}
+    assert run_key(plain) == run_key(sharded)  # the same updates: one run, any world size
+    with pytest.raises(ConfigError, match=r"^train\.precision: fp16 with train\.parallel=fsdp"):
+        TrainConfig(parallel="fsdp", precision="fp16")
+
+
+def test_a_shard_folder_counts_once_its_checkpoint_file_names_it(tmp_path):
+    """The file is the commit: folders of saves killed before it, and those a newer save
+    replaced, are removed; the named one is kept."""
+    import torch
+
+    from training import checkpoint
+
+    committed = checkpoint.shards_name("last.pt", 20, "aa")
+    for name in (committed, checkpoint.shards_name("last.pt", 40, "bb"), "tokens_8.pt.shards-2-cc"):
+        (tmp_path / name).mkdir()
+    checkpoint.save_checkpoint(tmp_path / "last.pt", {"shards": committed, "step": 20})
+    torch.save({"model": {}, "step": 2}, tmp_path / "tokens_8.pt")  # a ddp branch checkpoint
+    assert checkpoint.shards_of(tmp_path / "last.pt") == committed
+    removed = checkpoint.remove_unreferenced_shards(tmp_path)
+    assert sorted(p.name for p in removed) == ["last.pt.shards-40-bb", "tokens_8.pt.shards-2-cc"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [committed, "last.pt", "tokens_8.pt"]
+    )
+    newer = checkpoint.shards_name("last.pt", 60, "dd")
+    (tmp_path / newer).mkdir()
+    checkpoint.remove_replaced_shards(tmp_path, "last.pt", newer)
+    assert not (tmp_path / committed).exists() and (tmp_path / newer).is_dir()

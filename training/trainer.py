@@ -40,7 +40,7 @@ from training.data import BatchSampler, Prefetcher, prepare_data, val_pairs, val
 from training.monitor import Progress, format_si, measured_peak_flops
 from training.ownership import Ownership
 from training.paths import default_cache_dir, default_runs_dir, resolve_dir
-from training.ranks import broadcast, end_process_group, reset_accelerate_state
+from training.ranks import broadcast, end_process_group, lost_a_rank, reset_accelerate_state
 from training.result import TrainResult
 from training.schedules import Schedule, warmup_steps, wsd_decay_start
 from training.signals import Interrupted, Signals
@@ -611,6 +611,9 @@ class Trainer:
             metric_log.stop_system_metrics(self.system)
             status = "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED"
             reason = e.reason if isinstance(e, Interrupted) else f"{type(e).__name__}: {e}"
+            if self.world > 1 and lost_a_rank(e):  # stopped from outside, like a kill: resumable
+                status = "KILLED"
+                reason = f"another rank was lost (killed, or its node failed); rerun to resume: {e}"
             run_record.end_run(self.client, self.run_id, status, reason[:1000])
         if isinstance(e, Interrupted) and self.main:
             log.warning(

@@ -142,7 +142,8 @@ class ClusterSlurmLauncher(SlurmLauncher):
             for i, job in enumerate(jobs):
                 if i in returns:
                     continue
-                if job.paths.result_pickle.exists():
+                # rank 0's result (a job of several tasks names its own file by no task)
+                if job.task(0).paths.result_pickle.exists():
                     returns[i] = self._result(job, overrides[i])
                     continue
                 lost = states.lost(job.job_id, current)
@@ -155,8 +156,10 @@ class ClusterSlurmLauncher(SlurmLauncher):
 
     @staticmethod
     def _result(job, overrides: list[str]) -> JobReturn:
+        """Task 0's JobReturn (rank 0 records the run; on one task, the job's own): `results()`
+        of a job of several tasks would also wait for those a dead rank never wrote."""
         try:
-            return job.results()[0]
+            return job.task(0).results()[0]
         except Exception as e:  # submitit's FailedJobError/UncompletedJobError: a long log
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             return _failed(
