@@ -98,7 +98,7 @@ def is_sharded(model: nn.Module) -> bool:
     return isinstance(model, FSDPModule)
 
 
-def full_state(model: nn.Module, optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
+def named_state(model: nn.Module, optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
     """(model, optimizer) state dicts keyed by parameter name (not by optimizer index), each
     tensor as this rank holds it: a shard (DTensor) under FSDP, the whole tensor otherwise.
     The form `torch.distributed.checkpoint` saves and loads whatever the world size."""
@@ -112,7 +112,7 @@ def save_sharded(folder: Path, model: nn.Module, optimizer) -> None:
     all ranks call it); rank 0 writes the folder's `.metadata` last, after all ranks wrote."""
     import torch.distributed.checkpoint as dcp
 
-    model_sd, optim_sd = full_state(model, optimizer)
+    model_sd, optim_sd = named_state(model, optimizer)
     with _one_process_is_meant():
         dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=str(folder))
 
@@ -123,7 +123,7 @@ def load_sharded(folder: Path, model: nn.Module, optimizer) -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import set_state_dict
 
-    model_sd, optim_sd = full_state(model, optimizer)
+    model_sd, optim_sd = named_state(model, optimizer)
     state = {"model": model_sd, "optimizer": optim_sd}
     with _one_process_is_meant():
         dcp.load(state, checkpoint_id=str(folder))
