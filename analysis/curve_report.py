@@ -153,7 +153,7 @@ def blocks(
             "p",
             f"{TISSUE.reference}: L = L0 + A S1^-alpha - C S2, lr replayed per step "
             "from each run's config; one law per group of runs sharing model and "
-            "hyperparameters (`python -m analysis.curves`, docs/curve-laws.md). "
+            "hyperparameters (`python -m analysis.curves`, docs/analysis.md). "
             + C.metric_note(curves, metric),
         )
     )
@@ -222,7 +222,7 @@ def _tuning_blocks(grid: pd.DataFrame, curves: pd.DataFrame, keys: list[str]) ->
                 "p",
                 f"Curve-aware tuning is not checked on these curves: {err}. "
                 "`python -m analysis.tuning_check --strategy curve` checks it on a full grid "
-                "logged with a train loss per step (docs/curve-laws.md).",
+                "logged with a train loss per step (docs/results.md).",
             )
         ]
     text = curve_check.markdown(table, curve_check.curve_tuning.RUNS).split("\n")

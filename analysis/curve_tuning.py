@@ -17,7 +17,7 @@ start at its own lr. The warmup's points belong in the fit: the law counts the w
 S1, and at two runs' compute they are most of a candidate's prefix (20 of 27 steps at the
 demo's 8% warmup). The loss after the first update is left out: its S1 is one warmup step's
 lr, where A S1^-alpha is near its pole and the real loss still near ln(vocab), so that one
-point sets alpha. The first step fitted moves the result (docs/curve-laws.md has the counts
+point sets alpha. The first step fitted moves the result (docs/results.md has the counts
 for steps 1, 2, 3 and 5 on three seeds' grids); 2 was chosen on seeds 0 and 1. Every
 candidate decays the same way, so the rank at the decay start is the rank the rule uses.
 `sweeps.run` calls the same function on the runs it trains (`sweep.tune_curve`);

@@ -8,7 +8,7 @@
 # train.parallel=ddp and fsdp on every GPU (skipped with one); a 2-size x 2-budget sweep end to
 # end. MFU is against the dense bf16 datasheet peak (989 TFLOP/s; override with PEAK_TFLOPS).
 # Writes gpu_check_cuda.json to $OUT if set, else results/benchmarks/. Ran on one H200 on
-# 2026-12-04 (results/benchmarks/gpu_check_cuda.json, docs/performance.md section 10).
+# 2026-12-04 (results/benchmarks/gpu_check_cuda.json, docs/performance.md, on a GPU).
 #
 #   bash benchmarks/gpu_check.sh               # on the GPU machine, from anywhere
 #   bash benchmarks/gpu_check.sh --cpu-smoke   # CPU: every part at tiny shapes (minutes)

@@ -72,7 +72,7 @@ def benchmark(args) -> dict:
     load = os.getloadavg()[0]
     if device.type == "cpu" and threads > 1 and load > 0.5:
         # Busy cores deschedule OpenMP workers and every parallel region waits for them, so
-        # multi-threaded numbers measure the scheduler (docs/performance.md, section 7).
+        # multi-threaded numbers measure the scheduler (docs/performance.md, single measurements).
         log(f"warning: load average {load:.1f} with {threads} threads: consider --threads 1")
     cases = _cases(args)
     times, peaks, memory = _measure(cases, device, threads, args)

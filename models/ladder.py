@@ -1,5 +1,10 @@
 """Size ladder: a pure function from a target non-embedding parameter count to a model shape.
 
+The count is the active one (``count_params(...).non_embedding_active``): for a dense model
+every non-embedding parameter, for a MoE model what one token passes through (router, top_k
+routed experts, shared experts), so that a dense and a MoE model of one size cost the same
+compute per token (C = 6 N_active D) and differ in total parameters.
+
 Rule (documented once, tested):
 
 1. Widths: d_model from 16 to 8192, in steps of 4 below 256 and of 8 above. Its head count is
@@ -37,6 +42,11 @@ An encoder-decoder's ``n_layers`` is the depth of each stack (``n_encoder_layers
 over the same grid: ``encoder`` within 10%, 8%, 3%, 2% on the four ranges above;
 ``encoder_decoder`` (one more layer adds a block to each stack, so a coarser grid) within 16%,
 8%, 4%, 2%.
+
+MoE (``mlp: moe``): N is the active count, and a layer adds top_k (+ shared) experts' worth,
+so the grid is coarser: measured within 20%, 8%, 5%, 2% on the four ranges (8 experts top-2
+with one shared, 4 top-1 every 2nd layer, 4 top-2 GELU every 3rd layer). With ``moe_every`` = k
+the shape has at least k layers.
 """
 
 from __future__ import annotations
@@ -108,25 +118,43 @@ def _candidates(base: ModelConfig) -> tuple[tuple[int, ...], tuple[Shape, ...]]:
     """All (non-embedding N, shape) pairs of rules 1-2, sorted by N. ``base`` is normalised
     by the caller so that configs differing only in shape share one cache entry."""
     rows = []
+    min_layers = _min_layers(base)
     widths = [*range(MIN_D_MODEL, SMALL_D_MODEL, 4), *range(SMALL_D_MODEL, MAX_D_MODEL + 1, 8)]
     for d in widths:
         heads = _heads_for_width(d, base)
         if heads is None:
             continue
         width = dataclasses.replace(
-            base, n_layers=1, d_model=d, n_heads=heads[0], n_kv_heads=heads[1]
+            base, n_layers=min_layers, d_model=d, n_heads=heads[0], n_kv_heads=heads[1]
         )
-        # N is affine in n_layers for every family (an encoder-decoder's stacks both follow
-        # n_layers here): N(L) = fixed + L * per_layer, from the exact counts at 1 and 2 layers
-        one = count_params(width).non_embedding
-        per_layer = count_params(dataclasses.replace(width, n_layers=2)).non_embedding - one
-        final = one - per_layer
-        lo = max(1, math.ceil(d / (ASPECT * ASPECT_BAND)))
+        count = _layer_count(width)
+        lo = max(min_layers, math.ceil(d / (ASPECT * ASPECT_BAND)))
         hi = min(MAX_LAYERS, math.floor(d / (ASPECT / ASPECT_BAND)))
         for n_layers in range(lo, hi + 1):
-            rows.append((n_layers * per_layer + final, Shape(n_layers, d, *heads)))
+            rows.append((count(n_layers), Shape(n_layers, d, *heads)))
     rows.sort(key=lambda r: (r[0], r[1].n_layers))
     return tuple(r[0] for r in rows), tuple(r[1] for r in rows)
+
+
+def _min_layers(base: ModelConfig) -> int:
+    """The fewest layers of a shape: one, or ``moe_every`` so that a MoE model has a MoE layer."""
+    return base.moe_every if base.mlp == "moe" else 1
+
+
+def _active(cfg: ModelConfig, **changes) -> int:
+    return count_params(dataclasses.replace(cfg, **changes)).non_embedding_active
+
+
+def _layer_count(width: ModelConfig):
+    """N(n_layers) at ``width``'s shape, exact. N is affine in n_layers for every family (an
+    encoder-decoder's stacks both follow n_layers here): fixed + L * per_layer, from the exact
+    counts at 1 and 2 layers. A MoE model with ``moe_every`` = k > 1 alternates: L // k MoE
+    layers and the rest dense, each kind counted from its own exact difference."""
+    k = width.moe_every if width.mlp == "moe" else 1
+    one, two = _active(width, n_layers=1, moe_every=1), _active(width, n_layers=2, moe_every=1)
+    per_layer, fixed = two - one, 2 * one - two
+    dense = _active(width, n_layers=2, moe_every=2) - fixed - per_layer if k > 1 else per_layer
+    return lambda n_layers: fixed + (n_layers // k) * per_layer + (n_layers - n_layers // k) * dense
 
 
 def _candidates_for(base: ModelConfig) -> tuple[tuple[int, ...], tuple[Shape, ...]]:
@@ -150,7 +178,7 @@ def _candidates_for(base: ModelConfig) -> tuple[tuple[int, ...], tuple[Shape, ..
     else:
         n_heads, n_kv = 2 * (base.n_heads // base.kv_heads), 2
     norm = dataclasses.replace(
-        base, n_layers=1, d_model=8 * n_heads, n_heads=n_heads, n_kv_heads=n_kv
+        base, n_layers=_min_layers(base), d_model=8 * n_heads, n_heads=n_heads, n_kv_heads=n_kv
     )
     return _candidates(norm)
 
@@ -233,5 +261,5 @@ def size_ladder(lo: float, hi: float, base: ModelConfig, per_decade: int = 5) ->
         shape = shapes[_choose(target, counts, shapes)]
         if rungs and rungs[-1].shape == shape:
             continue
-        rungs.append(Rung(target, count_params(apply_shape(base, shape)).non_embedding, shape))
+        rungs.append(Rung(target, _active(apply_shape(base, shape)), shape))
     return rungs

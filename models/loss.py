@@ -16,7 +16,7 @@ small buffer instead of three logit-sized ones. Where autograd does not record t
 (``torch.no_grad()``, evaluation, or inputs that need no gradient) both functions compute the
 loss alone: one matmul per chunk, no gradient pass. Why it pays on CPU: a fresh logit-sized
 tensor (32 MB at 2048 x 4096 fp32) is mmapped and page-faulted in on first touch, while 8 MB
-chunks are reused from the heap; the full-step A/B is in docs/performance.md, section 2.
+chunks are reused from the heap; the full-step A/B is in docs/performance.md, model-side choices.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 # Rows per chunk = CHUNK_ELEMENTS // vocab. CPU: 8 MB of fp32 logits, below glibc's mmap
 # threshold, so the buffer comes back from the heap instead of fresh page-faulted memory (chunk
-# sizes compared in docs/performance.md, section 2). Other devices have caching allocators:
+# sizes compared in docs/performance.md, model-side choices). Other devices have caching allocators:
 # chunks only bound memory there, so they are much larger.
 CHUNK_ELEMENTS = {"cpu": 1 << 21}
 CHUNK_ELEMENTS_DEFAULT = 1 << 26

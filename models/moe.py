@@ -11,9 +11,10 @@ unbalanced the load.
 No Python loop over experts: the (token, expert) assignments are sorted by expert and every
 expert's rows go through one grouped matmul per projection (``expert_matmul``): the
 ``torch._grouped_mm`` kernel where it is fast (CUDA), else one ``torch.bmm`` over the experts
-with each expert's rows padded to the largest load (on CPU ``_grouped_mm`` runs, exactly, but
-several times slower than the padded bmm at balanced load; docs/performance.md has no MoE
-numbers yet).
+with each expert's rows padded to the largest load. On CPU both beat the per-expert Python
+loop of Hugging Face's MoE blocks at d_model >= 128 (1.5-3x, forward + backward, 8 experts
+top-2; ``benchmarks.moe_dispatch``, results/benchmarks/moe_dispatch_cpu.md) and are within 2x
+of each other either way on a loaded machine; the padded bmm stays the CPU default.
 
 Balancing, recorded by each layer on every training forward (``aux_loss``) and added to the
 objective by the training step (``regularization``):
@@ -108,6 +109,8 @@ class MoEMLP(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         self.register_buffer("select_bias", torch.zeros(E))  # aux_free's; zero otherwise
         self.register_buffer("step_load", torch.zeros(E), persistent=False)  # tokens this step
+        # Routing statistics since the last `routing_stats` read: [forwards, aux, z, counts (E)]
+        self.register_buffer("interval", torch.zeros(3 + E), persistent=False)
         self.aux_loss: torch.Tensor | None = None  # weighted aux + z loss of the last forward
         self.load: torch.Tensor | None = None  # (E,) share of assignments, last forward
 
@@ -163,6 +166,11 @@ class MoEMLP(nn.Module):
         self.load = load.detach()
         if self.aux_free:
             self.step_load += counts.to(self.step_load.dtype)
+        with torch.no_grad():  # on the device: read (one sync) only at the run's log cadence
+            self.interval[0] += 1
+            self.interval[1] += aux.detach()
+            self.interval[2] += z.detach()
+            self.interval[3:] += counts.to(self.interval.dtype)
 
     @torch.no_grad()
     def balance(self) -> None:
@@ -182,6 +190,29 @@ def regularization(layers: list[MoEMLP]) -> torch.Tensor | None:
     None without MoE layers (or before any training forward)."""
     losses = [m.aux_loss for m in layers if m.aux_loss is not None]
     return sum(losses) if losses else None
+
+
+def routing_stats(layers: list[MoEMLP]) -> dict[str, float]:
+    """Each MoE layer's routing since the last call, then reset: ``moe{i}_load_e{j}`` the share
+    of the top_k assignments expert j took (uniform: 1 / n_experts), ``moe{i}_load_max`` and
+    ``moe{i}_load_min`` the largest and smallest load over the uniform share (1 = balanced),
+    ``moe{i}_aux`` and ``moe{i}_z`` the unweighted balance loss (1 at uniform load) and z-loss,
+    means over the training forwards. i counts MoE layers (not blocks). Nothing is dropped or
+    overflows (dropless routing), so no drop fraction is kept. One host sync for all layers."""
+    stats: dict[str, float] = {}
+    rows = [m.interval for m in layers]
+    if not rows or float(rows[0][0]) == 0:
+        return stats
+    values = torch.stack(rows).tolist()  # (layers, 3 + E)
+    for i, (m, (n, aux, z, *counts)) in enumerate(zip(layers, values, strict=True)):
+        m.interval.zero_()
+        total = sum(counts)
+        shares = [c / total for c in counts]
+        stats.update({f"moe{i}_load_e{j}": s for j, s in enumerate(shares)})
+        stats[f"moe{i}_load_max"] = max(shares) * len(shares)
+        stats[f"moe{i}_load_min"] = min(shares) * len(shares)
+        stats[f"moe{i}_aux"], stats[f"moe{i}_z"] = aux / n, z / n
+    return stats
 
 
 def balance(layers: list[MoEMLP]) -> None:

@@ -19,16 +19,17 @@ from dataclasses import replace
 
 from sweeps import plan
 from sweeps.plan import PlanError, Point
+from sweeps.points import BATCH_KEY
 
-FIELD = f"sweep.tune.{plan.BATCH_KEY}"
+FIELD = f"sweep.tune.{BATCH_KEY}"
 
 
 def batch_grid(tune: plan.TuneSpec | None) -> list[int]:
     """The tuned batch sizes as whole token counts; [] when the batch is not tuned."""
-    if tune is None or plan.BATCH_KEY not in tune.grid:
+    if tune is None or BATCH_KEY not in tune.grid:
         return []
     out = []
-    for value in tune.grid[plan.BATCH_KEY]:
+    for value in tune.grid[BATCH_KEY]:
         try:  # YAML 1.1 reads 4e3 as a string
             number = float(value)
         except (TypeError, ValueError):
@@ -58,8 +59,8 @@ def with_granule(spec: plan.SweepSpec, points: Sequence[Point], facts_of: plan.R
     step = granule(batches)
     out = []
     for i, p in enumerate(points):
-        over = [o for o in p.overrides if _key(o) != plan.BATCH_KEY]
-        over.append(f"{plan.BATCH_KEY}={step}")
+        over = [o for o in p.overrides if _key(o) != BATCH_KEY]
+        over.append(f"{BATCH_KEY}={step}")
         try:
             facts = facts_of(over)
         except PlanError:
@@ -102,7 +103,7 @@ def describe(tp) -> str | None:
         for d in budgets
     )
     return (
-        f"batch axis: {plan.BATCH_KEY} in {', '.join(map(str, batches))} tokens at each arm's "
+        f"batch axis: {BATCH_KEY} in {', '.join(map(str, batches))} tokens at each arm's "
         f"fixed token budget D (steps = D / B); D, the decay start and the rungs are whole "
         f"batches of {step} tokens (the candidates' least common multiple); steps per candidate: "
         f"{steps}"

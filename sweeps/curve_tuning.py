@@ -17,7 +17,8 @@ import math
 from typing import Any
 
 from analysis import curve_tuning
-from sweeps.plan import CurveSpec, PlanError
+from sweeps.config import CurveSpec
+from sweeps.errors import PlanError
 from training import tracking
 
 BUDGET_TAG = "tune_budget"

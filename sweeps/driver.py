@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
@@ -35,6 +36,7 @@ from omegaconf.errors import OmegaConfBaseException
 from models import count_params
 from models.accounting import GB
 from sweeps import batch_axis, curve_tuning, plan, rules, slurm, sweep_records, tuning, ui
+from sweeps.config import SweepConfig
 from sweeps.job import ENV_GPU_LOCKS, ENV_GPU_POOL, PointInterrupted, training_config
 from sweeps.names import RunNames
 from sweeps.order import interleaved
@@ -44,6 +46,8 @@ from sweeps.sweep_view import (
     Closing,
     Planned,
     SweepProgress,
+    command_lines,
+    fit_width,
     plan_rows,
     print_plan,
     print_summary,
@@ -60,7 +64,6 @@ from training.step import planned_verdict
 Compose = Callable[[Sequence[str]], DictConfig]
 # (override lists, first job index, on_submit(job ids) or None) -> hydra JobReturn per job
 Launch = Callable[[list[list[str]], int, Callable | None], Sequence[Any]]
-SETTINGS = {"name", "jobs", "dry_run", "retry_failed", "throughput", "report", "interleave"}
 FAILED_BEFORE = "failed before"  # how a point skipped because its run key FAILED begins
 
 
@@ -91,18 +94,13 @@ def parse_cli(arguments: Sequence[str]) -> tuple[list[str], dict[str, list[str]]
     return fixed, axes, keys
 
 
+def sweep_config(cfg: DictConfig) -> SweepConfig:
+    """The app config's `sweep` section, checked (`sweeps.config`: the one check of it)."""
+    return SweepConfig.from_dict(OmegaConf.to_container(cfg.sweep, resolve=True))
+
+
 def spec_from_config(cfg: DictConfig, cli_axes: dict[str, list[str]]) -> plan.SweepSpec:
-    sweep = OmegaConf.to_container(cfg.sweep, resolve=True)
-    plan.check_settings(sweep)
-    unknown = set(sweep) - plan.SPEC_FIELDS - SETTINGS
-    if unknown:
-        allowed = ", ".join(sorted(plan.SPEC_FIELDS | SETTINGS))
-        raise plan.PlanError(f"sweep.{sorted(unknown)[0]}: unknown field; allowed: {allowed}")
-    for key in cli_axes:
-        if key in (sweep.get("axes") or {}):
-            raise plan.PlanError(f"{key} is swept on the command line and in sweep.axes; drop one")
-    sweep["axes"] = {**(sweep.get("axes") or {}), **cli_axes}
-    return plan.SweepSpec.from_dict(str(sweep["name"]), sweep)
+    return plan.SweepSpec.from_config(sweep_config(cfg), cli_axes)
 
 
 def facts(cfg: DictConfig, world: int = 1) -> plan.RunFacts:
@@ -164,20 +162,13 @@ class Sweep:
     datasets: dict[str, dict] = field(default_factory=dict)  # each distinct data section
     names: RunNames | None = None  # readable run names and block labels
     name_runs: bool = True  # False: tracking.run_name is set, every point keeps it
+    config: SweepConfig = field(default_factory=SweepConfig)  # cfg.sweep, checked
 
     @classmethod
     def from_cli(cls, cfg: DictConfig, arguments: Sequence[str], compose: Compose) -> Sweep:
-        jobs = int(cfg.sweep.jobs)
-        if jobs < 1:
-            raise plan.PlanError(
-                f"sweep.jobs: expected a positive number of parallel jobs, got {jobs}"
-            )
-        if not isinstance(cfg.sweep.get("interleave", False), bool):
-            raise plan.PlanError(
-                f"sweep.interleave: expected true or false, got {cfg.sweep.interleave!r}"
-            )
+        config = sweep_config(cfg)
         fixed_args, cli_axes, cli_keys = parse_cli(arguments)
-        spec = spec_from_config(cfg, cli_axes)
+        spec = plan.SweepSpec.from_config(config, cli_axes)
         spec.check_conflicts(cli_keys)
         compose = cached_compose(compose)
         # where records and checkpoints go: the command line and sweep.fixed may set them
@@ -189,6 +180,7 @@ class Sweep:
         sweep = cls(
             cfg, spec, fixed_args, cli_keys, compose, base, uri, experiment, _runs_dir(base)
         )
+        sweep.config = config
         swept = [*spec.axes, *(spec.tune.grid if spec.tune else ())]
         block = OmegaConf.select(cfg, "hydra.runtime.choices.model", default=None)
         sweep.names = RunNames(swept, str(block or "model"))
@@ -197,7 +189,7 @@ class Sweep:
 
     @property
     def jobs(self) -> int:
-        return int(self.cfg.sweep.jobs)
+        return self.config.jobs
 
     def config_of(self, overrides: Sequence[str]) -> DictConfig:
         return self.compose([*self.fixed_args, *overrides])
@@ -220,7 +212,7 @@ class Sweep:
 
     def resolve_points(self, points: Sequence[plan.Point]) -> list[plan.PlannedRun]:
         """Resolved points with their run keys' MLflow state applied (read now)."""
-        throughput = self.cfg.sweep.throughput
+        throughput = self.config.throughput
         resolved = plan.resolve(
             self.spec,
             points,
@@ -232,7 +224,7 @@ class Sweep:
         # never creates the store: a plan that fails (e.g. a tuning stage's bad input) leaves
         # nothing behind; _execute creates it
         records = _read_records(self.uri, self.experiment) or {}
-        retry = bool(self.cfg.sweep.retry_failed)
+        retry = self.config.retry_failed
         resolved = [_apply_record(r, records.get(r.run_key), retry) for r in resolved]
         return self._skip_active_jobs(resolved) if self.on_slurm else resolved
 
@@ -276,7 +268,7 @@ class Sweep:
         runs = self.resolve_points(points)
         if not self.spec.tune:
             return runs, None
-        throughput = self.cfg.sweep.throughput
+        throughput = self.config.throughput
         tuned = tuning.plan_tuning(
             self.spec.tune,
             runs,
@@ -307,7 +299,7 @@ def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: L
     tic = time.perf_counter()
     runs, tuned = sweep.make_plan()
     plan_s = time.perf_counter() - tic
-    if cfg.sweep.dry_run:
+    if sweep.config.dry_run:
         db = tracking.sqlite_path(sweep.uri)
         records_read = db is None or db.exists()
         print_plan(sweep.spec, runs, sweep.jobs, records_read, plan_s, sweep.names.block)
@@ -319,7 +311,7 @@ def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: L
                 print(line)
         return []
     if tuned and (warning := tuning.early_rungs(tuned)):
-        print(warning, flush=True)  # also without a dry run: before anything trains
+        print(fit_width(warning), flush=True)  # also without a dry run: before anything trains
     _check_places(sweep)
     if any(not r.skip for r in runs):
         _prepare_data(cfg, sweep.base, list(sweep.datasets.values()))
@@ -464,7 +456,6 @@ def _execute(
     tags = {
         "git_commit": tracking.git_commit(),
         "sweep_kind": sweep.spec.kind,
-        "n_points": len(runs),
     }
     parent = Parent(exp_id, sweep_records.open_parent(sweep.uri, exp_id, sweep.spec.name, tags))
     sweep_yaml = OmegaConf.to_yaml(sweep.cfg.sweep)
@@ -537,7 +528,7 @@ def _run_waves(
     job_idx = 0
     with progress:
         for wave in _waves(todo, runs, outcomes, more, progress):
-            if sweep.cfg.sweep.get("interleave", False):
+            if sweep.config.interleave:
                 wave = interleaved(wave)
             batch = []
             for r in wave:
@@ -737,12 +728,20 @@ def _report(
     cmd += [str(a) for a in report.get("args") or []]
     cmd += ["--tracking-uri", uri, "--experiment", experiment]
     cmd += ["--sweep", parent_run_id, "--out", str(report.out)]
-    print("report:", " ".join(cmd), flush=True)
-    done = subprocess.run(cmd, stderr=subprocess.PIPE, text=True)
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
-    for line in done.stderr.splitlines():  # its warnings; its error goes into ours
+    print(command_lines("report:", cmd), flush=True)
+    with tempfile.TemporaryFile("w+") as stderr:  # read after it exits: no pipe to fill
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # its lines as it prints them
+        with subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env
+        ) as done:
+            for line in done.stdout:  # as it goes, each line within 80 columns
+                print(fit_width(line.rstrip("\n")), flush=True)
+        stderr.seek(0)
+        lines = stderr.read().splitlines()
+    errors = [line for line in lines if line.startswith("error: ")]
+    for line in lines:  # its warnings; its error goes into ours
         if not line.startswith("error: "):
-            print(line, file=sys.stderr)
+            print(fit_width(line), file=sys.stderr)
     if done.returncode != 0:
         why = errors[-1].removeprefix("error: ") if errors else "see above"
         return None, f"sweep.report: analysis.report exited with {done.returncode} ({why})"

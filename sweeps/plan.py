@@ -33,49 +33,27 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
-from models.values import int_if_integral
+from sweeps.config import SweepConfig, TuneSpec, is_number
 from sweeps.errors import PlanError
-from sweeps.rules import Rule, rule_from_sweep
-
-# Keys the size ladder chooses itself: sweeping them next to `model.size` is ambiguous.
-LADDER_KEYS = ("model.n_layers", "model.d_model")
-TOKENS_KEY = "train.tokens"
-SIZE_KEY = "model.size"
-SPEC_FIELDS = {
-    "axes",
-    "variants",
-    "budgets",
-    "budget_flops",
-    "tokens_per_param",
-    "wsd",
-    "fixed",
-    "tune",
-    "tune_at",
-    "tune_halving",
-    "tune_curve",
-    "lr_rule",
-    "batch_rule",
-    "seeds",
-}
-# Where a tuning grid is tried: at every arm, or at the smallest token budget of each
-# variant x size (the chosen values then train that size's other budgets).
-TUNE_AT = ("every_arm", "smallest_budget")
-CURVE_RULES = ("staged", "predicted")  # sweep.tune_curve.rule
-# Successive halving: rungs as fractions of an arm's stable (pre-decay) phase.
-DEFAULT_RUNGS = (0.125, 0.25, 0.5)
-LR_KEY = "train.lr"
-SEED_KEY = "train.seed"
-BATCH_KEY = "train.batch_tokens"
-# The FLOP count an IsoFLOP budget C is measured in (see the module docstring).
-BUDGET_FLOPS = ("6nd", "exact")
-# How the dry-run table and the summary name each convention next to a C.
-C_LABEL = {"6nd": "6ND", "exact": "exact"}
-
+from sweeps.points import (
+    BUDGET_FLOPS,
+    LADDER_KEYS,
+    SEED_KEY,
+    SIZE_KEY,
+    TOKENS_KEY,
+    CheckpointPath,
+    PlannedRun,
+    Point,
+    Resolver,
+    RunFacts,
+    format_value,
+    seed_override,
+)
+from sweeps.rules import Rule
 
 # ValueErrors of a point's model that no shape or size explains (a bad value in an axis or a
 # variant): the sweep fails; other model errors (a size the ladder cannot reach, heads that do
@@ -89,260 +67,6 @@ NOT_A_VALUE = (
     "must be a number in",
     "must be in [0, 1)",
 )
-
-
-def format_value(value: Any) -> str:
-    """Hydra override text for a value: 3e6 -> 3000000, lists -> [a,b], None -> null."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and abs(value) >= 1:  # 0.0 stays a float for Hydra
-        return str(int_if_integral(value))
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(format_value(v) for v in value) + "]"
-    return str(value)
-
-
-@dataclass(frozen=True)
-class CurveSpec:
-    """`sweep.tune_curve`: {rule: staged | predicted, runs: R, decay: f}. Every candidate trains
-    a prefix of the shared WSD stable phase, a loss-curve law predicts each one's loss from its
-    prefix. `staged` (the default): rungs t, 2t, 4t; at each the candidates whose predicted
-    finals are not separated from the best's go on (at most half), and the best decays to the
-    budget once the others are separated or at the last rung; R (default 3) bounds the worst
-    case per arm. `predicted`: one rung sized so the arm costs R runs (default 2), the
-    predicted best decays (`analysis.curve_tuning`)."""
-
-    runs: float = 3.0
-    decay: float = 0.2
-    rule: str = "staged"
-
-    @classmethod
-    def from_dict(cls, value: Any, halving: Any) -> CurveSpec:
-        if halving is not None:
-            raise PlanError(
-                "sweep.tune_curve: a tuning strategy of its own; remove sweep.tune_halving"
-            )
-        if value is True:
-            value = {}
-        shape = "{rule: staged|predicted, runs: R, decay: f}, or true"
-        block = _mapping(value, "sweep.tune_curve", shape)
-        unknown = set(block) - {"runs", "decay", "rule"}
-        if unknown:
-            raise PlanError(
-                f"sweep.tune_curve.{sorted(unknown)[0]}: unknown field; allowed: rule, runs, decay"
-            )
-        rule = block.get("rule", "staged")
-        if rule not in CURVE_RULES:
-            raise PlanError(
-                f"sweep.tune_curve.rule: unknown rule {rule!r}; allowed: {', '.join(CURVE_RULES)}"
-            )
-        default_runs = 3.0 if rule == "staged" else 2.0
-        runs = _number(block.get("runs", default_runs), "sweep.tune_curve.runs")
-        decay = _number(block.get("decay", 0.2), "sweep.tune_curve.decay")
-        if runs <= 1.0:
-            raise PlanError(f"sweep.tune_curve.runs: expected more than 1 run per arm, got {runs}")
-        if not 0.0 < decay < 1.0:
-            raise PlanError(f"sweep.tune_curve.decay: expected a fraction in (0, 1), got {decay}")
-        return cls(runs, decay, rule)
-
-
-@dataclass(frozen=True)
-class TuneSpec:
-    """`sweep.tune` (key -> candidate values; candidates = their product), `sweep.tune_at` and
-    `sweep.tune_halving` ({rungs, decay} or false: every candidate trains the full arm)."""
-
-    grid: dict[str, list[Any]]
-    at: str = "every_arm"
-    halving: bool = True
-    rungs: tuple[float, ...] = DEFAULT_RUNGS
-    decay: float = 0.2  # the WSD decay fraction every tuned run ends with
-    # `sweep.tune_curve`: halving's segments with one rung, ranked by a curve law's prediction
-    curve: CurveSpec | None = None
-
-    def __post_init__(self) -> None:
-        for key, values in self.grid.items():
-            if not isinstance(values, (list, tuple)) or not values:
-                raise PlanError(
-                    f"sweep.tune.{key}: expected a non-empty list of values, got {values!r}"
-                )
-            if len({format_value(v) for v in values}) != len(values):
-                raise PlanError(f"sweep.tune.{key}: a value is listed twice in {list(values)}")
-            if key in (TOKENS_KEY, SIZE_KEY, *LADDER_KEYS) or key.startswith(
-                ("tracking.", "paths.", "sweep.")
-            ):
-                raise PlanError(
-                    f"sweep.tune.{key}: not tunable (it defines the arm or where records go); "
-                    "tune training hyperparameters such as train.lr or train.warmup"
-                )
-        if self.at not in TUNE_AT:
-            raise PlanError(
-                f"sweep.tune_at: unknown rule {self.at!r}; allowed: {', '.join(TUNE_AT)}"
-            )
-        rungs = self.rungs
-        if not rungs or any(not 0 < r < 1 for r in rungs) or list(rungs) != sorted(set(rungs)):
-            raise PlanError(
-                f"sweep.tune_halving.rungs: expected increasing fractions in (0, 1) of the stable "
-                f"phase, got {list(rungs)}"
-            )
-        if not 0.0 < self.decay < 1.0:
-            raise PlanError(
-                f"sweep.tune_halving.decay: expected a fraction in (0, 1), got {self.decay}"
-            )
-        object.__setattr__(self, "grid", {k: list(v) for k, v in self.grid.items()})
-
-    @property
-    def candidates(self) -> list[dict[str, Any]]:
-        keys = list(self.grid)
-        return [dict(zip(keys, c)) for c in itertools.product(*(self.grid[k] for k in keys))]
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> TuneSpec | None:
-        """From `sweep.tune`, `sweep.tune_at` and `sweep.tune_halving`; None without a grid."""
-        tune, at, halving = d.get("tune"), d.get("tune_at"), d.get("tune_halving")
-        if tune is None:
-            for name, value in (
-                ("tune_at", at),
-                ("tune_halving", halving),
-                ("tune_curve", d.get("tune_curve")),
-            ):
-                if value is not None:
-                    raise PlanError(f"sweep.{name}: only applies with sweep.tune (a grid)")
-            return None
-        if not isinstance(tune, Mapping) or not tune:
-            raise PlanError(
-                f"sweep.tune: expected a mapping of override key -> values, got {tune!r}"
-            )
-        grid = {str(key): values for key, values in tune.items()}
-        at = "every_arm" if at is None else at
-        if d.get("tune_curve") is not None:
-            curve = CurveSpec.from_dict(d["tune_curve"], halving)
-            return cls(grid, at, True, decay=curve.decay, curve=curve)
-        if halving is False:
-            return cls(grid, at, halving=False)
-        if halving is None:
-            halving = {}
-        if not isinstance(halving, Mapping):
-            raise PlanError(
-                f"sweep.tune_halving: expected {{rungs: [...], decay: f}} or false, got {halving!r}"
-            )
-        unknown = set(halving) - {"rungs", "decay"}
-        if unknown:
-            raise PlanError(
-                f"sweep.tune_halving.{sorted(unknown)[0]}: unknown field; allowed: rungs, decay"
-            )
-        rungs = tuple(
-            _numbers(halving.get("rungs", list(DEFAULT_RUNGS)), "sweep.tune_halving.rungs")
-        )
-        return cls(
-            grid, at, True, rungs, _number(halving.get("decay", 0.2), "sweep.tune_halving.decay")
-        )
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _number(value: Any, name: str) -> float:
-    """A finite number; a numeric string ("1e12", as YAML 1.1 reads it) counts."""
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            pass
-    if not _is_number(value):
-        raise PlanError(f"{name}: expected a finite number, got {value!r}")
-    return float(value)
-
-
-def _numbers(value: Any, name: str) -> list[float]:
-    """A list of finite numbers, each named `name[i]` when it is not one."""
-    if not isinstance(value, (list, tuple)):
-        raise PlanError(f"{name}: expected a list of numbers, got {value!r}")
-    return [_number(v, f"{name}[{i}]") for i, v in enumerate(value)]
-
-
-def _seeds(value: Any) -> int:
-    """`sweep.seeds`: a whole number >= 1 (absent: 1)."""
-    if value is None:
-        return 1
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise PlanError(
-            f"sweep.seeds: expected a whole number of seeds >= 1 (seeds 0..S-1 of every final "
-            f"cell), got {value!r}"
-        )
-    return value
-
-
-def seed_override(seed: int) -> tuple[str, ...]:
-    """What seed k of a point adds to its overrides: nothing for seed 0 (the config's seed, so
-    its run key is that of the sweep without `seeds`), else `train.seed=k`."""
-    return (f"{SEED_KEY}={seed}",) if seed else ()
-
-
-def _mapping(value: Any, name: str, what: str) -> dict:
-    if not isinstance(value, Mapping):
-        raise PlanError(f"{name}: expected a mapping ({what}), got {value!r}")
-    return dict(value)
-
-
-def _overrides(value: Any, name: str) -> dict:
-    """Override key -> value; a nested mapping is no override Hydra can parse."""
-    out = _mapping(value, name, "override key -> value")
-    for key, v in out.items():
-        if isinstance(v, Mapping):
-            first = next(iter(v), "key")
-            raise PlanError(
-                f"{name}.{key}: a nested mapping ({dict(v)!r}); write each key dotted, "
-                f"{key}.{first}: ..."
-            )
-    return out
-
-
-def check_settings(sweep: Mapping[str, Any]) -> None:
-    """The execution settings next to the plan fields: `dry_run` and `retry_failed` are
-    booleans (any string was true), `throughput` finite numbers the estimates divide by."""
-    for key in ("dry_run", "retry_failed"):
-        if key in sweep and not isinstance(sweep[key], bool):
-            raise PlanError(f"sweep.{key}: expected true or false, got {sweep[key]!r}")
-    throughput = _mapping(
-        sweep.get("throughput") or {}, "sweep.throughput", "flops_per_sec, overhead_s"
-    )
-    _known(throughput, "sweep.throughput", ("flops_per_sec", "overhead_s"))
-    for key, low in (("flops_per_sec", "> 0"), ("overhead_s", ">= 0")):
-        name = f"sweep.throughput.{key}"
-        if key in throughput:
-            value = _number(throughput[key], name)
-            if value < 0 or (value == 0 and low == "> 0"):
-                raise PlanError(f"{name}: must be {low}, got {throughput[key]!r}")
-    # the plan fields the driver reads before SweepSpec checks them (it merges command-line axes)
-    _mapping(sweep.get("axes") or {}, "sweep.axes", "override key -> values")
-    _check_report(sweep.get("report"))
-
-
-def _known(d: Mapping, name: str, allowed: Sequence[str]) -> None:
-    unknown = sorted(set(d) - set(allowed))
-    if unknown:
-        raise PlanError(f"{name}.{unknown[0]}: unknown field; allowed: {', '.join(allowed)}")
-
-
-def _check_report(report: Any) -> None:
-    """`sweep.report`, read only after the last point trained: its shape is checked first."""
-    if report is None:
-        return
-    report = _mapping(report, "sweep.report", "out: FOLDER, args: [...]")
-    _known(report, "sweep.report", ("out", "args"))
-    out = report.get("out")
-    if not isinstance(out, str) or not out.strip():
-        raise PlanError(f"sweep.report.out: expected the report's folder, got {out!r}")
-    if Path(out).expanduser().exists() and not Path(out).expanduser().is_dir():
-        raise PlanError(f"sweep.report.out: {out} is a file, not a folder")
-    args = report.get("args") or []
-    if not isinstance(args, (list, tuple)) or any(isinstance(a, (list, dict)) for a in args):
-        raise PlanError(
-            f"sweep.report.args: expected a list of analysis.report arguments, got {args!r}"
-        )
 
 
 @dataclass(frozen=True)
@@ -409,7 +133,7 @@ class SweepSpec:
         if (
             not isinstance(tpp, (list, tuple))
             or len(tpp) != 2
-            or not all(_is_number(v) for v in tpp)
+            or not all(is_number(v) for v in tpp)
             or not 0 < tpp[0] < tpp[1]
         ):
             raise PlanError(
@@ -420,34 +144,28 @@ class SweepSpec:
         object.__setattr__(self, "tokens_per_param", (float(tpp[0]), float(tpp[1])))
 
     @classmethod
-    def from_dict(cls, name: str, d: Mapping[str, Any]) -> SweepSpec:
-        """Build from the plan fields of `cfg.sweep` (a plain dict); unknown fields are ignored
-        here because execution settings (jobs, dry_run...) live next to them."""
-        wsd = _mapping(d.get("wsd") or {}, "sweep.wsd", "tokens: [...], decay: f")
-        unknown = set(wsd) - {"tokens", "decay"}
-        if unknown:
-            raise PlanError(
-                f"sweep.wsd: unknown field(s) {sorted(unknown)}; allowed: tokens, decay"
-            )
-        variants = _mapping(
-            d.get("variants") or {"base": {}}, "sweep.variants", "name -> overrides"
-        )
+    def from_config(
+        cls, config: SweepConfig, cli_axes: Mapping[str, list] | None = None
+    ) -> SweepSpec:
+        """The plan of a checked sweep section, with the axes the command line sweeps
+        (`model=a,b`) added to the file's."""
+        for key in cli_axes or {}:
+            if key in config.axes:
+                raise PlanError(f"{key} is swept on the command line and in sweep.axes; drop one")
         spec = cls(
-            name=name,
-            axes=_mapping(d.get("axes") or {}, "sweep.axes", "override key -> values"),
-            variants={
-                str(k): _overrides(v or {}, f"sweep.variants.{k}") for k, v in variants.items()
-            },
-            budgets=_numbers(d.get("budgets") or [], "sweep.budgets"),
-            budget_flops="6nd" if d.get("budget_flops") is None else d["budget_flops"],
-            tokens_per_param=d.get("tokens_per_param"),
-            wsd_tokens=sorted(_numbers(wsd.get("tokens") or [], "sweep.wsd.tokens")),
-            wsd_decay=_number(wsd.get("decay", 0.2), "sweep.wsd.decay"),
-            fixed=_overrides(d.get("fixed") or {}, "sweep.fixed"),
-            tune=TuneSpec.from_dict(d),
-            lr_rule=rule_from_sweep("lr_rule", d.get("lr_rule")),
-            batch_rule=rule_from_sweep("batch_rule", d.get("batch_rule")),
-            seeds=_seeds(d.get("seeds")),
+            name=config.name,
+            axes={**config.axes, **(cli_axes or {})},
+            variants=config.variants,
+            budgets=config.budgets,
+            budget_flops=config.budget_flops,
+            tokens_per_param=config.tokens_per_param,
+            wsd_tokens=config.wsd_tokens,
+            wsd_decay=config.wsd_decay,
+            fixed=config.fixed,
+            tune=config.tune,
+            lr_rule=config.lr_rule,
+            batch_rule=config.batch_rule,
+            seeds=config.seeds,
         )
         if not (
             spec.axes
@@ -461,6 +179,11 @@ class SweepSpec:
                 "sweep would train one default point; add an axis such as model.size: [1e6, 3e6]"
             )
         return spec
+
+    @classmethod
+    def from_dict(cls, name: str, d: Mapping[str, Any]) -> SweepSpec:
+        """From the plan fields of a sweep section (a plain dict), checked as the sweeper does."""
+        return cls.from_config(SweepConfig.from_dict({**d, "name": name}))
 
     def check_conflicts(self, cli_keys: Sequence[str] = ()) -> None:
         """Fail before anything starts when two sources set the same knob ambiguously."""
@@ -560,20 +283,6 @@ class SweepSpec:
                     )
 
 
-@dataclass(frozen=True)
-class Point:
-    """One training run before resolution: overrides plus what the plan needs to know."""
-
-    overrides: tuple[str, ...]
-    variant: str = "base"
-    budget: float | None = None  # IsoFLOP compute budget C (FLOPs)
-    phase: str = "run"  # run | stable | branch
-    # stable: the budgets branching off it; branch: its own budget
-    branch_tokens: tuple[float, ...] = ()
-    stable_index: int | None = None  # for branches: index of the stable point they start from
-    seed: int = 0  # sweep.seeds: which seed of its cell (train.seed, overridden when not 0)
-
-
 def expand(spec: SweepSpec) -> list[Point]:
     """Cross variants x axes (x budgets) x seeds into points; WSD turns each into stable +
     branches (one stable run per seed). Token budgets for IsoFLOP points are filled in by
@@ -630,93 +339,6 @@ def _wsd_points(
         for d in smaller
     ]
     return [stable, *branches]
-
-
-@dataclass(frozen=True)
-class RunFacts:
-    """What composing one point's config tells the plan (see `sweeps.driver.facts`)."""
-
-    run_key: str
-    arch: str
-    n_layers: int
-    d_model: int
-    n_params: int
-    n_params_nonembed: int
-    flops_per_token: float  # exact fwd+bwd FLOPs per training token
-    tokens: float  # the composed train.tokens
-    batch_tokens: int
-    # 6N FLOPs per token where that is not 6 x n_params_nonembed: encoder_decoder, whose stacks
-    # see different token counts (6 (N_enc S + N_dec T) per sequence of seq_len text tokens)
-    flops_6nd_per_token: float | None = None
-    memory_gb: float | None = None  # models.accounting.memory_estimate of one process's step
-    device_memory_gb: float | None = None  # what it must fit: train.device_memory_gb or CUDA's
-    seq_len: int = 0  # train.seq_len (a tuned batch must be whole sequences); 0: not known
-    memory_note: str = ""  # training.memory_plan.Verdict.note: over the device, and what fits
-
-    @property
-    def six_n(self) -> float:
-        """The 6ND convention's FLOPs per token: 6 N, or a family's own count."""
-        return self.flops_6nd_per_token or 6.0 * self.n_params_nonembed
-
-
-# overrides -> facts; raises ValueError when the factory cannot build the config (e.g. a size
-# the ladder cannot reach), which becomes the point's skip reason.
-Resolver = Callable[[Sequence[str]], RunFacts]
-# (stable run key, token count) -> checkpoint path a WSD branch starts from
-CheckpointPath = Callable[[str, int], str]
-
-
-@dataclass(frozen=True)
-class PlannedRun:
-    index: int
-    overrides: tuple[str, ...]
-    variant: str
-    phase: str
-    facts: RunFacts | None
-    budget: float | None = None
-    tokens_trained: float = 0.0  # tokens this process trains (a branch trains only its decay)
-    stable_index: int | None = None
-    est_s: float = 0.0
-    skip: str | None = None  # why this point will not run
-    budget_flops: str = "6nd"  # the convention `budget` is in (sweep.budget_flops)
-    seed: int = 0  # which seed of its cell (sweep.seeds)
-
-    @property
-    def run_key(self) -> str:
-        return self.facts.run_key if self.facts else ""
-
-    @property
-    def n(self) -> int:
-        return self.facts.n_params_nonembed if self.facts else 0
-
-    @property
-    def d(self) -> float:
-        return self.facts.tokens if self.facts else 0.0
-
-    @property
-    def c(self) -> float:
-        """6 N D of the run as logged (a branch counts its shared stable prefix too)."""
-        return self.facts.six_n * self.d if self.facts else 0.0
-
-    @property
-    def c_exact(self) -> float:
-        """Exact training FLOPs of the run as logged: flops_per_token (fwd + bwd) x D."""
-        return self.facts.flops_per_token * self.d if self.facts else 0.0
-
-    @property
-    def c_budgeted(self) -> float:
-        """The run's C in its budget's convention: what `budget` is compared with."""
-        return self.c_exact if self.budget_flops == "exact" else self.c
-
-    @property
-    def c_spent(self) -> float:
-        """6 N x tokens this process actually trains: what the sweep pays for this point."""
-        return self.facts.six_n * self.tokens_trained if self.facts else 0.0
-
-    @property
-    def c_exact_spent(self) -> float:
-        """Exact training FLOPs of the tokens this process actually trains."""
-        return self.facts.flops_per_token * self.tokens_trained if self.facts else 0.0
 
 
 def resolve(

@@ -23,18 +23,24 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sweeps.errors import PlanError
-
-if TYPE_CHECKING:  # types only: sweeps.plan imports this module
-    from sweeps.plan import PlannedRun, Point, Resolver, RunFacts, SweepSpec
+from sweeps.points import PlannedRun, Point, Resolver, RunFacts
 
 VARIABLES = ("N", "D", "C")
 KEYS = {"lr_rule": "train.lr", "batch_rule": "train.batch_tokens"}
 FORMS = (
     "constant, {scale, exponent, variable}, {scale, exponents: {N: a, D: b}} or {fitted: fit.json}"
 )
+
+
+class RuledSpec(Protocol):
+    """What the rules read of a sweep's plan (`sweeps.plan.SweepSpec`)."""
+
+    lr_rule: Rule | None
+    batch_rule: Rule | None
+    budget_flops: str  # the convention a budget C is in: "6nd" | "exact"
 
 
 @dataclass(frozen=True)
@@ -152,7 +158,7 @@ def batch_value(rule: Rule, n: float, d: float, c: float, seq_len: int) -> int:
     return min(sequences, max(1, int(d // seq_len))) * seq_len
 
 
-def apply_rules(spec: SweepSpec, points: Sequence[Point], facts_of: Resolver) -> list[Point]:
+def apply_rules(spec: RuledSpec, points: Sequence[Point], facts_of: Resolver) -> list[Point]:
     """Every point with its rules' train.batch_tokens and train.lr appended. A point whose model
     cannot be built keeps its overrides: `plan.resolve` skips it with the reason."""
     if spec.lr_rule is None and spec.batch_rule is None:
@@ -189,11 +195,11 @@ def _intervals(ci95: Mapping) -> str:
     return ", ".join(p for p in parts if p)
 
 
-def _c_label(spec: SweepSpec, run: PlannedRun) -> str:
+def _c_label(spec: RuledSpec, run: PlannedRun) -> str:
     return "exact" if run.budget is not None and spec.budget_flops == "exact" else "6ND"
 
 
-def describe(spec: SweepSpec, runs: Sequence[PlannedRun]) -> list[str]:
+def describe(spec: RuledSpec, runs: Sequence[PlannedRun]) -> list[str]:
     """The dry run's lines: each rule, where it came from, its intervals or why it is not
     identified, then each point's N, D, C and the values the rules gave it."""
     rules = [r for r in (spec.batch_rule, spec.lr_rule) if r is not None]

@@ -80,7 +80,7 @@ def check_dotted_keys(argv: list[str]) -> None:
         print(
             f"error: {arg}: Hydra reads {name} as a path, not as the key '{name}' of {section}; "
             f"write '{plus}{section}={{{name}:{value}}}' (merged: the section's other keys "
-            "stay; docs/sweeping.md)",
+            "stay; docs/sweeps.md)",
             file=sys.stderr,
         )
         sys.exit(2)

@@ -101,7 +101,8 @@ def close_parent(uri: str, run_id: str, status: str, reason: str = "") -> None:
 
 
 def log_plan(uri: str, run_id: str, rows: list[dict[str, Any]], sweep_yaml: str) -> None:
-    """plan.csv / plan.json / sweep.yaml as artifacts of the parent (overwritten on rerun)."""
+    """plan.csv / plan.json / sweep.yaml as artifacts of the parent (overwritten on rerun),
+    and its ``n_points`` tag: a tuned sweep logs its plan again once every stage is derived."""
     import pandas as pd  # ~1.3 s, only once a sweep runs: a dry run never logs a plan
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -109,7 +110,9 @@ def log_plan(uri: str, run_id: str, rows: list[dict[str, Any]], sweep_yaml: str)
         pd.DataFrame(rows).to_csv(d / "plan.csv", index=False)
         (d / "plan.json").write_text(json.dumps(rows, indent=1, default=str))
         (d / "sweep.yaml").write_text(sweep_yaml)
-        tracking.client(uri).log_artifacts(run_id, str(d))
+        client = tracking.client(uri)
+        client.log_artifacts(run_id, str(d))
+    tracking.set_tags(client, run_id, {"n_points": len(rows)})
 
 
 def best_per_arm(records: Mapping[str, RunRecord]) -> list[RunRecord]:

@@ -9,11 +9,12 @@ model more than a small one.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,19 +27,60 @@ from rich.table import Table
 
 from models.values import format_duration
 from sweeps import plan
+from sweeps.points import C_LABEL
 from sweeps.sweep_records import children_by_key, name_order
 
 TERMINAL = ("FINISHED", "FAILED")
 
 
-def console() -> Console:
-    """A terminal's own width; not a terminal (logs, CI): $COLUMNS where set, else a wide
-    fixed width instead of 80 columns that cut the table."""
+# The main job's console lines (progress, summary, the report's output) fit 80 columns.
+WIDTH = 80
+
+
+def console(wide: bool = False) -> Console:
+    """A terminal's own width; not a terminal (logs, CI): $COLUMNS where set, else 80 columns,
+    or (`wide`: the dry run's plan table, which 80 columns would cut) 180."""
     if sys.stdout.isatty():
         return Console()
     columns = os.environ.get("COLUMNS", "")
-    width = int(columns) if columns.isdigit() and int(columns) > 0 else 180
+    default = 180 if wide else WIDTH
+    width = int(columns) if columns.isdigit() and int(columns) > 0 else default
     return Console(width=width, force_terminal=False)
+
+
+def fit_width(line: str, width: int = WIDTH) -> str:
+    """`line` in lines of at most `width` columns, continued 4 spaces deeper than it starts;
+    a word longer than the width (a path) stays whole on its own line."""
+    if len(line) <= width:
+        return line
+    indent = " " * (len(line) - len(line.lstrip(" ")))
+    return textwrap.fill(
+        line.strip(),
+        width=width,
+        initial_indent=indent,
+        subsequent_indent=indent + "    ",
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
+
+
+def command_lines(label: str, cmd: Sequence[str], width: int = WIDTH) -> str:
+    """`label` and a shell command in lines of at most `width` columns, continued with ` \\`
+    (copied whole, it still runs)."""
+    words = [shlex.quote(str(w)) for w in cmd]
+    units = []  # an option stays on one line with its value
+    for word in words:
+        if units and units[-1].startswith("-") and " " not in units[-1] and word[0] != "-":
+            units[-1] += " " + word
+        else:
+            units.append(word)
+    lines, line = [], label
+    for unit in units:
+        if len(line) + 1 + len(unit) > width - 2 and line != label:
+            lines.append(line + " \\")
+            line = "   "
+        line += " " + unit
+    return "\n".join([*lines, line])
 
 
 def plan_rows(runs: list[plan.PlannedRun]) -> list[dict[str, Any]]:
@@ -167,11 +209,11 @@ def print_plan(
 ) -> None:
     """The dry run's table, one row per point; below 150 columns the narrow layout of
     `plan_columns`, whose last column (status, skip reason) wraps."""
-    out = console()
+    out = console(wide=True)
     wide = out.width >= WIDE
     kind = spec.kind
     if spec.budgets:
-        kind += f", budgets C in {plan.C_LABEL[spec.budget_flops]} FLOPs"
+        kind += f", budgets C in {C_LABEL[spec.budget_flops]} FLOPs"
     title = f"sweep '{spec.name}' ({kind}): {len(runs)} points"
     # narrow: 2 spaces between columns (not 3), so 80 columns hold every number whole
     padding = (0, 1) if wide else (0, 1, 0, 0)
@@ -248,7 +290,7 @@ def print_summary(name: str, outcomes, uri: str, parent_run_id: str, closing: Cl
             out.print(
                 textwrap.fill(
                     line,
-                    width=min(out.width, 100),
+                    width=min(out.width, WIDTH),
                     initial_indent="  ",
                     subsequent_indent="    ",
                     break_on_hyphens=False,  # a variant's name stays whole
@@ -257,7 +299,8 @@ def print_summary(name: str, outcomes, uri: str, parent_run_id: str, closing: Cl
                 highlight=False,
                 markup=False,
             )
-    out.print(f"MLflow: parent run {parent_run_id} in {uri}", highlight=False)
+    out.print(f"MLflow: parent run {parent_run_id}", highlight=False)
+    out.print(f"  in {uri}", highlight=False)
     if closing.report is not None:
         out.print(f"report: {closing.report}", highlight=False)
     out.print(f"browse the runs: {closing.ui_command}", highlight=False)
@@ -446,7 +489,7 @@ class SweepProgress:
         if self._bar is not None:
             self._bar.console.print(line, highlight=False, markup=False)
         else:
-            print(f"[sweep {self.name}] {line}", flush=True)
+            print(fit_width(f"[sweep {self.name}] {line}"), flush=True)  # a failure's reason
 
     def _print_line(self) -> None:
         if self._bar is not None:

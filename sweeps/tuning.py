@@ -47,6 +47,7 @@ from analysis import curve_tuning as analysis_curve
 from models.values import format_duration
 from sweeps import curve_tuning, plan
 from sweeps.plan import PlanError, PlannedRun, Point, TuneSpec, format_value
+from sweeps.points import BATCH_KEY
 from sweeps.sweep_view import WIDE, console
 from training import tracking
 from training.schedules import warmup_steps
@@ -464,7 +465,7 @@ def _candidate(spec: TuneSpec, arm: Arm, i: int, values: dict, default_warmup) -
     computes), which must end before the first rung; the arm keeps the longest."""
     over = [f"{k}={format_value(v)}" for k, v in values.items() if k != WARMUP_KEY]
     warmup = float(values.get(WARMUP_KEY, default_warmup))
-    bt = int(float(values.get(plan.BATCH_KEY, arm.run.facts.batch_tokens)))
+    bt = int(float(values.get(BATCH_KEY, arm.run.facts.batch_tokens)))
     w_steps = 0
     if spec.halving:
         w_steps = warmup_steps(warmup, math.ceil(arm.tokens / bt))
@@ -570,7 +571,7 @@ def print_tuning(tp: TuningPlan, jobs: int, block_of: Callable[[PlannedRun], str
     candidates, rungs, runs and compute against the untuned run and the full grid; then the
     sweep's totals. Below WIDE columns: arms by number, without id and arch, one C column."""
     spec = tp.spec
-    wide = console().width >= WIDE
+    wide = console(wide=True).width >= WIDE
     how = "successive halving" if spec.halving else "full grid"
     if spec.curve and spec.curve.rule == "staged":
         how = (
@@ -615,7 +616,7 @@ def print_tuning(tp: TuningPlan, jobs: int, block_of: Callable[[PlannedRun], str
             row = [str(i), block_of(arm.run), n, d, role, rungs, str(runs)]
             row += [f"{spent:.1e}".replace("e+", "e"), ratio]
         t.add_row(*row)
-    out = console()
+    out = console(wide=True)
     out.print(t)
     wall = sum(_packed(s, jobs) for s in stage_estimates(tp))
     tuned_arms = [a for a in tp.arms if a.tuned]

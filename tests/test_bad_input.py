@@ -15,64 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def compose(*overrides: str):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
-        return hydra_compose("config", overrides=list(overrides))
-
-
-def free_port() -> int:
-    """A local port with nothing listening on it."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def place(tmp_path, monkeypatch) -> dict:
-    """Where a run would write (all inside tmp_path/out, which must stay absent), a text corpus
-    folder, and a cwd that must stay empty."""
-    out = tmp_path / "out"
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    monkeypatch.chdir(cwd)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    (corpus / "empty.txt").write_text("")
-    (corpus / "blank.txt").write_text("  \n\n<|endoftext|>\n  <|endoftext|>")
-    (corpus / "blank.jsonl").write_text("\n\n")
-    (corpus / "binary.txt").write_bytes(bytes(range(256)) * 8)
-    (corpus / "not_a_checkpoint.pt").write_text("hello")
-    (corpus / "not_sqlite.db").write_text("hello")
-    (corpus / "a_file").write_text("a file, not a folder")
-    (corpus / "doc.txt").write_text("hello world. " * 400)
-    overrides = [
-        f"tracking.uri=sqlite:///{out / 'store' / 'mlruns.db'}",
-        f"paths.runs_dir={out / 'runs'}",
-        f"paths.cache_dir={out / 'cache'}",
-        "train.progress=none",
-    ]
-    return {"out": out, "cwd": cwd, "corpus": corpus, "overrides": overrides}
-
-
-def assert_nothing_written(place: dict) -> None:
-    assert not place["out"].exists(), sorted(p.name for p in place["out"].rglob("*"))
-    assert list(place["cwd"].iterdir()) == []
-
-
-def one_error_line(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("error: "), err
-    return lines[0].removeprefix("error: ")
-
+from input_helpers import ROOT, assert_nothing_written, compose, free_port, one_error_line
 
 # ---------------------------------------------------------------- training.train
 TRAIN_ROWS = [

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Metric
+from sweep_helpers import TINY, _corpus, _env, _tag, sweep_file, tuned_plan
 
 from analysis import curve_check, curve_tuning, tuning_check
 from analysis import curves as C
@@ -22,15 +23,7 @@ from analysis.laws.curve import TISSUE, features
 from analysis.load import load_curves, val_points
 from sweeps import curve_tuning as sweeps_curve
 from sweeps import plan, tuning
-from tests.test_sweeps_tuning import (  # noqa: F401 (comp: a fixture)
-    TINY,
-    _corpus,
-    _env,
-    _tag,
-    comp,
-    sweep_file,
-    tuned_plan,
-)
+from sweeps.config import CurveSpec
 
 BT = 64  # tokens per step of the synthetic runs
 
@@ -85,7 +78,7 @@ def test_dense_curves_round_trip_and_old_files_still_read(tmp_path):
 
 def test_curve_strategy_plans_one_prefix_per_candidate_at_two_runs(comp, capsys):  # noqa: F811
     _, _, tp = tuned_plan(comp, [*TINY, "+sweep.tune_curve={rule: predicted, runs: 2}"])
-    assert tp.spec.curve == plan.CurveSpec(2.0, 0.2, "predicted")
+    assert tp.spec.curve == CurveSpec(2.0, 0.2, "predicted")
     for arm in tp.arms:
         spent, grid, untuned, n_runs = tp.cost(arm)
         bt = arm.run.facts.batch_tokens
@@ -288,7 +281,7 @@ def test_staged_strategy_plans_doubling_rungs_and_decides_from_predictions(comp,
     arm whose prefixes overlap sends its leading half on, each later segment naming the one
     it continues (its prefix's earlier points)."""
     _, _, tp = tuned_plan(comp, [*TINY, "+sweep.tune_curve={}"])
-    assert tp.spec.curve == plan.CurveSpec(3.0, 0.2, "staged") and tp.staged
+    assert tp.spec.curve == CurveSpec(3.0, 0.2, "staged") and tp.staged
     for arm in tp.arms:
         t = arm.rungs[0]
         assert arm.rungs == tuple(r for r in (t, 2 * t, 4 * t) if r <= arm.stable)

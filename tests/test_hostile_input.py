@@ -11,10 +11,7 @@ import sys
 import tempfile
 
 import pytest
-import test_bad_input
-from test_bad_input import ROOT, assert_nothing_written, compose, one_error_line
-
-place = test_bad_input.place  # the fixture: where a run would write, which must stay absent
+from input_helpers import ROOT, assert_nothing_written, compose, free_port, one_error_line
 
 LONG = "a" * 300  # over the 255 bytes a filesystem allows in one name (errno 36)
 
@@ -202,7 +199,6 @@ def test_a_database_uri_without_its_driver_is_one_line(place, capsys, uri):
 )
 def test_a_sweep_checks_its_store_and_folders_before_building_caches(place, override, message):
     """An unreachable server was found after the sweep built its token cache (22 MB)."""
-    from test_bad_input import free_port
 
     port = free_port()
     out = _cli(place, "sweeps.run", "sweep=tiny", override.format(port=port))

@@ -3,6 +3,7 @@ attention kind and other architecture fields kept, and config `size` plumbing.""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -97,3 +98,33 @@ def test_bad_size_rejected(size, match):
 def test_size_with_explicit_d_ff_rejected():
     with pytest.raises(ValueError, match="d_ff must be null when size is set"):
         model_config({"d_ff": 512, "size": 1e6})
+
+
+MOE_BASES = [
+    dataclasses.replace(BASES[2], mlp="moe", n_experts=8, top_k=2, n_shared_experts=1),
+    dataclasses.replace(BASES[2], mlp="moe", n_experts=4, top_k=1, moe_every=2),
+    dataclasses.replace(BASES[0], mlp="moe", n_experts=4, top_k=2, expert_mlp="gelu", moe_every=3),
+]
+
+
+# as documented in models/ladder.py: a MoE layer's active width is top_k (+ shared) experts
+MOE_BOUNDS = [(2e5, 1e6, 0.08), (1e6, 1e7, 0.05)]
+
+
+@pytest.mark.parametrize("base", MOE_BASES, ids=lambda c: c.arch)
+def test_a_moe_size_is_its_active_count(base):
+    """A MoE model of size S passes each token through ~S non-embedding parameters, as a dense
+    model of size S does (matched compute per token); its ladder count is the exact active
+    count, also with dense layers in between (moe_every > 1)."""
+    for lo, hi, bound in MOE_BOUNDS:
+        for target in _targets(lo, hi, n=12):
+            cfg = config_for_size(target, base)
+            pc = count_params(cfg)
+            assert abs(pc.non_embedding_active / target - 1) <= bound, (target, cfg)
+            assert pc.non_embedding > pc.non_embedding_active
+            assert cfg.n_layers >= base.moe_every
+    rungs = size_ladder(2e5, 1e7, base, per_decade=5)
+    assert all(
+        r.n_params == count_params(config_for_size(r.target, base)).non_embedding_active
+        for r in rungs
+    )

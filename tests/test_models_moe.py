@@ -17,7 +17,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from models import ModelConfig, build_model, count_params, flops_per_token
-from models.moe import MoEMLP, balance, moe_layers
+from models.moe import MoEMLP, balance, moe_layers, routing_stats
 from training.config import TrainConfig
 from training.ranks import reset_accelerate_state
 from training.step import Update, loss, make_optimizer, optimizer_step, step_and_clip
@@ -213,6 +213,27 @@ def test_aux_free_bias_balances_a_skewed_router():
     assert moe.select_bias[0] < moe.select_bias[1:].min()
 
 
+def test_routing_stats_are_the_loads_since_the_last_read():
+    moe = moe_of(tiny(n_experts=4, top_k=2))
+    x = torch.randn(2, 8, TINY["d_model"])
+    counts = torch.zeros(4)
+    for _ in range(3):
+        moe(x)
+        _, idx, _ = moe.route(x.reshape(-1, TINY["d_model"]))
+        counts += torch.bincount(idx.reshape(-1), minlength=4)
+    stats = routing_stats([moe])
+    shares = counts / counts.sum()
+    assert [stats[f"moe0_load_e{j}"] for j in range(4)] == pytest.approx(shares.tolist())
+    assert stats["moe0_load_max"] == pytest.approx(4 * float(shares.max()))
+    assert stats["moe0_load_min"] == pytest.approx(4 * float(shares.min()))
+    probs = moe.router(x.reshape(-1, TINY["d_model"])).float().softmax(-1)
+    assert stats["moe0_aux"] == pytest.approx(4 * float((shares * probs.mean(0)).sum()), rel=1e-5)
+    assert routing_stats([moe]) == {}  # read resets; eval forwards are not counted
+    moe.eval()
+    moe(x)
+    assert routing_stats([moe]) == {}
+
+
 def test_aux_and_z_losses_reach_the_objective():
     """optimizer_step backpropagates CE + the weighted balance and z losses, logs CE alone,
     and the aux-free biases move after the step."""
@@ -306,3 +327,9 @@ def test_a_moe_run_trains_and_records_total_and_active_counts(lab):
     assert int(row["params.flops_6nd"]) == 6 * active * 2048
     assert int(row["params.n_params"]) - int(row["params.n_params_active"]) == total - active
     assert "moe4x2s1" in row["tags.arch"] and row["tags.arch"].endswith("qknorm")
+    # routing statistics at the log cadence: per-expert shares of every MoE layer sum to one
+    for layer in range(int(row["params.model.n_layers"])):
+        shares = [float(row[f"metrics.moe{layer}_load_e{j}"]) for j in range(4)]
+        assert sum(shares) == pytest.approx(1.0)
+        assert float(row[f"metrics.moe{layer}_load_max"]) == pytest.approx(4 * max(shares))
+        assert float(row[f"metrics.moe{layer}_aux"]) > 0 and float(row[f"metrics.moe{layer}_z"]) > 0

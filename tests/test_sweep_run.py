@@ -7,36 +7,15 @@ and checks the results through `mlflow.search_runs`. Sweep files live in a tmp `
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from sweep_helpers import TEXT, runs, sweep_cmd, tiny_sweep
 
 from sweeps.stopping import pool_workers
 
 ROOT = Path(__file__).resolve().parents[1]
-TEXT = (
-    "The quick brown fox jumps over the lazy dog. A scaling law relates loss to compute. "
-    "Attention is all you need, said the paper, and the block became the standard. "
-)
-
-
-def tiny_sweep(axes: str, extra_fixed: str = "") -> str:
-    return f"""
-axes:
-{axes}
-fixed:
-  data.source: text
-  data.tokenizer: byte
-  data.eval_tokens: 2048
-  data.val_fraction: 0.3
-  train.batch_tokens: 1024
-  train.seq_len: 64
-  train.eval_every: 1000
-  train.log_every: 5
-{extra_fixed}
-"""
 
 
 @pytest.fixture
@@ -56,19 +35,6 @@ def env(tmp_path):
     return tmp_path, e, corpus
 
 
-def sweep_cmd(tmp, corpus, name, *args):
-    return [
-        sys.executable,
-        "-m",
-        "sweeps.run",
-        "--config-dir",
-        str(tmp),
-        f"sweep={name}",
-        f"data.path={corpus}",
-        *args,
-    ]
-
-
 def run_states(tmp):
     """(status, run_key tag) of every run, read with plain sqlite in read-only mode: opening a
     store that the sweep is still creating through MLflow would race its schema migration."""
@@ -82,13 +48,6 @@ def run_states(tmp):
         ).fetchall()
     finally:
         con.close()
-
-
-def runs(tmp):
-    import mlflow
-
-    mlflow.set_tracking_uri(f"sqlite:///{tmp / 'mlruns.db'}")
-    return mlflow.search_runs(experiment_names=["scaling-lab"])
 
 
 AXES = "  model: [vanilla, llama]\n  model.size: [1e4]\n  train.tokens: [4096, 8192]"

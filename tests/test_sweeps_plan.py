@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
 
 from models import count_params, flops_per_sequence, flops_per_token
 from models.ladder import model_config
@@ -315,21 +314,6 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 SWEEPS = sorted(p.stem for p in (CONF / "sweep").glob("*.yaml"))
 
 
-@pytest.fixture
-def tmp_store(tmp_path, monkeypatch):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlruns.db'}")
-    monkeypatch.setenv("SCALING_LAB_RUNS_DIR", str(tmp_path / "runs"))
-    monkeypatch.setenv("SCALING_LAB_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path
-
-
-@pytest.fixture
-def comp(tmp_store):
-    """Hydra's compose API on conf/run.yaml: the config a job of `python -m sweeps.run` gets."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        yield lambda overrides: compose("run", overrides=list(overrides), return_hydra_config=True)
-
-
 def plan_of(comp, arguments):
     """(spec, resolved runs) of `python -m sweeps.run ARGS`, planned exactly as the sweeper does."""
     cfg = comp(arguments)
@@ -508,7 +492,7 @@ def test_a_dotted_sweep_key_as_a_hydra_path_is_one_line_naming_the_spelling_that
 
 
 def test_an_axis_overridden_from_the_command_line_keeps_the_other_axes(comp):
-    """The documented spelling (docs/sweeping.md): a dict merged into sweep.axes."""
+    """The documented spelling (docs/sweeps.md): a dict merged into sweep.axes."""
     _, runs = plan_of(comp, ["sweep=ablation", "sweep.axes={model.size:[1e5]}"])
 
     def values(key):

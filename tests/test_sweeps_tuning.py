@@ -13,48 +13,12 @@ from pathlib import Path
 
 import mlflow
 import pytest
-from hydra import compose, initialize_config_dir
+from sweep_helpers import TINY, _corpus, _env, _tag, sweep_file, tuned_plan
 
-from sweeps import batch_axis, driver, plan, rules, tuning
-from training.checkpoint import branch_checkpoint_path
+from sweeps import driver, plan, rules, tuning
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
-
-
-@pytest.fixture
-def comp(tmp_path, monkeypatch):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlruns.db'}")
-    monkeypatch.setenv("SCALING_LAB_RUNS_DIR", str(tmp_path / "runs"))
-    monkeypatch.setenv("SCALING_LAB_CACHE_DIR", str(tmp_path / "cache"))
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        yield lambda overrides: compose("run", overrides=list(overrides), return_hydra_config=True)
-
-
-def tuned_plan(comp, arguments):
-    """The tuning plan `python -m sweeps.run ARGS` makes, built as the driver builds it."""
-    cfg = comp(arguments)
-    fixed, axes, keys = driver.parse_cli(arguments)
-    spec = driver.spec_from_config(cfg, axes)
-    spec.check_conflicts(keys)
-    fast = driver.cached_compose(comp)
-    facts_of = lambda ov: driver.facts(fast([*fixed, *ov]))  # noqa: E731
-    ckpt = lambda key, t: str(branch_checkpoint_path(Path("/ckpt"), key, t))  # noqa: E731
-    resolve = lambda pts: plan.resolve(spec, pts, facts_of, ckpt, flops_per_sec=1e9)  # noqa: E731
-    points = rules.apply_rules(spec, plan.expand(spec), facts_of)
-    runs = resolve(batch_axis.with_granule(spec, points, facts_of))
-    if spec.tune is None:
-        return spec, runs, None
-    config_of = lambda o: fast([*fixed, *o])  # noqa: E731
-    tp = tuning.plan_tuning(spec.tune, runs, config_of, ckpt, resolve, 1e9, 0.0, seeds=spec.seeds)
-    return spec, runs, tp
-
-
-# conf/sweep/grid.yaml: llama, 3 sizes x 4 token budgets (61-488 steps)
-TINY = [
-    "sweep=grid",
-    "+sweep.tune={train.lr:[1e-4,3e-4,1e-3,2e-3,4e-3,8e-3,1.6e-2,3.2e-2]}",
-]
 
 
 def test_halving_an_8_point_grid_costs_about_two_runs_per_arm(comp):
@@ -125,11 +89,6 @@ def _seed(run) -> int:
     found = [o.split("=", 1)[1] for o in run.overrides if o.startswith("train.seed=")]
     assert run.seed == int(found[0] if found else 0)
     return run.seed
-
-
-def _tag(run, name: str) -> str | None:
-    found = [o for o in run.overrides if o.startswith(f"++tracking.tags.{name}=")]
-    return found[0].split("=", 1)[1].strip("'") if found else None
 
 
 def test_seeds_repeat_every_point_of_an_untuned_sweep(comp, capsys):
@@ -334,34 +293,6 @@ def test_lr_rule_sets_lr_from_the_factorys_n(comp, tmp_path, capsys):
         tuned_plan(comp, [*TINY, rule])  # TINY tunes train.lr
 
 
-TEXT = (
-    "The quick brown fox jumps over the lazy dog. A scaling law relates loss to compute. "
-    "Attention is all you need, said the paper, and the block became the standard. "
-)
-
-
-def sweep_file(halving: str) -> str:
-    # one arm, 32 steps; learning rates 4x to 64x apart, so the loss orders them clearly
-    return f"""
-axes:
-  model: [llama]
-  model.size: [1e4]
-  train.tokens: [16384]
-fixed:
-  data.source: text
-  data.tokenizer: byte
-  data.eval_tokens: 2048
-  data.val_fraction: 0.3
-  train.batch_tokens: 512
-  train.seq_len: 64
-  train.eval_every: 1000
-  train.log_every: 5
-tune:
-  train.lr: [2.5e-4, 1e-3, 6.4e-2, 1.0]
-tune_halving: {halving}
-"""
-
-
 @pytest.mark.slow
 def test_a_bad_tune_key_fails_the_command_in_one_line_before_anything_starts(tmp_path):
     (tmp_path / "sweep").mkdir()
@@ -385,27 +316,6 @@ def test_a_bad_tune_key_fails_the_command_in_one_line_before_anything_starts(tmp
     )
     assert "Traceback" not in out.stderr
     assert not (tmp_path / "mlruns.db").exists() and not (tmp_path / "runs").exists()
-
-
-def _corpus(tmp_path):
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    for i in range(20):  # several documents so both splits are non-empty
-        (corpus / f"doc{i}.txt").write_text(f"document {i}. " + TEXT * 40)
-    return corpus
-
-
-def _env(tmp_path):
-    import os
-
-    env = dict(os.environ)
-    env.update(
-        MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlruns.db'}",
-        SCALING_LAB_RUNS_DIR=str(tmp_path / "runs"),
-        SCALING_LAB_CACHE_DIR=str(tmp_path / "cache"),
-        PYTHONUNBUFFERED="1",
-    )
-    return env
 
 
 @pytest.mark.slow
@@ -491,6 +401,8 @@ def test_a_seeded_tuned_sweep_records_both_seeds_of_its_result(tmp_path):
     assert chosen["tags.tune_values"].nunique() == 1 and chosen["tags.arm"].nunique() == 1
     assert (chosen["params.tokens"] == "16384").all()
     parent = df["tags.mlflow.parentRunId"].iloc[0]
+    # the parent counts every point of every stage (the first stage alone had 2)
+    assert mlflow.get_run(parent).data.tags["n_points"] == "4"
     runs = load_mlflow("scaling-lab", sweep=parent, tracking_uri=uri).frame
     assert sorted(runs["seed"]) == [0, 0, 0, 1] and runs["unigram_entropy"].notna().all()
     _, section = analysis_tuning.select(runs, ["train.lr"])

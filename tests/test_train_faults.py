@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sweep_helpers import TEXT, runs, sweep_cmd, tiny_sweep
 from train_helpers import (
     HANG_DEADLINE_S,
     LONG,
@@ -199,8 +200,6 @@ def test_diverged_run_logs_the_non_finite_loss_at_its_step(lab):
 def test_sweep_whose_points_all_failed_before_stays_failed_on_rerun(tmp_path):
     """A rerun skips the point that diverged before (no sweep.retry_failed): the parent is
     FAILED again, not FINISHED, and the command says why and exits 1."""
-    from test_sweep_run import TEXT, runs, sweep_cmd, tiny_sweep
-
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for i in range(20):

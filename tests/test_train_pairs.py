@@ -12,10 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import test_bad_input
-import test_sweeps_plan
 import torch
 import torch.nn.functional as F
+from input_helpers import assert_nothing_written, one_error_line
 from train_helpers import compose, history, runs_df, uri_of
 
 from models import ModelConfig, build_model, count_params, flops_per_sequence
@@ -24,8 +23,6 @@ from training.config import ConfigError, DataConfig
 from training.data import PairSplit, load_pairs, load_tokenizer, prepare_data
 from training.spec import resolve_config
 
-place, one_error_line = test_bad_input.place, test_bad_input.one_error_line
-comp, tmp_store = test_sweeps_plan.comp, test_sweeps_plan.tmp_store  # a sweep job's config
 ROOT = Path(__file__).resolve().parents[1]
 N_EXAMPLE_PAIRS = 1500
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -365,7 +362,7 @@ def test_bad_records_are_one_line_exit_2_and_write_nothing(place, capsys, text, 
         _main(cfg)
     assert exit_.value.code == 2
     assert one_error_line(capsys.readouterr().err).startswith(message.format(file=path))
-    test_bad_input.assert_nothing_written(place)
+    assert_nothing_written(place)
 
 
 BAD_SETTINGS = [
@@ -409,7 +406,7 @@ def test_bad_pair_settings_are_one_line_exit_2_and_write_nothing(place, capsys, 
     assert one_error_line(capsys.readouterr().err).startswith(
         message.format(corpus=place["corpus"])
     )
-    test_bad_input.assert_nothing_written(place)
+    assert_nothing_written(place)
 
 
 def test_too_few_validation_pairs_fail_before_the_store(place, capsys, odd_records):

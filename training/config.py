@@ -478,7 +478,7 @@ class TrackingConfig(_Section):
     timeout_s: float = 30.0
     system_metrics: bool = True
     # metrics reach the store at most this often (each request costs the loop GIL time;
-    # docs/performance.md section 9); checkpoints and the run's end send at once; 0: every window
+    # docs/performance.md, logging cost); checkpoints and the run's end send at once; 0: every window
     send_interval_s: float = 1.0
 
     def validate(self) -> None:

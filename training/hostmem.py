@@ -4,13 +4,13 @@ glibc's malloc serves a block above its mmap threshold (adaptive, at most 32 MB 
 fresh ``mmap`` and returns it to the OS on ``free``; it also trims the top of its heap once more
 than twice that threshold is free there. A training step frees and reallocates the same
 activation-, gradient- and logit-sized tensors every step, so every step pays the kernel's page
-faults to touch them again (most of a fresh 32 MB tensor's cost: docs/performance.md, section 6).
+faults to touch them again (most of a fresh 32 MB tensor's cost: docs/performance.md, host allocator).
 Raising both thresholds makes malloc keep and reuse those blocks, the same effect PyTorch's CPU
 tuning guides get from preloading jemalloc or tcmalloc, without a separate library.
 
 The cost is that memory freed by one run stays with the process for its next run (a sweep trains
 many in one process): resident memory does not fall back between runs, and a run's peak RSS
-rises a little (docs/performance.md, section 6). The settings are process-wide and stay until the process exits.
+rises a little (docs/performance.md, host allocator). The settings are process-wide and stay until the process exits.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@
 - `send` hands points over at most once per `interval_s` (the windows in between go in the same
   request, up to MLflow's 1000 metrics): a request costs ~2 ms of Python (the GIL) whatever it
   carries, and each hand-over wakes the writer, so a training step that runs Python pays per
-  hand-over, not per point (docs/performance.md, section 9). `flush`, `commit` and a full
+  hand-over, not per point (docs/performance.md, logging cost). `flush`, `commit` and a full
   request hand over at once.
 - The writer retries a server that stopped answering for `timeout_s` (re-reading which points
   of a failed batch arrived before sending the rest again), then stops with `TrackingLost`,
@@ -206,7 +206,7 @@ def start_system_metrics(uri: str, run_id: str, resumed: bool):
 def _warn_no_gpu_metrics() -> None:
     logging.getLogger("training.train").warning(
         "GPU utilisation and memory are not in the runs' system metrics: MLflow reads them "
-        "with nvidia-ml-py (pip install nvidia-ml-py; docs/tracking.md)"
+        "with nvidia-ml-py (pip install nvidia-ml-py; docs/sweeps.md)"
     )
 
 

@@ -38,7 +38,7 @@ def wait_for_all_ranks() -> None:
     the GIL. A rank that exits right after its last all-reduce may be finalizing by then, and
     Python ends that thread inside a noexcept destructor: ``std::terminate``, SIGABRT after a
     successful run. The barrier waits with the GIL released, which lets the threads finish
-    (measured: docs/performance.md, section 7)."""
+    (measured: docs/performance.md, single measurements)."""
     if (dist := _group()) is not None:
         dist.barrier()
 

@@ -219,7 +219,7 @@ def _on_for(setting: bool | str, device, auto_device_type: str) -> bool:
 def use_compile(setting: bool | str, device) -> bool:
     """``train.compile``: true/false, or ``auto`` = on for CUDA, off on CPU and anything else.
     On CPU in fp32 it is no clear win per step and costs tens of seconds per new shape
-    (docs/performance.md, section 4)."""
+    (docs/performance.md, `train.compile`)."""
     return _on_for(setting, device, "cuda")
 
 
@@ -234,7 +234,7 @@ def step_and_clip(accelerator, optimizer):
 
     Accelerate's optimizer and clipping wrappers do work only for fp16 loss scaling and for
     XLA/FSDP/DeepSpeed; otherwise they are per-step Python overhead (``AcceleratedOptimizer.step``
-    looks up an optional package's metadata twice per call; docs/performance.md, section 3).
+    looks up an optional package's metadata twice per call; docs/performance.md, loop choices).
     Then step the torch optimizer and clip with torch directly: the same
     updates, bit for bit (the wrappers are no-ops here)."""
     plain = (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU)

@@ -320,6 +320,7 @@ def client(uri: str, timeout_s: float | None = None):
     db_log = logging.getLogger("mlflow.store.db.utils")
     if _store_error_logged_again not in db_log.filters:
         db_log.addFilter(_store_error_logged_again)
+    db_log.setLevel(logging.WARNING)  # not INFO's "Creating initial MLflow database tables..."
 
     inner = MlflowClient(tracking_uri=uri)
     if timeout_s is None or not is_remote(uri):

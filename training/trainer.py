@@ -33,7 +33,7 @@ import torch
 from accelerate import Accelerator, PartialState
 
 from models import build_model
-from models.moe import moe_layers
+from models.moe import moe_layers, routing_stats
 from training import checkpoint, hostmem, metric_log, objectives, parallel, run_record, tracking
 from training.config import ConfigError
 from training.data import BatchSampler, Prefetcher, prepare_data, val_pairs, val_windows
@@ -424,7 +424,7 @@ class Trainer:
     def _log_dtypes(self) -> None:
         """The dtypes the first step computed in (`DtypeProbe`): the run's `dtypes` tag."""
         dtypes, self.probe = self.probe.result(), None
-        log.info("run %s computed in: %s", self.spec.run_key, dtypes)
+        log.debug("run %s computed in: %s", self.spec.run_key, dtypes)  # 300+ columns
         if self.main:
             tracking.set_tags(self.client, self.run_id, {"dtypes": dtypes})
 
@@ -485,8 +485,9 @@ class Trainer:
         tps = (done - self.step_log) * tr.batch_tokens / max(now - self.t_log - self.overhead, 1e-9)
         stats = {"train_loss": self.state.last_train_loss, "lr": self.lr, "tokens_per_sec": tps}
         stats["mfu"] = self.fl_token * tps / (self.peak * self.world)
+        routing = routing_stats(self.update.moe)  # MoE: this rank's loads, aux and z losses
         if self.main:
-            self.metrics.add(tokens, **stats)
+            self.metrics.add(tokens, **stats, **routing)
             self.metrics.send()  # to the writer thread: the step does not wait for the store
         self.progress.update(done, tokens, stats)
         self.t_log, self.step_log, self.overhead = now, done, 0.0

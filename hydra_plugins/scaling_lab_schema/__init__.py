@@ -1,6 +1,8 @@
-"""The schema `conf/config.yaml` composes against: every field at its default, read from the
-dataclasses that declare it (`models.config.ModelConfig` plus the size ladder's `size`, and the
-sections of `training.config`). YAML presets hold only what differs from it.
+"""The schemas the configs compose against, every field at its default, read from the
+dataclasses that declare it: `schema` for `conf/config.yaml` (`models.config.ModelConfig` plus
+the size ladder's `size`, and the sections of `training.config`), `sweep_schema` for the `sweep`
+section of `conf/run.yaml` (the settings of `sweeps.config.SweepConfig`). YAML presets and sweep
+files hold only what differs from them.
 
 Hydra imports every `hydra_plugins` module before it composes a config, so the schema is stored
 for every entry point (`training.train`, `sweeps.run`, Hydra's compose API) without an import
@@ -12,6 +14,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 
 from models.config import ModelConfig
+from sweeps.config import schema_defaults
 from training.config import field_defaults, section_defaults
 
 
@@ -23,3 +26,6 @@ def schema() -> dict[str, Any]:
 
 
 ConfigStore.instance().store(name="schema", node=schema(), provider="scaling-lab")
+ConfigStore.instance().store(
+    name="sweep_schema", node={"sweep": schema_defaults()}, provider="scaling-lab"
+)

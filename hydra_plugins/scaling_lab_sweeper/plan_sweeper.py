@@ -22,7 +22,7 @@ from omegaconf import DictConfig, open_dict
 from sweeps.slurm import SlurmError
 from sweeps.stopping import SweepStopped
 from training.cli import environment_error
-from training.config import ConfigError, as_int
+from training.config import ConfigError
 
 
 @dataclass
@@ -45,11 +45,12 @@ class PlanSweeper(Sweeper):
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
     ) -> None:
         self.hydra_context, self.config = hydra_context, config
-        try:
-            jobs = as_int(config.sweep.jobs, "sweep.jobs")
-            if jobs < 1:
-                raise ConfigError(f"sweep.jobs: must be >= 1, got {jobs}")
-        except ConfigError as e:  # before any launch: one line, as in sweep() below
+        from sweeps.driver import sweep_config  # lazy: see sweep()
+        from sweeps.errors import PlanError
+
+        try:  # the sweep section's one check, before any launch
+            jobs = sweep_config(config).jobs
+        except PlanError as e:  # one line, as in sweep() below
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
         # the sweep prints one line per finished point: not the launcher's override list per
@@ -79,7 +80,7 @@ class PlanSweeper(Sweeper):
         # Lazy: Hydra imports every plugin module in every app (training jobs too), and these
         # are the sweep's own (rich, the MLflow client).
         from sweeps.driver import WorkerLost, drive
-        from sweeps.plan import PlanError
+        from sweeps.errors import PlanError
         from training.tracking import TrackingUnavailable
 
         assert self.config is not None

@@ -79,6 +79,9 @@ def _prepared(argv: list[str]):
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {"prepare": prepare, "entropy": entropy}
+    if "-h" in argv or "--help" in argv:  # overrides are key=value: never a flag
+        print(f"{USAGE}\n\n{__doc__.strip()}")
+        return
     if not argv or argv[0] not in commands:
         print(USAGE, file=sys.stderr)
         sys.exit(2)

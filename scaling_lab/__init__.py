@@ -1,0 +1,1 @@
+"""The `scaling-lab` command (`scaling_lab.cli`): one entry point over the project's modules."""
