@@ -10,6 +10,8 @@ Parts, each timed and recorded even when another fails:
 - `loop_overhead`: `benchmarks.loop_overhead` on the device (64 x 1024 tokens, log_every 10).
 - `memory`: `models.accounting.memory_estimate` of a training step against
   `torch.cuda.max_memory_allocated` over three steps of `training.step.optimizer_step`.
+- `fsdp`: on 2+ GPUs, the same run under `train.parallel=ddp` and `fsdp` through torchrun on
+  every GPU (up to 8): both finish, the same final loss; skipped with one GPU.
 - `sweep`: `python -m sweeps.run sweep=tiny` (2 sizes x 2 token budgets) end to end into a
   temporary store; its exit status, wall time and the runs' states.
 
@@ -180,11 +182,66 @@ def sweep_part(args, work: Path) -> dict:
     }
 
 
+def fsdp_part(args, work: Path) -> dict:
+    """Every GPU of the machine (up to 8; 2 gloo CPU ranks with --cpu-smoke) trains the same
+    run twice through torchrun, `train.parallel=ddp` then `fsdp`: both must finish with the
+    same losses (bf16 on GPUs: within 2e-2; fp32 on the CPU: 1e-4). Skipped with one GPU."""
+    ranks = 2 if args.cpu_smoke else min(torch.cuda.device_count(), 8)
+    if ranks < 2:
+        return {"skipped": f"{ranks} GPU: the FSDP and multi-GPU part needs 2 or more"}
+    shape = SMOKE_SHAPE if args.cpu_smoke else GPU_SHAPE
+    model = [f"model.d_model={shape.d_model}", f"model.n_layers={shape.layers}"]
+    model += ["model=llama", f"model.n_heads={max(2, shape.d_model // 64)}"]
+    uri = f"sqlite:///{work / 'fsdp' / 'mlruns.db'}"
+    batch_tokens = shape.seq * shape.batch * ranks
+    common = [
+        *model,
+        *(f"train.seq_len={shape.seq}", f"train.batch_tokens={batch_tokens}"),
+        *(f"train.tokens={20 * batch_tokens}", "train.eval_every=1000", "train.progress=none"),
+        *(f"tracking.uri={uri}", f"paths.cache_dir={work / 'fsdp' / 'cache'}"),
+        *("data.source=text", f"data.path={small_corpus(work / 'corpus')}"),
+        *("data.eval_tokens=1024", "data.tokenizer=byte"),
+        f"train.precision={'fp32' if args.cpu_smoke else 'bf16'}",
+    ]
+    (work / "fsdp").mkdir(parents=True, exist_ok=True)
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    out: dict = {"ranks": ranks}
+    for parallel in ("ddp", "fsdp"):
+        command = [
+            *launch,
+            f"--nproc_per_node={ranks}",
+            *("-m", "training.train", *common, f"train.parallel={parallel}"),
+            f"tracking.experiment=gpu-check-{parallel}",
+            f"paths.runs_dir={work / 'fsdp' / parallel}",
+        ]
+        env = {**os.environ, "OMP_NUM_THREADS": "1"} if args.cpu_smoke else None
+        t0 = time.perf_counter()
+        proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env)
+        mlflow.set_tracking_uri(uri)
+        runs = mlflow.search_runs(experiment_names=[f"gpu-check-{parallel}"])
+        row = runs.iloc[0] if len(runs) else {}
+        out[parallel] = {
+            "returncode": proc.returncode,
+            "wall_s": round(time.perf_counter() - t0, 1),
+            "final_val_loss": row.get("metrics.final_val_loss"),
+            "tokens_per_sec": row.get("metrics.tokens_per_sec"),
+            "output_tail": (proc.stdout + proc.stderr)[-1500:],
+        }
+        if proc.returncode:
+            return out | {"error": f"{parallel}: torchrun exited {proc.returncode}"}
+    diff = abs(out["fsdp"]["final_val_loss"] - out["ddp"]["final_val_loss"])
+    out["val_loss_diff"] = diff
+    if diff > (1e-4 if args.cpu_smoke else 2e-2):
+        out["error"] = f"fsdp's final val loss differs from ddp's by {diff:.3g}"
+    return out
+
+
 # memory first (seconds), the sweep last: its time limit is what the deadline leaves
 PARTS = {
     "memory": memory_part,
     "throughput": throughput_part,
     "loop_overhead": loop_part,
+    "fsdp": fsdp_part,
     "sweep": sweep_part,
 }
 

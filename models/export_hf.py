@@ -25,7 +25,9 @@ Checkpoint format read by the CLI (written by ``training.train``; this module re
 directly and never imports ``sweeps``): a ``torch.save``'d dict with ``"model"`` (the
 ``TransformerLM`` state dict) and the model config either inline as ``"model_config"`` (a
 ``ModelConfig.to_dict()``) or in ``config.yaml`` next to the checkpoint (the resolved run
-config; its ``model`` section). ``--config`` points to another such YAML file.
+config; its ``model`` section). ``--config`` points to another such YAML file. A
+``train.parallel=fsdp`` checkpoint holds ``"shards"`` instead of ``"model"``: the folder next to
+it where the ranks wrote the weights (``torch.distributed.checkpoint``), read here whole.
 """
 
 from __future__ import annotations
@@ -187,7 +189,8 @@ def export_hf(model: torch.nn.Module, out_dir: str | Path) -> Path:
 def load_checkpoint_model(checkpoint: Path, config: Path | None = None) -> torch.nn.Module:
     """Rebuild the ``TransformerLM`` saved in a ``training.train`` checkpoint (see module doc)."""
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    if not isinstance(state, dict) or "model" not in state:
+    sharded = isinstance(state, dict) and isinstance(state.get("shards"), str)
+    if not isinstance(state, dict) or ("model" not in state and not sharded):
         raise ExportError(f"{checkpoint}: expected a dict with a 'model' state dict")
     model_cfg = None if config else state.get("model_config")
     if model_cfg is None:
@@ -200,8 +203,27 @@ def load_checkpoint_model(checkpoint: Path, config: Path | None = None) -> torch
     cfg = ModelConfig.from_dict({**model_cfg, "size": None})  # the resolved shape, no ladder
     hf_target(cfg)
     model = build_model(cfg)
-    model.load_state_dict(_plain_names(state["model"]))
+    if sharded:
+        _load_shards(model, checkpoint.parent / state["shards"])
+    else:
+        model.load_state_dict(_plain_names(state["model"]))
     return model.eval()
+
+
+def _load_shards(model: torch.nn.Module, folder: Path) -> None:
+    """The weights of a `train.parallel=fsdp` checkpoint: `torch.distributed.checkpoint` shards
+    written by any number of ranks, read whole into `model` in this one process."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    if not (folder / ".metadata").is_file():
+        raise ExportError(f"{folder}: the checkpoint's shard folder is missing or incomplete")
+    state = {"model": model.state_dict()}
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(state, checkpoint_id=str(folder))
+    model.load_state_dict(state["model"])
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -59,7 +59,7 @@ from training.config import ConfigError, DataConfig
 from training.data import prepare_data
 from training.paths import default_cache_dir, default_runs_dir, resolve_dir, unusable_folder
 from training.spec import resolve_config
-from training.step import planned_memory
+from training.step import planned_verdict
 
 Compose = Callable[[Sequence[str]], DictConfig]
 # (override lists, first job index, on_submit(job ids) or None) -> hydra JobReturn per job
@@ -103,11 +103,13 @@ def spec_from_config(cfg: DictConfig, cli_axes: dict[str, list[str]]) -> plan.Sw
     return plan.SweepSpec.from_config(sweep_config(cfg), cli_axes)
 
 
-def facts(cfg: DictConfig) -> plan.RunFacts:
+def facts(cfg: DictConfig, world: int = 1) -> plan.RunFacts:
     """Exact N, FLOPs per token and run key of one composed point, exactly as `training.train`
-    resolves it (no data or model built). A model the factory cannot build (e.g. a size the
-    ladder cannot reach) raises ValueError: the point is skipped with that reason. Any other
-    config error fails the whole sweep before anything starts."""
+    resolves it (no data or model built), its memory per rank on `world` ranks. A model the
+    factory cannot build (e.g. a size the ladder cannot reach) raises ValueError: the point is
+    skipped with that reason. Any other config error, and a step estimated to fit the device
+    neither as configured nor sharded over its ranks, fails the whole sweep before anything
+    starts."""
     try:
         spec = resolve_config(training_config(cfg))
     except ConfigError as e:
@@ -119,7 +121,12 @@ def facts(cfg: DictConfig) -> plan.RunFacts:
     per_token = objectives.for_model(spec.model, seq_len, spec.data).accounting(seq_len)
     dense_decoder = spec.model.family == "decoder" and spec.model.mlp != "moe"
     six_n = None if dense_decoder else per_token.flops_6nd / seq_len  # MoE: 6 N_active
-    memory, device_memory = planned_memory(spec.train, spec.model, torch.cuda.is_available())
+    memory, device_memory, fit = planned_verdict(
+        spec.train, spec.model, torch.cuda.is_available(), world
+    )
+    if fit.nowhere:
+        shape = f"{spec.model.arch} n_layers={spec.model.n_layers} d_model={spec.model.d_model}"
+        raise plan.PlanError(f"train.micro_batch: a point ({shape}) {fit.note()}")
     return plan.RunFacts(
         run_key=spec.run_key,
         arch=spec.model.arch,
@@ -134,6 +141,7 @@ def facts(cfg: DictConfig) -> plan.RunFacts:
         memory_gb=memory.total / GB,
         device_memory_gb=device_memory / GB if device_memory else None,
         seq_len=spec.train.seq_len,
+        memory_note=fit.note(),
     )
 
 
@@ -191,7 +199,7 @@ class Sweep:
         data = OmegaConf.to_container(cfg_point.data, resolve=True)
         self.datasets.setdefault(repr(sorted(data.items())), data)
         try:
-            return facts(cfg_point)
+            return facts(cfg_point, self.ranks_per_point)
         except plan.PlanError:
             raise
         except ValueError as e:
@@ -219,6 +227,14 @@ class Sweep:
         retry = self.config.retry_failed
         resolved = [_apply_record(r, records.get(r.run_key), retry) for r in resolved]
         return self._skip_active_jobs(resolved) if self.on_slurm else resolved
+
+    @property
+    def ranks_per_point(self) -> int:
+        """The ranks one point trains on: a SLURM point's nodes x tasks per node, else 1."""
+        if not self.on_slurm:
+            return 1
+        launcher = self.cfg.hydra.launcher
+        return int(launcher.get("nodes") or 1) * int(launcher.get("tasks_per_node") or 1)
 
     @property
     def on_slurm(self) -> bool:

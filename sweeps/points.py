@@ -76,6 +76,7 @@ class RunFacts:
     memory_gb: float | None = None  # models.accounting.memory_estimate of one process's step
     device_memory_gb: float | None = None  # what it must fit: train.device_memory_gb or CUDA's
     seq_len: int = 0  # train.seq_len (a tuned batch must be whole sequences); 0: not known
+    memory_note: str = ""  # training.memory_plan.Verdict.note: over the device, and what fits
 
     @property
     def six_n(self) -> float:

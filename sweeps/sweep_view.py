@@ -21,6 +21,7 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn
 from rich.table import Table
 
@@ -125,6 +126,8 @@ def memory_warning(runs) -> str | None:
     over = [r for r in runs if not r.skip and memory_cell(r.facts).endswith("!")]
     if not over:
         return None
+    if notes := [f"point {r.index} {r.facts.memory_note}" for r in over if r.facts.memory_note]:
+        return "warning: " + "; ".join(notes)  # training.memory_plan: what would fit
     points = ", ".join(str(r.index) for r in over)
     device = over[0].facts.device_memory_gb
     return (
@@ -318,7 +321,7 @@ def _print_not_finished(out: Console, outcomes) -> None:
             plan.format_count(r.n),
             plan.format_count(r.d),
             o.state,
-            o.reason,
+            escape(o.reason),  # a reason may quote "[...]" (a gloo error's source location)
         )
     out.print(d)
 

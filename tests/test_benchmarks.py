@@ -161,3 +161,4 @@ def test_gpu_check_cpu_smoke_runs_every_part(tmp_path):
     assert parts["sweep"]["returncode"] == 0 and parts["sweep"]["runs"] == {"FINISHED": 4}
     assert {r["impl"] for r in parts["throughput"]["rows"]} == {"ours", "hf"}
     assert parts["loop_overhead"]["loop"]["after"]["host_cpu_ms"] > 0
+    assert parts["fsdp"]["ranks"] == 2 and parts["fsdp"]["val_loss_diff"] < 1e-4  # 2 gloo ranks

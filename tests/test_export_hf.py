@@ -161,3 +161,25 @@ def test_cli_unexportable_checkpoint_exits_with_one_line(tmp_path):
         main(["--checkpoint", str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "hf")])
     assert str(exit_.value).startswith("error: norm_position='post' has no Hugging Face")
     assert hf_target(preset("gpt2")) == "gpt2" and hf_target(preset("llama")) == "llama"
+
+
+def test_cli_exports_a_sharded_checkpoint(tmp_path, capsys):
+    """A `train.parallel=fsdp` checkpoint: last.pt names the shard folder the ranks wrote
+    (torch.distributed.checkpoint); the export reads it whole (here written by one process;
+    tests/test_train_fsdp.py exports one written by 2 ranks)."""
+    from training.parallel import save_sharded
+    from training.step import adamw, param_groups
+
+    cfg = preset("llama")
+    model = trained_like(cfg)
+    run = tmp_path / "run"
+    save_sharded(run / "last.pt.shards-3-0a", model, adamw(param_groups(model, 0.1), lr=1e-3))
+    torch.save({"shards": "last.pt.shards-3-0a", "step": 3}, run / "last.pt")
+    resolved = {"model": {**cfg.to_dict(), "size": 1e4}, "train": {"lr": 1e-3}}
+    (run / "config.yaml").write_text(yaml.safe_dump(resolved))
+    main(["--checkpoint", str(run / "last.pt"), "--out", str(tmp_path / "hf")])
+    assert "(llama)" in capsys.readouterr().out
+    assert_same_logits(model, tmp_path / "hf", "LlamaForCausalLM")
+    (run / "last.pt.shards-3-0a" / ".metadata").unlink()  # a save killed before it finished
+    with pytest.raises(SystemExit, match=r"^error: .*shards-3-0a: the checkpoint's shard folder"):
+        main(["--checkpoint", str(run / "last.pt"), "--out", str(tmp_path / "hf2")])

@@ -380,6 +380,102 @@ def test_a_rerun_never_submits_a_point_whose_job_still_runs(site):
         subprocess.run(["scancel", job], check=False)  # the node is free for the next test
 
 
+def _task_pid(job_id: str, task: int) -> int:
+    """The pid of SLURM task `task` of array job `job_id` (`<array>_<index>`, the run's
+    slurm_job_id tag) on this node: the python process whose environment holds that job and
+    task number (the one-node cluster runs every task)."""
+    array, index = job_id.split("_")
+    want = {f"SLURM_ARRAY_JOB_ID={array}", f"SLURM_ARRAY_TASK_ID={index}", f"SLURM_PROCID={task}"}
+    want = {w.encode() for w in want}
+    for proc in Path("/proc").iterdir():
+        try:
+            env = set((proc / "environ").read_bytes().split(b"\0"))
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if want <= env and b"submitit" in cmdline:
+            return int(proc.name)
+    raise AssertionError(f"no task {task} of job {job_id} on this node")
+
+
+def _wait_for_checkpoint(tmp: Path, run) -> None:
+    last = tmp / "runs" / run.data.tags["run_key"] / "last.pt"
+    deadline = time.monotonic() + 120
+    while not last.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert last.exists(), f"no checkpoint at {last} within 120 s"
+
+
+@pytest.mark.slurm
+@needs_cluster
+def test_two_task_fsdp_points_train_cancel_and_lose_a_rank_cleanly_and_the_rerun_resumes(site):
+    """`hydra/launcher=slurm_multinode` on 1 node x 2 tasks (gloo, train.parallel=fsdp), three
+    points in turn: the first trains, one MLflow run written once (rank 0) with world_size 2;
+    the second is cancelled (scancel: both ranks checkpoint, the run is KILLED); the third
+    loses rank 1 to kill -9, which ends its job (no rank left waiting). The rerun submits only
+    the two and resumes each from its sharded checkpoint, every step logged once."""
+    tmp, env, experiment, cmd = site
+    (tmp / "sweep" / "slurm_fsdp.yaml").write_text(
+        _sweep_file("  train.tokens: [16384, 1000000, 1001472]\n  model.size: [6e4]")
+        + "  train.parallel: fsdp\n  train.checkpoint_every: 20\n"
+    )
+    two_tasks = [
+        "hydra/launcher=slurm_multinode",
+        "hydra.launcher.nodes=1",
+        "hydra.launcher.tasks_per_node=2",
+        "hydra.launcher.gpus_per_node=null",
+        "hydra.launcher.cpus_per_task=1",
+        "hydra.launcher.mem_gb=1",
+        "hydra.launcher.timeout_min=15",
+        "hydra.launcher.poll_s=1",
+    ]
+    args = [a for a in cmd("slurm_fsdp") if not a.startswith("hydra")] + two_tasks
+    sweep = subprocess.Popen(
+        args, env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        cancelled = _wait_for_training(experiment, 1000000)
+        _wait_for_checkpoint(tmp, cancelled)
+        subprocess.run(["scancel", cancelled.data.tags["slurm_job_id"]], check=True)
+        dead = _wait_for_training(experiment, 1001472)
+        _wait_for_checkpoint(tmp, dead)
+        dead_job = dead.data.tags["slurm_job_id"]
+        os.kill(_task_pid(dead_job, 1), signal.SIGKILL)
+        t0 = time.monotonic()
+        stdout, stderr = sweep.communicate(timeout=300)
+    finally:
+        sweep.kill()
+    assert time.monotonic() - t0 < 120, "the job that lost a rank did not end"
+    assert sweep.returncode == 1, stdout[-3000:] + stderr[-3000:]
+    assert "summary" in stdout and "Traceback" not in stdout
+    by_tokens = {int(float(r.data.params["train.tokens"])): r for r in _children(experiment)}
+    assert len(by_tokens) == 3  # one MLflow run per point, whatever its ranks
+    done = by_tokens[16384]
+    assert done.info.status == "FINISHED"
+    assert done.data.params["world_size"] == "2"
+    assert done.data.params["hardware.parallel"] == "fsdp"
+    assert by_tokens[1000000].info.status == "KILLED"
+    assert "interrupted by SIGTERM at step" in by_tokens[1000000].data.tags["failure_reason"]
+    lost = by_tokens[1001472]  # rank 0 saw its peer go: KILLED (resumable), not FAILED
+    assert lost.info.status == "KILLED"
+    assert lost.data.tags["failure_reason"].startswith("another rank was lost")
+    assert _squeue_state(dead_job) == ""
+
+    again = subprocess.run(args, env=env, cwd=tmp, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "(2 jobs)" in again.stderr + again.stdout  # only the two stopped points
+    after = {int(float(r.data.params["train.tokens"])): r for r in _children(experiment)}
+    logs = _job_logs(tmp)
+    for tokens in (1000000, 1001472):
+        run = by_tokens[tokens]
+        assert after[tokens].info.run_id == run.info.run_id
+        assert after[tokens].info.status == "FINISHED"
+        assert f"resuming run {run.data.tags['run_key']} from step" in logs
+        for key in ("train_loss", "lr"):
+            history = _client().get_metric_history(run.info.run_id, key)
+            assert len({m.step for m in history}) == len(history)  # each step logged once
+
+
 # ---------------------------------------------------------------- without a cluster
 def test_job_states_lost_or_running():
     from sweeps.slurm import JobStates

@@ -8,6 +8,11 @@ Layout under `<runs_dir>/<run_key>/`:
     tokens_<T>.pt         named branch checkpoints (train.save_at_tokens)
     config.yaml           the resolved config
     .lock                 held (fcntl) by the process training the key (`run_lock`)
+    <name>.shards-<step>-<nonce>/
+                          `train.parallel=fsdp`: the model and AdamW shards of one save
+                          (`torch.distributed.checkpoint`, every rank writes its own); the
+                          file <name> (last.pt, tokens_<T>.pt) holds everything else and the
+                          folder's name (`shards`), and renaming it into place commits both
 
 The folder is shared by every experiment and tracking store that trains the run key: each
 checkpoint records the MLflow run that wrote it (`mlflow_run_id`, `mlflow_experiment_id`), and a
@@ -23,6 +28,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -161,6 +167,46 @@ def remove_stale_temporaries(rdir: Path) -> list[Path]:
             tmp.unlink()
             removed.append(tmp)
     return removed
+
+
+SHARDS = ".shards-"
+
+
+def shards_name(checkpoint_name: str, step: int, nonce: str) -> str:
+    """A new folder per sharded save, never written over: the checkpoint file that names it
+    commits it (`nonce` is the same on every rank)."""
+    return f"{checkpoint_name}{SHARDS}{step}-{nonce}"
+
+
+def shards_of(path: Path) -> str | None:
+    """The shard folder (a name in the same folder) a checkpoint file names; None: the file
+    holds the whole model and optimizer itself."""
+    return _peek(path).get("shards")
+
+
+def _remove_folders(folders) -> list[Path]:
+    removed = []
+    for folder in folders:
+        if folder.is_dir():
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def remove_replaced_shards(rdir: Path, name: str, kept: str | None) -> list[Path]:
+    """After `<name>` was committed: the shard folders of its earlier saves (all but `kept`)."""
+    return _remove_folders(f for f in Path(rdir).glob(f"{name}{SHARDS}*") if f.name != kept)
+
+
+def remove_unreferenced_shards(rdir: Path) -> list[Path]:
+    """Delete shard folders that no checkpoint file names (a save killed before its commit);
+    call under `run_lock`. Returns what was removed."""
+    rdir = Path(rdir)
+    referenced = set()
+    for path in rdir.glob(f"*{SUFFIX}"):
+        with contextlib.suppress(Exception):  # an unreadable file is the resume's to report
+            referenced.add(shards_of(path))
+    return _remove_folders(f for f in rdir.glob(f"*{SHARDS}*") if f.name not in referenced)
 
 
 def run_dir(runs_dir: Path, run_key: str) -> Path:

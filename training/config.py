@@ -377,6 +377,11 @@ class TrainConfig(_Section):
     # per device, for the memory estimate (dry-run warning, micro_batch=auto); None: the CUDA
     # device's total memory, unknown on the CPU
     device_memory_gb: float | None = None
+    # ddp: every rank holds the whole model and AdamW state; fsdp: each rank holds 1/world of
+    # them (FSDP2, training/parallel.py; docs/training.md says when to use which)
+    parallel: Literal["ddp", "fsdp"] = "ddp"
+    # each block recomputes its activations in the backward instead of keeping them
+    activation_checkpointing: bool = False
 
     def validate(self) -> None:
         _positive("train", self, "tokens", "batch_tokens", "seq_len", "lr")
@@ -415,6 +420,11 @@ class TrainConfig(_Section):
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(
                 f"train.label_smoothing: must be in [0, 1), got {self.label_smoothing}"
+            )
+        if self.parallel == "fsdp" and self.precision == "fp16":
+            raise ConfigError(
+                "train.precision: fp16 with train.parallel=fsdp is not supported (it would need "
+                "a sharded loss scaler); use bf16"
             )
         if self.checkpoint_every < 0:
             raise ConfigError(f"train.checkpoint_every: must be >= 0, got {self.checkpoint_every}")

@@ -4,7 +4,8 @@ The same config always gives the same key, so a rerun finds its MLflow run and c
 resumes instead of duplicating work. Knobs that change where results go, how progress is shown
 or how fast it runs (tracking, paths, logging/eval/checkpoint cadence, progress bars, compile,
 the host allocator, batch prefetch, device memory, `train.micro_batch`: gradient accumulation
-splits the same global batch) are excluded: changing them must not start a different run.
+splits the same global batch; `train.parallel` and `train.activation_checkpointing`: the same
+updates, computed on other ranks) are excluded: changing them must not start a different run.
 
 Inputs that name data by where it is are keyed by what it is (`training.spec.resolve_config`
 fills both in before hashing):
@@ -42,6 +43,8 @@ EXCLUDED_TRAIN_KEYS = {
     "micro_batch",
     "prefetch",
     "device_memory_gb",
+    "parallel",  # how the same global batch's gradients are computed: the same run
+    "activation_checkpointing",
 }
 # data.* fields that say where the corpus is, or which part of it (`max_bytes`: the files it
 # selects are hashed into `data.fingerprint`), or how it is read (`streaming`: the same tokens);

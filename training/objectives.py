@@ -43,7 +43,7 @@ import torch
 from models import count_params, flops_per_sequence, flops_per_token
 from training.config import ConfigError
 from training.corruption import IGNORE_INDEX, mask_tokens, shift_right, span_corruption
-from training.step import evaluate
+from training.step import eval_starts, evaluate
 
 MASK_PROB = 0.15  # BERT (Devlin et al. 2019, sec. 3.1)
 NOISE_DENSITY, MEAN_SPAN = 0.15, 3.0  # T5 (Raffel et al. 2020, sec. 3.1.4)
@@ -105,7 +105,10 @@ class _Objective:
         total = torch.zeros(2, device=accelerator.device, dtype=torch.float64)
         model.eval()
         with torch.no_grad(), accelerator.autocast():
-            for i in range(0, len(mine[0]), micro_batch):
+            for i in eval_starts(len(mine[0]), len(val[0]), micro_batch, accelerator, model):
+                if i is None:  # a forward that only matches the other ranks' (sharded model)
+                    self.loss(model, *[t[:1].to(accelerator.device) for t in val])
+                    continue
                 batch = [t[i : i + micro_batch].to(accelerator.device) for t in mine]
                 n = (batch[-1] != IGNORE_INDEX).sum()  # the labels are last
                 mean = self.loss(model, *batch).double()  # 0/0 where a slice selects none

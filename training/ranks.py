@@ -52,6 +52,17 @@ def end_process_group() -> None:
         dist.destroy_process_group()
 
 
+def lost_a_rank(e: BaseException) -> bool:
+    """Whether `e` is a collective that failed because another rank is gone (killed, its node
+    lost): NCCL raises `DistBackendError`, gloo a RuntimeError from its TCP transport
+    ("Connection reset by peer", "Connection closed by peer")."""
+    if (dist := _group()) is None:
+        return False
+    if isinstance(e, (dist.DistBackendError, dist.DistNetworkError)):
+        return True
+    return isinstance(e, RuntimeError) and "gloo/transport/" in str(e)
+
+
 def broadcast(obj: Any, accelerator) -> Any:
     """The main process's `obj` on every rank (itself with one process)."""
     if accelerator.num_processes == 1:

@@ -14,7 +14,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from models.accounting import count_params, memory_estimate
+from models.accounting import count_params
 from models.config import ModelConfig
 from models.ladder import model_config
 from training import objectives as objective
@@ -25,6 +25,7 @@ from training.data import filehash, source_fingerprint
 from training.data.cache import cache_key
 from training.data.sources import source_bytes, text_files
 from training.keys import run_key
+from training.memory_plan import step_memory
 from training.paths import default_cache_dir, default_runs_dir, resolve_dir, unusable_folder
 
 
@@ -190,12 +191,14 @@ def preflight(
     micro_batch: int | None = None,
     precision: str = "fp32",
     device_bytes: float | None = None,
+    world: int = 1,
 ) -> None:
     """What the filesystem and the store must hold before a run writes anything (its store,
     runs folder or data cache): one ConfigError naming the field, else nothing happens.
     `micro_batch` (sequences) and `precision` (fp32 | bf16 | fp16): the step as the run will
     take it, whose memory is checked when given; `device_bytes`: the accelerator's memory,
-    None when the run trains on the host."""
+    None when the run trains on the host; `world`: its ranks (`train.parallel=fsdp` shares
+    the step's memory among them)."""
     tr, paths = spec.train, spec.paths
     if tr.init_from and not Path(tr.init_from).is_file():
         raise ConfigError(f"train.init_from: {tr.init_from} is not a checkpoint file")
@@ -209,7 +212,7 @@ def preflight(
     _check_eval_tokens(spec, cache_dir)
     _check_memory(spec.model)
     if micro_batch is not None:
-        _check_step_memory(spec, micro_batch, precision, device_bytes)
+        _check_step_memory(spec, micro_batch, precision, device_bytes, world)
     uri = tracking.resolve_tracking_uri(spec.tracking.uri)
     if (db := tracking.sqlite_path(uri)) is not None:
         _check_folder("tracking.uri", db.parent)
@@ -250,21 +253,27 @@ def _check_memory(model: ModelConfig) -> None:
 
 
 def _check_step_memory(
-    spec: RunSpec, micro_batch: int, precision: str, device_bytes: float | None
+    spec: RunSpec, micro_batch: int, precision: str, device_bytes: float | None, world: int = 1
 ) -> None:
     """A training step fits where it runs: weights, gradients, AdamW's two moments (16 bytes
     per parameter) and the activations of one micro-batch (`models.accounting.memory_estimate`,
-    an upper estimate). Else the run is killed for memory after its store and run exist."""
+    an upper estimate; one rank's share under `train.parallel=fsdp`, training.memory_plan).
+    Else the run is killed for memory after its store and run exist."""
     on_host = device_bytes is None
     tr = spec.train
     device = "cpu" if on_host else "cuda"
-    step = memory_estimate(spec.model, tr.seq_len, micro_batch, precision, device)
+    how = {"world": world, "activation_checkpointing": tr.activation_checkpointing}
+    step = step_memory(spec.model, tr.seq_len, micro_batch, precision, device, tr.parallel, **how)
     have = _host_memory() if on_host else device_bytes
     if step.total <= have:
         return
     n = step.params // 4
     where = "this machine's" if on_host else "the device's"
-    if step.total - step.activations > have:  # the parameters' state alone
+    sharded = step_memory(spec.model, tr.seq_len, micro_batch, precision, device, "fsdp", **how)
+    if tr.parallel == "ddp" and world > 1 and sharded.total <= have:
+        field = "train.parallel"
+        fix = f"train.parallel=fsdp (an estimated {sharded.total / 2**30:.3g} GiB per rank)"
+    elif step.total - step.activations > have:  # the parameters' state alone
         field, fix = "model", "a smaller model"
     else:
         field, fix = "train.micro_batch", "a smaller train.micro_batch (or train.batch_tokens)"

@@ -20,9 +20,10 @@ import torch
 import torch.nn.functional as F
 from accelerate.utils import DistributedType
 
-from models.accounting import GB, MemoryEstimate, largest_micro_batch, memory_estimate
+from models.accounting import GB
 from models.moe import balance, regularization
 from training.config import ConfigError, TrainConfig
+from training.memory_plan import largest_micro_batch, step_memory
 
 
 @dataclass
@@ -87,7 +88,8 @@ def device_memory_bytes(train: TrainConfig) -> float | None:
 def auto_micro_batch(train: TrainConfig, model_cfg, world_size: int, cuda: bool) -> int | None:
     """`train.micro_batch` resolved: as given unless `auto`; auto is None (no accumulation)
     without CUDA, as before it existed, and on CUDA the largest micro-batch whose
-    `models.accounting.memory_estimate` fits the device (`device_memory_bytes`), else 1."""
+    `training.memory_plan.step_memory` (one rank's share under `train.parallel`) fits the
+    device (`device_memory_bytes`), else 1."""
     if train.micro_batch != "auto":
         return train.micro_batch
     memory = device_memory_bytes(train)
@@ -95,7 +97,9 @@ def auto_micro_batch(train: TrainConfig, model_cfg, world_size: int, cuda: bool)
         return None
     per_rank = sequences_per_rank(train, world_size)
     precision = resolved_precision(train, cuda)
-    micro = largest_micro_batch(model_cfg, train.seq_len, per_rank, precision, memory)
+    how = {"parallel": train.parallel, "world": world_size}
+    how["activation_checkpointing"] = train.activation_checkpointing
+    micro = largest_micro_batch(model_cfg, train.seq_len, per_rank, precision, memory, **how)
     if micro is None:
         warnings.warn(
             f"train.micro_batch=auto: even 1 sequence of {train.seq_len} tokens is estimated "
@@ -105,15 +109,22 @@ def auto_micro_batch(train: TrainConfig, model_cfg, world_size: int, cuda: bool)
     return micro or 1
 
 
-def planned_memory(
-    train: TrainConfig, model_cfg, cuda: bool
-) -> tuple[MemoryEstimate, float | None]:
-    """(the memory estimate of one process's step, as the run will train it on this machine:
-    its precision and micro-batch, world size 1; the device's memory, or None if unknown)."""
-    micro = batch_geometry(train, 1, auto_micro_batch(train, model_cfg, 1, cuda)).micro_batch
+def planned_verdict(train: TrainConfig, model_cfg, cuda: bool, world: int = 1):
+    """(the memory estimate of one rank's step, as the run will train it on `world` ranks of
+    this kind of machine: its precision, micro-batch and `train.parallel`; the device's memory,
+    or None if unknown; `training.memory_plan.Verdict`: does it fit as configured, only
+    sharded, or nowhere)."""
+    from training.memory_plan import verdict
+
+    micro = auto_micro_batch(train, model_cfg, world, cuda)
+    micro = batch_geometry(train, world, micro).micro_batch
     precision, device = resolved_precision(train, cuda), "cuda" if cuda else "cpu"
-    estimate = memory_estimate(model_cfg, train.seq_len, micro, precision, device)
-    return estimate, device_memory_bytes(train)
+    how = {"parallel": train.parallel, "world": world}
+    how["activation_checkpointing"] = train.activation_checkpointing
+    estimate = step_memory(model_cfg, train.seq_len, micro, precision, device, **how)
+    device_bytes = device_memory_bytes(train)
+    judged = verdict(model_cfg, train, micro, precision, world, device_bytes)
+    return estimate, device_bytes, judged
 
 
 def param_groups(model, weight_decay: float) -> list[dict]:
@@ -321,6 +332,20 @@ def optimizer_step(model, sampler, accelerator, update: Update, micro_loss: Call
     return step_loss / grad_accum
 
 
+def eval_starts(n_mine: int, n_all: int, micro_batch: int, accelerator, model) -> list[int | None]:
+    """Where each of this rank's validation micro-batches starts in its `n_mine` rows (of
+    `n_all`, split over the ranks). A sharded model all-gathers each block in every forward, a
+    collective: then every rank runs as many forwards as the rank with the most rows, a rank
+    with fewer adding ones that count nothing (None)."""
+    from training.parallel import is_sharded
+
+    starts: list[int | None] = list(range(0, n_mine, micro_batch))
+    if is_sharded(model):
+        most = -(-n_all // accelerator.num_processes)
+        starts += [None] * (len(range(0, most, micro_batch)) - len(starts))
+    return starts
+
+
 def evaluate(model, windows, micro_batch: int, accelerator) -> float:
     """Mean next-token loss over the fixed validation windows (split across processes).
 
@@ -331,11 +356,13 @@ def evaluate(model, windows, micro_batch: int, accelerator) -> float:
     total = torch.zeros(2, device=accelerator.device, dtype=torch.float64)
     model.eval()
     with torch.no_grad(), accelerator.autocast():
-        for i in range(0, len(mine), micro_batch):
-            batch = torch.from_numpy(mine[i : i + micro_batch]).to(accelerator.device)
+        for i in eval_starts(len(mine), len(windows), micro_batch, accelerator, model):
+            rows = windows[:1] if i is None else mine[i : i + micro_batch]
+            batch = torch.from_numpy(rows).to(accelerator.device)
             _, batch_loss = model(batch[:, :-1], batch[:, 1:], return_logits=False)
-            total[0] += batch_loss.double() * len(batch)
-            total[1] += len(batch)
+            if i is not None:
+                total[0] += batch_loss.double() * len(batch)
+                total[1] += len(batch)
     model.train()
     total = accelerator.reduce(total, "sum")
     return (total[0] / total[1]).item()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -35,13 +36,23 @@ class TrainState:
 
 
 def capture(
-    model, optimizer, sampler, state: TrainState, train: TrainConfig, train_time_s: float
+    model,
+    optimizer,
+    sampler,
+    state: TrainState,
+    train: TrainConfig,
+    train_time_s: float,
+    shards: str | None = None,
 ) -> dict[str, Any]:
     """The checkpoint after `state.step` optimizer steps (`optimizer`: the torch optimizer),
-    `train_time_s` trained by this process."""
+    `train_time_s` trained by this process. `shards`: the folder (next to the file) where the
+    ranks wrote the model and optimizer (`training.parallel.save_sharded`) instead."""
+    if shards is None:
+        weights = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    else:
+        weights = {"shards": shards}
     return {
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
+        **weights,
         "sampler": sampler.state_dict(),
         "torch_rng": torch.get_rng_state(),
         "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
@@ -61,19 +72,36 @@ def capture(
     }
 
 
-def restore(state: dict[str, Any], model, optimizer, sampler, train: TrainConfig) -> None:
+def restore(
+    state: dict[str, Any], model, optimizer, sampler, train: TrainConfig, folder: Path
+) -> None:
     """Load a checkpoint's model, optimizer, sampler and RNG state; batch geometry and model
-    must match it (a ConfigError naming the field otherwise)."""
+    must match it (a ConfigError naming the field otherwise). `folder`: where the checkpoint
+    file is (a sharded checkpoint's shards are next to it); a sharded checkpoint loads on any
+    number of ranks, sharded or not."""
     if state["batch_tokens"] != train.batch_tokens or state["seq_len"] != train.seq_len:
         raise ConfigError(
             f"train.batch_tokens/seq_len must match the checkpoint "
             f"({state['batch_tokens']}/{state['seq_len']}) to continue from it"
         )
-    try:
-        model.load_state_dict(state["model"])
-    except RuntimeError as e:
-        raise ConfigError(f"model: does not match the checkpoint's model ({e})") from None
-    optimizer.load_state_dict(state["optimizer"])
+    from training import parallel
+
+    if "shards" in state:
+        try:
+            parallel.load_sharded(Path(folder) / state["shards"], model, optimizer)
+        except (RuntimeError, ValueError, KeyError) as e:
+            raise ConfigError(f"model: does not match the checkpoint's model ({e})") from None
+    elif parallel.is_sharded(model):
+        raise ConfigError(
+            "train.parallel: fsdp cannot continue from a checkpoint written by a ddp run (one "
+            "file, not shards); continue it with train.parallel=ddp"
+        )
+    else:
+        try:
+            model.load_state_dict(state["model"])
+        except RuntimeError as e:
+            raise ConfigError(f"model: does not match the checkpoint's model ({e})") from None
+        optimizer.load_state_dict(state["optimizer"])
     sampler.load_state_dict(state["sampler"])
     torch.set_rng_state(state["torch_rng"])
     if torch.cuda.is_available() and state.get("cuda_rng") is not None:

@@ -34,13 +34,13 @@ from accelerate import Accelerator, PartialState
 
 from models import build_model
 from models.moe import moe_layers, routing_stats
-from training import checkpoint, hostmem, metric_log, objectives, run_record, tracking
+from training import checkpoint, hostmem, metric_log, objectives, parallel, run_record, tracking
 from training.config import ConfigError
 from training.data import BatchSampler, Prefetcher, prepare_data, val_pairs, val_windows
 from training.monitor import Progress, format_si, measured_peak_flops
 from training.ownership import Ownership
 from training.paths import default_cache_dir, default_runs_dir, resolve_dir
-from training.ranks import broadcast, end_process_group, reset_accelerate_state
+from training.ranks import broadcast, end_process_group, lost_a_rank, reset_accelerate_state
 from training.result import TrainResult
 from training.schedules import Schedule, warmup_steps, wsd_decay_start
 from training.signals import Interrupted, Signals
@@ -180,16 +180,22 @@ class Trainer:
         micro = auto_micro_batch(tr, self.spec.model, self.world, cuda)
         self.geo = batch_geometry(tr, self.world, micro)
         precision = mixed_precision(tr, cuda)
+        # fsdp over several ranks: FSDP2's policy computes in the precision (parallel.shard);
+        # Accelerate's autocast would cast the same forward a second time
+        self.sharded = tr.parallel == "fsdp" and self.world > 1
+        self.precision = resolved_precision(tr, cuda)
         # what the disk, the store and the memory hold: before anything is written
         device_bytes = device_memory_bytes(tr) if cuda else None
-        preflight(self.spec, self.geo.micro_batch, resolved_precision(tr, cuda), device_bytes)
+        preflight(self.spec, self.geo.micro_batch, self.precision, device_bytes, self.world)
         runs_dir = resolve_dir(self.spec.paths.runs_dir, default_runs_dir())
         self.cache_dir = resolve_dir(self.spec.paths.cache_dir, default_cache_dir())
         self.rdir = checkpoint.run_dir(runs_dir, self.spec.run_key)
 
         reset_accelerate_state()
         self.accelerator = Accelerator(
-            cpu=on_cpu, mixed_precision=precision, gradient_accumulation_steps=self.geo.grad_accum
+            cpu=on_cpu,
+            mixed_precision="no" if self.sharded else precision,
+            gradient_accumulation_steps=self.geo.grad_accum,
         )
         self.main = self.accelerator.is_main_process
         if use_keep_host_memory(tr.keep_host_memory, self.accelerator.device):
@@ -213,6 +219,8 @@ class Trainer:
             self.stack.enter_context(checkpoint.run_lock(self.rdir, spec.run_key))
             for tmp in checkpoint.remove_stale_temporaries(self.rdir):
                 log.info("removed %s (left by an interrupted write)", tmp)
+            for folder in checkpoint.remove_unreferenced_shards(self.rdir):
+                log.info("removed %s (shards no checkpoint names)", folder)
             # ... and per experiment of the store, whatever the runs folder (released at return)
             self.owner = Ownership(
                 self.client, self.experiment_id, spec.tracking.experiment, spec.run_key
@@ -247,6 +255,8 @@ class Trainer:
         self.windows = self.objective.val_batches(self.windows)  # the family's fixed inputs
         torch.manual_seed(tr.seed)
         self.raw_model = build_model(self.model_cfg).to(device)
+        # activation checkpointing, FSDP2 sharding: before the optimizer sees the parameters
+        parallel.apply(self.raw_model, tr, self.precision, self.world)
         optimizer = make_optimizer(self.raw_model, tr)
         rank = self.accelerator.process_index
         if spec.data.kind == "pairs":
@@ -268,9 +278,13 @@ class Trainer:
         self.schedule = self._schedule()
 
         use = use_compile(tr.compile, device)
-        self.hardware = hardware_params(device, self.accelerator.mixed_precision, use)
+        self.hardware = hardware_params(device, self.precision, use)
+        self.hardware["hardware.parallel"] = tr.parallel if self.world > 1 else "none"
         model = compiled(self.raw_model) if use else self.raw_model
-        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
+        if self.sharded:  # FSDP2 reduces the gradients itself: not wrapped again in DDP
+            self.model, self.optimizer = model, self.accelerator.prepare(optimizer)
+        else:
+            self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         opt, clip = step_and_clip(self.accelerator, self.optimizer)
         self.update = Update(
             opt, clip, list(self.model.parameters()), tr.grad_clip, moe_layers(self.raw_model)
@@ -305,7 +319,8 @@ class Trainer:
             state.branched_from, state.branch_step = saved["run_key"], saved["step"]
         else:
             return state
-        restore(saved, self.raw_model, optimizer, self.sampler, tr)
+        from_file = last if decision["action"] == "resume" else Path(tr.init_from)
+        restore(saved, self.raw_model, optimizer, self.sampler, tr, from_file.parent)
         state.step, state.warmup_steps = saved["step"], saved["warmup_steps"]  # branches keep it
         if state.step > self.geo.total_steps:
             raise ConfigError(
@@ -484,13 +499,23 @@ class Trainer:
         )
 
     def save(self, name: str) -> None:
-        """Checkpoint the run as it is now to `<run dir>/<name>` (main process)."""
+        """Checkpoint the run as it is now to `<run dir>/<name>` (main process). Under
+        `train.parallel=fsdp` every rank first writes its shards of the model and AdamW state to
+        a new folder (`parallel.save_sharded`); the file `<name>`, written by the main process
+        as before, names that folder and is the save's commit: a save killed before it leaves
+        the previous checkpoint whole, and its folder is removed by the next one."""
+        model, optimizer, train = self.raw_model, self.optimizer.optimizer, self.spec.train
+        shards = None
+        if train.parallel == "fsdp":
+            nonce = broadcast(parallel.nonce(), self.accelerator)
+            shards = checkpoint.shards_name(name, self.state.step, nonce)
+            parallel.save_sharded(self.rdir / shards, model, optimizer)
         if self.main:
             self.metrics.flush()  # written while the checkpoint is; committed before its rename
             trained = time.perf_counter() - self.t_run
-            model, optimizer, train = self.raw_model, self.optimizer.optimizer, self.spec.train
-            state = capture(model, optimizer, self.sampler, self.state, train, trained)
+            state = capture(model, optimizer, self.sampler, self.state, train, trained, shards)
             checkpoint.save_checkpoint(self.rdir / name, state, self.metrics.commit)
+            checkpoint.remove_replaced_shards(self.rdir, name, shards)
 
     # ------------------------------------------------------------ how a run ends
     def finish(self) -> TrainResult:
@@ -533,6 +558,10 @@ class Trainer:
         metric_log.stop_system_metrics(self.system)
         if self.spec.train.save_final_checkpoint:
             self.client.log_artifact(result.run_id, str(self.rdir / checkpoint.LAST), "checkpoint")
+            shards = checkpoint.shards_of(self.rdir / checkpoint.LAST)
+            if shards is not None:  # the sharded weights the file names
+                folder = self.rdir / shards
+                self.client.log_artifacts(result.run_id, str(folder), f"checkpoint/{shards}")
         run_record.end_run(self.client, result.run_id, "FINISHED")
 
     def _diverged(self, step: int, train_loss: float) -> TrainResult:
@@ -583,6 +612,9 @@ class Trainer:
             metric_log.stop_system_metrics(self.system)
             status = "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED"
             reason = e.reason if isinstance(e, Interrupted) else f"{type(e).__name__}: {e}"
+            if self.world > 1 and lost_a_rank(e):  # stopped from outside, like a kill: resumable
+                status = "KILLED"
+                reason = f"another rank was lost (killed, or its node failed); rerun to resume: {e}"
             run_record.end_run(self.client, self.run_id, status, reason[:1000])
         if isinstance(e, Interrupted) and self.main:
             log.warning(

@@ -7,6 +7,8 @@ What it changes (see sweeps/slurm.py for the cluster queries):
   result (scancel, preemption, time limit, node failure) or whose state nobody can read for
   `state_timeout_s` becomes a FAILED JobReturn carrying a `JobLost`, so the other points finish
   and the sweep prints its summary;
+- a point on several ranks (`nodes` x `tasks_per_node`, one rank per task) runs its tasks
+  with `srun --kill-on-bad-exit=1`: a rank's death ends the whole job, no rank hangs;
 - submitit's preemption/timeout signal is SIGUSR1 (SLURM sends it `signal_delay_s` before the
   time limit, and at preemption where `PreemptParameters=send_user_signal`): the run checkpoints
   at its next step and submitit requeues the job, which resumes (sweeps/job.py).
@@ -81,6 +83,11 @@ class ClusterSlurmLauncher(SlurmLauncher):
                 if k not in init_keys
             }
         )
+        if int(self.params.get("nodes") or 1) * int(self.params.get("tasks_per_node") or 1) > 1:
+            # a point on several ranks: one task that dies (kill -9, OOM, a node lost) ends
+            # its srun step, the other ranks with it, instead of leaving them waiting in a
+            # collective; the job fails, the sweep reports the point, a rerun resumes it
+            executor.update_parameters(slurm_srun_args=["--kill-on-bad-exit=1"])
         return executor
 
     def check_resources(self) -> None:
@@ -135,7 +142,8 @@ class ClusterSlurmLauncher(SlurmLauncher):
             for i, job in enumerate(jobs):
                 if i in returns:
                     continue
-                if job.paths.result_pickle.exists():
+                # rank 0's result (a job of several tasks names its own file by no task)
+                if job.task(0).paths.result_pickle.exists():
                     returns[i] = self._result(job, overrides[i])
                     continue
                 lost = states.lost(job.job_id, current)
@@ -148,8 +156,10 @@ class ClusterSlurmLauncher(SlurmLauncher):
 
     @staticmethod
     def _result(job, overrides: list[str]) -> JobReturn:
+        """Task 0's JobReturn (rank 0 records the run; on one task, the job's own): `results()`
+        of a job of several tasks would also wait for those a dead rank never wrote."""
         try:
-            return job.results()[0]
+            return job.task(0).results()[0]
         except Exception as e:  # submitit's FailedJobError/UncompletedJobError: a long log
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             return _failed(
