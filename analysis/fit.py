@@ -320,7 +320,7 @@ def fit_all(
     iso = _isoflop_section(runs, options, k)
     law, parametric = None, {"skipped": "approach 3 not fitted: another law was chosen (--law)"}
     if options.parametric:
-        law, parametric, _ = chinchilla.section(
+        law, parametric, _ = law_forms.approach3(
             runs, budgets, n_boot, seed, options.fixed, flops, k
         )
     fronts = final_point_envelopes(runs, n_boot, seed)  # approach 1 and L(C) alike

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import scipy
 
+from analysis import laws
 from analysis.bootstrap import resample_counts
 from analysis.laws import base, chinchilla
 from analysis.synthetic import HOFFMANN, grid_runs
@@ -121,7 +122,7 @@ def _ladder_timing(bootstrap: int, repeats: int) -> tuple[dict, dict]:
     replicate from its own starts, identification) on the committed reference ladder."""
     ladder = pd.read_csv(Path(__file__).parent.parent / "results" / "ref_ladder_v2" / "runs.csv")
     (_, section, _), ladder_wall, ladder_cpu = _timed(
-        lambda: chinchilla.section(ladder, [1e13], bootstrap, 0), repeats
+        lambda: laws.approach3(ladder, [1e13], bootstrap, 0), repeats
     )
     row = {
         "task": f"approach 3 + {bootstrap} refits, ref_ladder_v2 ({len(ladder)} runs)",

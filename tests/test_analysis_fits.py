@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import envelope, identification, isoflop
+from analysis import envelope, identification, isoflop, laws
 from analysis.ablation import compare_variants
 from analysis.bootstrap import resample_counts
 from analysis.estimate import cell
@@ -51,7 +51,7 @@ def test_approach3_recovers_known_parameters_and_intervals_cover_them():
     # exponents within 0.03 and E within 5% (a few bootstrap standard deviations at this noise,
     # measured: ~0.01 for alpha/beta); A and B trade off against the exponents, so 35%.
     runs = isoflop_runs(TRUTH, noise=0.01, seed=3)
-    fit, section, _ = chinchilla.section(runs, [1e21], n_boot=200, seed=0)
+    fit, section, _ = laws.approach3(runs, [1e21], n_boot=200, seed=0)
     assert fit.alpha == pytest.approx(TRUTH.alpha, abs=0.03)
     assert fit.beta == pytest.approx(TRUTH.beta, abs=0.03)
     assert fit.E == pytest.approx(TRUTH.E, rel=0.05)
@@ -221,7 +221,7 @@ def test_bootstrap_intervals_cover_the_truth_when_e_is_weakly_identified():
     covered, on_bound = 0, 0
     for seed in range(12):
         runs = isoflop_runs(truth, budgets=budgets, sizes_per_budget=5, noise=0.02, seed=seed)
-        fit, section, _ = chinchilla.section(runs, [1e19], n_boot=60, seed=seed)
+        fit, section, _ = laws.approach3(runs, [1e19], n_boot=60, seed=seed)
         lo, hi = section["ci95"]["a"]
         covered += lo <= truth.a <= hi
         e_lo, e_hi = section["ci95"]["E"]
@@ -281,7 +281,7 @@ def test_holm_adjustment_matches_the_step_down_formula():
 
 def test_fixing_e_at_the_truth_recovers_the_exponents():
     runs = isoflop_runs(TRUTH, noise=0.01, seed=3)
-    fit, section, _ = chinchilla.section(runs, [1e21], n_boot=50, seed=0, fixed={"E": TRUTH.E})
+    fit, section, _ = laws.approach3(runs, [1e21], n_boot=50, seed=0, fixed={"E": TRUTH.E})
     assert fit.E == pytest.approx(TRUTH.E)
     assert section["fixed"] == {"E": TRUTH.E} and section["ci95"]["E"] is None
     assert fit.alpha == pytest.approx(TRUTH.alpha, abs=0.03)
@@ -417,7 +417,7 @@ def test_an_asymptote_above_the_best_runs_is_not_a_law():
     )  # best runs 3.09-3.11: near the floor
     best = runs["loss"].nsmallest(2).index
     runs.loc[best, "loss"] = runs.loc[best, "loss"] * 0.96
-    fit, section, _ = chinchilla.section(runs, [1e21], n_boot=20, seed=0)
+    fit, section, _ = laws.approach3(runs, [1e21], n_boot=20, seed=0)
     assert fit.E >= runs["loss"].min()
     assert "at or above the lowest measured loss" in section["why_not_identified"]["E"]
     assert {"alpha", "beta", "a", "b", "N_opt@1e+21"} <= set(section["not_identified"])

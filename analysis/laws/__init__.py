@@ -19,6 +19,7 @@ from analysis.bootstrap import intervals, resample_counts
 from analysis.compute_factor import label
 from analysis.laws import chinchilla, datablations, kaplan, overtrain
 from analysis.laws.base import HUBER_DELTA, Law, fit_and_bootstrap
+from analysis.laws.chinchilla import FlopsPerToken, Parametric
 from analysis.load import InputError
 from analysis.load import check_fittable as check_runs
 
@@ -77,35 +78,23 @@ def check_fittable(runs: pd.DataFrame, law: Law, what: str = "the runs") -> None
         check_runs(runs, what, law.n_params, f"the {law.name} law ({', '.join(law.params)})")
 
 
-def fit_law(law: Law, runs: pd.DataFrame, n_boot: int, seed: int, fixed: dict | None = None):
-    """(theta (P,), objective, thetas (R, P), converged (R,)) with counts as approach 3 draws
-    them (`resample_counts(len(runs), n_boot, seed)`)."""
+def _fit(law: Law, runs: pd.DataFrame, n_boot: int, seed: int, fixed: dict | None = None):
+    """(theta (P,) as the fit found it, objective, thetas (R, P), converged (R,))."""
     counts = resample_counts(len(runs), n_boot, seed)
     if law.fitter is not None:
         return law.fitter(law, runs, counts, fixed)
     point, thetas, converged = fit_and_bootstrap(law, runs, counts, fixed)
-    return law.settle(point.theta), point.objective, thetas, converged
+    return point.theta, point.objective, thetas, converged
 
 
-def quantities(
-    law: Law, values: dict[str, np.ndarray], budgets, U=None, k: float = 1.0
-) -> dict[str, np.ndarray]:
-    """The parameters and the allocation at every budget ({name@C: (R,)}). Under C = k 6ND
-    (`analysis.compute_factor`) the optimum at C is the 6ND optimum at C / k: the law is in
-    N and D only."""
-    out = dict(values)
-    budgets = np.asarray(budgets, dtype=float)
-    with np.errstate(all="ignore"):
-        n_opt, d_opt = law.optimal(
-            values, budgets / k, None if U is None else np.full(budgets.size, U)
-        )
-    for j, C in enumerate(budgets):
-        out[f"N_opt@{C:.3g}"], out[f"D_opt@{C:.3g}"] = n_opt[:, j], d_opt[:, j]
-        out[f"tokens_per_param@{C:.3g}"] = d_opt[:, j] / n_opt[:, j]
-    return out
+def fit_law(law: Law, runs: pd.DataFrame, n_boot: int, seed: int, fixed: dict | None = None):
+    """(theta (P,), objective, thetas (R, P), converged (R,)) with counts as approach 3 draws
+    them (`resample_counts(len(runs), n_boot, seed)`)."""
+    theta, objective, thetas, converged = _fit(law, runs, n_boot, seed, fixed)
+    return (theta if law.fitter is not None else law.settle(theta)), objective, thetas, converged
 
 
-def section(
+def fitted_section(
     law: Law,
     runs: pd.DataFrame,
     budgets,
@@ -113,34 +102,39 @@ def section(
     seed: int,
     fixed: dict | None = None,
     k: float = 1.0,
-) -> tuple[dict, np.ndarray]:
-    """fit.json's `parametric` section for a form, and its replicates (R, P) for predictions;
-    `k`: C / (6ND) of the runs (written where it is not 1)."""
-    theta, objective, thetas, converged = fit_law(law, runs, n_boot, seed, fixed)
+    flops: FlopsPerToken | None = None,
+) -> tuple[np.ndarray, dict, np.ndarray]:
+    """(the point theta as fitted, fit.json's `parametric` section, the bootstrap thetas
+    (R, P)): the one builder of every form's section, the default approach 3 included.
+
+    `fixed` holds named parameters at given values; `k` = C / (6ND) of the runs
+    (`analysis.compute_factor`), written where it is not 1; `flops` (a law with
+    `exact_compute`) puts the allocation under exact training FLOPs, C = f(N) D.
+    """
+    raw, objective, thetas, converged = _fit(law, runs, n_boot, seed, fixed)
+    theta = raw if law.fitter is not None else law.settle(raw)
     U = float(runs["U"].max()) if "U" in law.columns else None
     point = {
-        q: float(v[0]) for q, v in quantities(law, law.to_values(theta), budgets, U, k).items()
+        q: float(v[0]) for q, v in law.quantities(theta[None, :], budgets, U, k, flops).items()
     }
-    ci = intervals(quantities(law, law.to_values(thetas), budgets, U, k))
+    ci = intervals(law.quantities(thetas, budgets, U, k, flops))
     for name in fixed or {}:
         ci[name] = None
-    cols = {c: runs[c].to_numpy(float) for c in law.columns}
-    noise = identification.noise_of(runs["loss"], law.predict(theta, cols)[0])
-    counts = resample_counts(len(runs), n_boot, seed)  # the resamples `fit_law` refitted
-    why = identification.law_reasons(
-        law, point, ci, converged, float(runs["loss"].min()), fixed, noise, counts
-    )
-    if law.extra_reasons:
-        why = {**why, **law.extra_reasons(runs, {k: point[k] for k in law.params})}
     alloc_names = ("N_opt", "D_opt", "tokens_per_param")
+    cite = law.cites
     out = {
         "law": law.name,
-        "reference": law.reference,
-        **{k: point[k] for k in law.params},
+        **({"reference": law.reference} if cite else {}),
+        **{q: point[q] for q in (*law.params, *law.derived)},
         "fixed": dict(fixed or {}),
-        "fitted": law.fitted,
-        "compute": "6nd",
-        **({} if k == 1.0 else {"k": k}),
+        **({"fitted": law.fitted} if cite else {}),
+        "compute": "6nd" if flops is None else "exact",
+        **({} if k == 1.0 else {"k": k}),  # C = k 6ND: the allocation's C <-> D
+        **(
+            {"flops_per_token": None if flops is None else {"c": flops.c, "q": flops.q}}
+            if law.exact_compute
+            else {}
+        ),
         "n_points": int(len(runs)),
         "objective": objective,
         "huber_delta": HUBER_DELTA,
@@ -155,10 +149,50 @@ def section(
         "n_boot": int(n_boot),
         "n_boot_converged": int(np.sum(converged)),
         "ci95": ci,
-        "not_identified": list(why),
-        "why_not_identified": why,
     }
+    cols = {c: runs[c].to_numpy(float) for c in law.columns}
+    noise = identification.noise_of(runs["loss"], law.point_loss(raw, cols))
+    counts = resample_counts(len(runs), n_boot, seed)  # the resamples `_fit` refitted
+    why = identification.law_reasons(
+        law, point, ci, converged, float(runs["loss"].min()), fixed, noise, counts
+    )
+    if law.extra_reasons:
+        why = {**why, **law.extra_reasons(runs, {k: point[k] for k in law.params})}
+    if {"a", "b"} <= set(law.derived):  # the allocation's exponents: cut to their range
+        out = identification.clip_allocation(out)
+        why = {**identification.range_problems(out), **why}
+    return raw, identification.with_reasons(out, why), thetas
+
+
+def section(
+    law: Law,
+    runs: pd.DataFrame,
+    budgets,
+    n_boot: int,
+    seed: int,
+    fixed: dict | None = None,
+    k: float = 1.0,
+    flops: FlopsPerToken | None = None,
+) -> tuple[dict, np.ndarray]:
+    """fit.json's `parametric` section for a form, and its replicates (R, P) for predictions
+    (`fitted_section`)."""
+    _, out, thetas = fitted_section(law, runs, budgets, n_boot, seed, fixed, k, flops)
     return out, thetas
+
+
+def approach3(
+    runs: pd.DataFrame,
+    budgets,
+    n_boot: int,
+    seed: int,
+    fixed: dict | None = None,
+    flops: FlopsPerToken | None = None,
+    k: float = 1.0,
+) -> tuple[Parametric, dict, np.ndarray]:
+    """Approach 3 through the registry: (the fit, fit.json's `parametric` section, the
+    bootstrap thetas (R, 5)); the default form's `fitted_section`."""
+    raw, out, thetas = fitted_section(LAWS[DEFAULT], runs, budgets, n_boot, seed, fixed, k, flops)
+    return Parametric.from_theta(raw, len(runs), out["objective"]), out, thetas
 
 
 def replicates(law: Law, thetas: np.ndarray) -> pd.DataFrame:

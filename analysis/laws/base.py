@@ -64,6 +64,11 @@ class Law:
     extra_reasons: Callable | None = None  # (runs, point values) -> {name: reason}
     fitted: str = "jointly, every parameter from every point of the start grid"
     theta_order: tuple[str, ...] = ()  # theta's order where it is not `params`'
+    # fit.json's section: quantities reported after the parameters (approach 3: "a", "b");
+    # whether it names `reference` and `fitted` (approach 3's section predates both keys)
+    derived: tuple[str, ...] = ()
+    cites: bool = True
+    exact_compute: bool = False  # its allocation can be under exact FLOPs (`flops_per_token`)
 
     @property
     def n_params(self) -> int:
@@ -115,6 +120,26 @@ class Law:
     def settle(self, theta: np.ndarray) -> np.ndarray:
         """The point estimate as the law reports it (and the bootstrap warm-starts from)."""
         return theta
+
+    def quantities(self, thetas: np.ndarray, budgets, U=None, k: float = 1.0, flops=None):
+        """Every reported quantity of R parameter vectors (R, P): the parameters (and
+        `derived`), then N_opt, D_opt and tokens_per_param at every budget ({name@C: (R,)}).
+        Under C = k 6ND (`analysis.compute_factor`) the optimum at C is the 6ND optimum at
+        C / k: the law is in N and D only. `flops` (exact FLOPs) only where `exact_compute`."""
+        out = dict(self.to_values(thetas))
+        budgets = np.asarray(budgets, dtype=float)
+        with np.errstate(all="ignore"):
+            n_opt, d_opt = self.optimal(
+                out, budgets / k, None if U is None else np.full(budgets.size, U)
+            )
+        for j, C in enumerate(budgets):
+            out[f"N_opt@{C:.3g}"], out[f"D_opt@{C:.3g}"] = n_opt[:, j], d_opt[:, j]
+            out[f"tokens_per_param@{C:.3g}"] = d_opt[:, j] / n_opt[:, j]
+        return out
+
+    def point_loss(self, theta: np.ndarray, columns: dict[str, np.ndarray]) -> np.ndarray:
+        """(n,) predicted loss of one theta (P,): the residuals identification measures."""
+        return self.predict(theta, columns)[0]
 
     def hold(self, starts: np.ndarray, fixed: dict[str, float] | None):
         """(starts with the `fixed` parameters set, duplicates removed; free (P,) bool):

@@ -22,11 +22,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
-from analysis import identification
-from analysis.bootstrap import intervals, resample_counts
-from analysis.laws.base import HUBER_DELTA, Law, fit_and_bootstrap
+from analysis.laws.base import HUBER_DELTA, Law
 from analysis.laws.base import fit as fit_law
 
 if TYPE_CHECKING:
@@ -291,6 +288,14 @@ class Chinchilla(Law):
 
         return fun
 
+    def quantities(self, thetas, budgets, U=None, k: float = 1.0, flops=None):
+        """From theta itself (no round trip through linear scale); a and b; the allocation
+        under exact FLOPs with `flops` (`quantities`)."""
+        return quantities(np.atleast_2d(thetas), budgets, flops, k)
+
+    def point_loss(self, theta, columns):
+        return Parametric.from_theta(theta).predict(columns["N"], columns["D"])
+
 
 LAW = Chinchilla(
     name="chinchilla",
@@ -306,6 +311,9 @@ LAW = Chinchilla(
     optimal=optimal,
     fitted="jointly from Hoffmann's 4,500-point grid (analysis.laws.chinchilla)",
     theta_order=THETA,
+    derived=("a", "b"),
+    cites=False,
+    exact_compute=True,
 )
 
 
@@ -317,62 +325,3 @@ def fit(
     starts, free = LAW.hold(hoffmann_grid() if starts is None else np.atleast_2d(starts), fixed)
     point = fit_law(LAW, {"N": N, "D": D}, np.asarray(loss, dtype=float), starts, free)
     return Parametric.from_theta(point.theta, n_points=np.size(loss), objective=point.objective)
-
-
-# ---------------------------------------------------------------- fit.json's section
-
-
-def section(
-    runs: pd.DataFrame,
-    budgets,
-    n_boot: int,
-    seed: int,
-    fixed: dict[str, float] | None = None,
-    flops: FlopsPerToken | None = None,
-    k: float = 1.0,
-) -> tuple[Parametric, dict, np.ndarray]:
-    """Approach 3 point estimate plus 95% intervals and identification for every quantity:
-    (the fit, fit.json's `parametric` section, the bootstrap thetas (R, 5)).
-
-    `fixed` holds named parameters at given values; `flops` puts the allocation under exact
-    training FLOPs (C = f(N) D) instead of C = k 6ND (a and b stay the 6ND exponents, which the
-    exact allocation approaches at large N); k = C / (6ND) of the runs (`analysis.
-    compute_factor`), written into the section where it is not 1.
-    """
-    counts = resample_counts(len(runs), n_boot, seed)
-    point, thetas, converged = fit_and_bootstrap(LAW, runs, counts, fixed)
-    fit = Parametric.from_theta(point.theta, n_points=len(runs), objective=point.objective)
-    estimate = {
-        q: float(v[0]) for q, v in quantities(fit.theta[None, :], budgets, flops, k).items()
-    }
-    ci = intervals(quantities(thetas, budgets, flops, k))
-    for name in fixed or {}:
-        ci[name] = None
-    out = {
-        "law": "chinchilla",  # the form (analysis/laws/); other forms write their own section
-        **{q: estimate[q] for q in ("E", "A", "B", "alpha", "beta", "a", "b")},
-        "fixed": dict(fixed or {}),
-        "compute": "6nd" if flops is None else "exact",
-        **({} if k == 1.0 else {"k": k}),  # C = k 6ND: the allocation's C <-> D
-        "flops_per_token": None if flops is None else {"c": flops.c, "q": flops.q},
-        "n_points": int(len(runs)),
-        "objective": fit.objective,
-        "huber_delta": HUBER_DELTA,
-        "allocation": [
-            {
-                "C": float(C),
-                **{q: estimate[f"{q}@{C:.3g}"] for q in ("N_opt", "D_opt", "tokens_per_param")},
-            }
-            for C in budgets
-        ],
-        "n_boot": int(n_boot),
-        "n_boot_converged": int(converged.sum()),
-        "ci95": ci,
-    }
-    noise = identification.noise_of(runs["loss"], fit.predict(runs["N"], runs["D"]))
-    reasons = identification.law_reasons(
-        LAW, estimate, ci, converged, float(runs["loss"].min()), fixed, noise, counts
-    )
-    out = identification.clip_allocation(out)
-    reasons = {**identification.range_problems(out), **reasons}
-    return fit, identification.with_reasons(out, reasons), thetas
