@@ -13,6 +13,9 @@ import pytest
 from analysis import fit, isoflop, report, summary
 from analysis.laws.chinchilla import Parametric
 from analysis.load import InputError, load_selected
+from analysis.report.compose import build_blocks
+from analysis.report.render import render_html
+from analysis.report.section import SUMMARY, Context
 from analysis.synthetic import isoflop_runs
 
 LAW = Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
@@ -460,7 +463,8 @@ def test_isoflop_figure_names_the_profiles_of_the_table(ladders):
         tuned=None,
         rule=None,
     )
-    blocks = report.build_blocks(an, pd.DataFrame(), [], "t")
+    ctx = Context(fig_dir=Path("unused"), excluded=pd.DataFrame())
+    blocks = build_blocks(an, [], "t", ctx)
     start = blocks.index(("h2", "Approach 2: IsoFLOP profiles"))
     _, header, rows = next(b for b in blocks[start:] if b[0] == "table")
     sweep, budget = header.index("sweep"), header.index("C (6ND)")
@@ -764,14 +768,14 @@ def test_report_html_prints_every_section_though_the_screen_collapses_them(tmp_p
 
     blocks = [
         ("h1", "t"),
-        ("h2", report.SUMMARY),
+        ("h2", SUMMARY),
         ("p", "the verdict"),
         ("h2", "Approach 3"),
         ("p", "the law"),
         ("h2", "Runs"),
         ("table", ["run"], [["a"]]),
     ]
-    page = report.render_html(blocks, tmp_path, "t")
+    page = render_html(blocks, tmp_path, "t")
     assert page.count("<details>") == 2 and "<details open" not in page  # collapsed on screen
     style = page[page.index("<style>") : page.index("</style>")]
     printed = re.search(r"@media print\{(.*)\}", style).group(1)
