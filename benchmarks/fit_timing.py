@@ -19,10 +19,10 @@ import numpy as np
 import pandas as pd
 import scipy
 
-from analysis import laws
-from analysis.bootstrap import resample_counts
-from analysis.laws import base, chinchilla
-from analysis.synthetic import HOFFMANN, grid_runs
+from analysis.data.synthetic import HOFFMANN, grid_runs
+from analysis.fits import laws
+from analysis.fits.bootstrap import resample_counts
+from analysis.fits.laws import base, chinchilla
 
 
 def _timed(fn, repeats):

@@ -4,14 +4,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import envelope, identification, isoflop, laws
-from analysis.ablation import compare_variants
-from analysis.bootstrap import resample_counts
-from analysis.estimate import cell
-from analysis.laws import LAWS, chinchilla
-from analysis.lbfgs import minimize_batched
-from analysis.powerlaw import fit_power_law
-from analysis.synthetic import HOFFMANN, grid_runs, isoflop_runs, law_runs
+from analysis.data.synthetic import HOFFMANN, grid_runs, isoflop_runs, law_runs
+from analysis.fits import envelope, identification, isoflop, laws
+from analysis.fits.bootstrap import resample_counts
+from analysis.fits.estimate import cell
+from analysis.fits.laws import LAWS, chinchilla
+from analysis.fits.lbfgs import minimize_batched
+from analysis.fits.powerlaw import fit_power_law
+from analysis.verdicts.ablation import compare_variants
 
 TRUTH = chinchilla.Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
 GADRE = {"E": 1.8, "a": 400.0, "b": -0.3, "c": 600.0}  # Gadre et al.'s form, b = -alpha
@@ -197,7 +197,7 @@ def test_isoflop_without_minima_reports_the_profiles_not_a_law():
     below the measured sizes): no N_opt(C) law, but each budget's profile is reported."""
     import pandas as pd
 
-    from analysis.isoflop import isoflop_report
+    from analysis.fits.isoflop import isoflop_report
 
     rows = []
     for C in (1e11, 1e12):
@@ -270,7 +270,7 @@ def test_failed_line_search_is_not_counted_as_converged():
 
 
 def test_holm_adjustment_matches_the_step_down_formula():
-    from analysis.ablation import holm_adjust
+    from analysis.verdicts.ablation import holm_adjust
 
     # sorted p 0.005, 0.01, 0.03, 0.04 -> 4*0.005, 3*0.01, 2*0.03, max(1*0.04, previous)
     np.testing.assert_allclose(
@@ -458,7 +458,7 @@ def test_degenerate_inputs_raise_no_runtime_warnings():
     replicate, E on its bound 0, a negative exponent, a flat profile), not printed on stderr."""
     import warnings
 
-    from analysis.powerlaw import fit_power_laws
+    from analysis.fits.powerlaw import fit_power_laws
 
     x, y = np.geomspace(1e3, 1e6, 6), 2.0 + 30 * np.geomspace(1e3, 1e6, 6) ** -0.3
     empty = np.vstack([np.zeros(6), np.ones(6)])  # a replicate that drew no point

@@ -1,17 +1,17 @@
 """The ablation sections of a report: every variant's compute multiplier against the baseline
 with its Holm-controlled verdict, wall-clock time, decision accuracy and the matched cells; the
-answer at the top of the summary (`analysis.summary`) and its figures.
+answer at the top of the summary (`analysis.verdicts.summary`) and its figures.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from analysis import decision, noise, wallclock
-from analysis import summary as headline
-from analysis.estimate import est, fmt
-from analysis.fit import convention
+from analysis.fits.estimate import est, fmt
+from analysis.fits.fit import convention
 from analysis.report.section import SUMMARY, Context, Figure, Quiet
+from analysis.verdicts import decision, noise, wallclock
+from analysis.verdicts import summary as headline
 
 
 class Ablation(Quiet):
@@ -63,7 +63,7 @@ class Ablation(Quiet):
             ),
         ]
         if ablation["decision"]["n_smaller"]:
-            from analysis import decision_plot  # lazy: seaborn ~3 s
+            from analysis.verdicts import decision_plot  # lazy: seaborn ~3 s
 
             out.append(
                 Figure(

@@ -10,10 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import compare_laws, compute_factor, decision, hparam_laws, law_check, noise, tuning
-from analysis.ablation import compare_variants
-from analysis.fit import FitOptions, Fits, check_exact_compute, fit_all
-from analysis.load import (
+from analysis.data import compute_factor
+from analysis.data.load import (
     PARAMETRIC_PARAMS,
     InputError,
     check_fittable,
@@ -21,6 +19,12 @@ from analysis.load import (
     load_curves,
     val_points,
 )
+from analysis.fits import compare_laws, law_check
+from analysis.fits.fit import FitOptions, Fits, check_exact_compute, fit_all
+from analysis.tuning import arms as tuning
+from analysis.tuning import hparam_laws
+from analysis.verdicts import decision, noise
+from analysis.verdicts.ablation import compare_variants
 
 
 @dataclass(frozen=True)

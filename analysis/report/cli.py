@@ -21,22 +21,19 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import compute_factor, decision
-from analysis import summary as headline
-from analysis.families import check_one_family, ordered, with_family
-from analysis.fit import add_fit_args, check_fit_args, default_budgets, dumps, summary
-from analysis.load import (
-    ArgumentParser,
-    InputError,
-    Runs,
-    add_selection_args,
-    check_out_dir,
-    load_selected,
-)
+from analysis.data import compute_factor
+from analysis.data.families import check_one_family, ordered, with_family
+from analysis.data.load import InputError, Runs
+from analysis.data.select import ArgumentParser, add_selection_args, check_out_dir, load_selected
+from analysis.fits.cli import add_fit_args, check_fit_args
+from analysis.fits.fit import default_budgets, dumps
+from analysis.fits.summary import summary
 from analysis.report import families
 from analysis.report.analyse import Analysis, analyse, fill_defaults, label_variants, read_curves
 from analysis.report.compose import fit_json, report_blocks
 from analysis.report.render import render_html, render_md
+from analysis.verdicts import decision
+from analysis.verdicts import summary as headline
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -133,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def families_main(args, loaded: Runs) -> int:
-    """The families report (--group family, `analysis.families_report`); InputError before
+    """The families report (--group family, `analysis.report.families`); InputError before
     anything is written."""
     analyses, budgets = _family_analyses(args, with_family(loaded.frame))
     title = args.title or default_title(args)

@@ -34,7 +34,7 @@ def fit_json(an) -> dict:
 
 def make_figures(an, ctx: Context) -> list[tuple[str, str, str]]:
     """Draw and save every section's figures to ctx.fig_dir: [(stem, caption, heading)]."""
-    from analysis import plots  # lazy: seaborn ~3 s
+    from analysis.report import plots  # lazy: seaborn ~3 s
 
     plots.setup()
     out = []

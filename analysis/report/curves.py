@@ -1,11 +1,11 @@
 """The report's curve sections: the training curves of every run (a figure), then the loss-curve
-law and curve-aware tuning where the runs hold a full grid (`analysis.curve_report`)."""
+law and curve-aware tuning where the runs hold a full grid (`analysis.tuning.curve_report`)."""
 
 from __future__ import annotations
 
-from analysis.curve_report import blocks as curve_blocks
-from analysis.load import val_points
+from analysis.data.load import val_points
 from analysis.report.section import Context, Figure, Quiet
+from analysis.tuning.curve_report import blocks as curve_blocks
 
 HEADING = "Training curves"
 

@@ -7,16 +7,16 @@ Every family is analysed alone, exactly as a single-family report (`report.analy
 law, intervals, not-identified flags and figures, in a section of its own. Losses are never
 compared across families (a decoder's next-token loss, an encoder's masked-LM loss on 15% of
 its tokens and an encoder-decoder's span-corruption loss measure different things, see
-`analysis.families`): the only table across families is the compute-optimal allocation, its
+`analysis.data.families`): the only table across families is the compute-optimal allocation, its
 exponents a and b and the tokens per parameter D_opt / N_opt at the same budgets C (each
-family's C as its runs log it, `analysis.compute_factor`). runs.csv and curves.csv hold every
+family's C as its runs log it, `analysis.data.compute_factor`). runs.csv and curves.csv hold every
 family's runs, so the report regenerates from them.
 """
 
 from __future__ import annotations
 
-from analysis import compute_factor
-from analysis.estimate import cell
+from analysis.data import compute_factor
+from analysis.fits.estimate import cell
 
 # What D counts in each family (fit.json's compute_convention says it for k != 1 as well)
 D_COUNTS = {

@@ -7,10 +7,10 @@ says why, under "Baseline law".
 
 from __future__ import annotations
 
-from analysis import compute_factor
-from analysis import summary as headline
-from analysis.estimate import cell, fmt
-from analysis.fit import convention
+from analysis.data import compute_factor
+from analysis.fits.estimate import cell, fmt
+from analysis.fits.fit import convention
+from analysis.fits.summary import law_summary
 from analysis.report.section import Context, Figure, Quiet, not_identified_block
 
 
@@ -25,7 +25,7 @@ class Laws(Quiet):
         if result is not None:
             if an.ablation:
                 b.append(("p", f"The baseline's own scaling law ({result['n_runs']} runs):"))
-            b.extend(headline.law_summary(result))
+            b.extend(law_summary(result))
             if not an.ablation and "loss_vs_compute" in figs:
                 b.append(("fig", "loss_vs_compute", figs.pop("loss_vs_compute")))
         elif not an.ablation:

@@ -1,11 +1,11 @@
 """The report's Runs section: where the runs came from, the runs left out and why, and data
-repeated past one epoch (`analysis.epochs`, also a note in the summary)."""
+repeated past one epoch (`analysis.data.epochs`, also a note in the summary)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from analysis import epochs
+from analysis.data import epochs
 from analysis.report.section import Context, Quiet
 
 

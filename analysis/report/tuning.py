@@ -1,13 +1,14 @@
 """The report's tuning sections: every arm's grid and choice with the baseline's lr rule
-(`analysis.tuning_report`), and the laws of the optimal lr and batch size
-(`analysis.hparam_report`); their summary notes and figures. Nothing for an untuned sweep.
+(`analysis.tuning.tuning_report`), and the laws of the optimal lr and batch size
+(`analysis.tuning.hparam_report`); their summary notes and figures. Nothing for an untuned sweep.
 """
 
 from __future__ import annotations
 
-from analysis import hparam_report, tuning, tuning_report
-from analysis.fit import hparam_entries
+from analysis.fits.fit import hparam_entries
 from analysis.report.section import Context, Figure, Quiet
+from analysis.tuning import arms as tuning
+from analysis.tuning import hparam_report, tuning_report
 
 
 class Tuning(Quiet):
@@ -47,7 +48,7 @@ class Tuning(Quiet):
                 ),
             )
         ]
-        from analysis import hparam_plot  # lazy: seaborn ~3 s
+        from analysis.tuning import hparam_plot  # lazy: seaborn ~3 s
 
         if an.hparams and hparam_plot.surface_cells(an.hparams):
             out.append(
