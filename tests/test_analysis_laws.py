@@ -1,4 +1,4 @@
-"""Scaling-law forms (analysis/laws/): published values, allocations, recovery, fit.json shape.
+"""Scaling-law forms (analysis/fits/laws/): published values, allocations, recovery, fit.json shape.
 
 Recovery designs are small (20-40 runs) with 0.5% multiplicative noise, like a CPU ladder;
 tolerances are about the half-width of the interval the bootstrap reports (exponents a few

@@ -21,7 +21,7 @@ from analysis.data.load import (
     check_fittable,
 )
 from analysis.fits import identification
-from analysis.fits import laws as law_forms  # --law: the parametric form (analysis/laws/)
+from analysis.fits import laws as law_forms  # --law: the parametric form (analysis/fits/laws/)
 from analysis.fits.bootstrap import distinct, intervals, resample_counts
 from analysis.fits.envelope import envelope, envelope_report, padded, resampled_envelopes
 from analysis.fits.isoflop import budget_groups, isoflop_groups, isoflop_report

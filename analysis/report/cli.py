@@ -83,11 +83,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def write_report(out: Path, blocks: list[tuple], title: str, fit_json: dict) -> None:
+def write_report(out: Path, blocks: list[tuple], title: str, content: dict) -> None:
     """report.md, report.html (figures inlined from out/figures) and fit.json."""
     (out / "report.md").write_text(render_md(blocks))
     (out / "report.html").write_text(render_html(blocks, out / "figures", title))
-    (out / "fit.json").write_text(dumps(fit_json))
+    (out / "fit.json").write_text(dumps(content))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,13 +138,13 @@ def families_main(args, loaded: Runs) -> int:
     out.mkdir(parents=True, exist_ok=True)
     _write_family_tables(out, analyses)
     blocks = _families_blocks(args, loaded, analyses, budgets, title, out)
-    fit_json = {
+    by_family = {
         "group_by": "family",
         "budgets": budgets,
         "comparison": families.comparison(analyses),
         "groups": {f: fit_json(an) for f, an in analyses.items()},
     }
-    write_report(out, blocks, title, fit_json)
+    write_report(out, blocks, title, by_family)
     for f, an in analyses.items():
         if an.result is not None:
             print(summary(an.result, f"family={f}"))
