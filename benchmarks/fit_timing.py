@@ -3,7 +3,7 @@
     python -m benchmarks.fit_timing [--points 300] [--bootstrap 1000] [--repeats 3]
 
 Prints a table and writes results/benchmarks/fit_timing.json with the machine description.
-Synthetic runs from Hoffmann et al.'s law with 1% noise (analysis.synthetic.grid_runs).
+Synthetic runs from Hoffmann et al.'s law with 1% noise (analysis.data.synthetic.grid_runs).
 """
 
 from __future__ import annotations

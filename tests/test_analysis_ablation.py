@@ -1,5 +1,5 @@
-"""Verdicts that follow the runs (analysis.ablation, analysis.matched, analysis.law_check,
-analysis.noise) on synthetic ablations whose multiplier is known.
+"""Verdicts that follow the runs (analysis.verdicts.ablation, analysis.verdicts.matched, analysis.fits.law_check,
+analysis.verdicts.noise) on synthetic ablations whose multiplier is known.
 
 Two arms on a grid of 6 compute budgets (1e12..3.2e13, 2x apart) x 2 sizes (the smaller on the
 frontier, the other 0.15 nats above it) x 2 seeds, seed noise 0.03 nats: the baseline's frontier

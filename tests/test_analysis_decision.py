@@ -1,4 +1,4 @@
-"""Decision accuracy (analysis.decision) on a hand-built ladder whose verdicts are known.
+"""Decision accuracy (analysis.verdicts.decision) on a hand-built ladder whose verdicts are known.
 
 Frontiers L(C) = A C^-gamma at budgets 1e12..1e15, three sizes per budget (the middle one on
 the frontier), two seeds, tiny noise: `good` reaches base's loss with a quarter of the compute

@@ -1,4 +1,4 @@
-"""analysis.plots: figures for a paper (PDF with embedded TrueType text, SVG with text as text),
+"""analysis.report.plots: figures for a paper (PDF with embedded TrueType text, SVG with text as text),
 plain log-axis tick labels, one colour per variant, and tuning panels that show a tuning."""
 
 import re

@@ -1,4 +1,4 @@
-"""The time multiplier (analysis.wallclock) and the throughput export of analysis.load."""
+"""The time multiplier (analysis.verdicts.wallclock) and the throughput export of analysis.data.load."""
 
 from __future__ import annotations
 

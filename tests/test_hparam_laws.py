@@ -1,4 +1,4 @@
-"""Hyperparameter laws (analysis.hparam_laws, hparam_surface, critical_batch, hparam_predict):
+"""Hyperparameter laws (analysis.tuning.hparam_laws, hparam_surface, critical_batch, hparam_predict):
 optima, near-optimal regions and laws recovered from runs generated on a known (lr, batch)
 surface; edges, flat surfaces and thin designs reported as not identified; the published
 DeepSeek LLM and Step Law constants reproduce the papers' own example values."""

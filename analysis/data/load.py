@@ -30,7 +30,7 @@ AXES = ("N", "D", "C")
 CONFIG_COLUMNS = ("model.", "train.", "objective.")  # objective.*: non-decoder families only
 TUNING_TAGS = ("arm", "tune_role", "tune_budget")  # tune_budget: a curve-tuned prefix
 PARAMETRIC_PARAMS = 5  # E, A, B, alpha, beta
-K_COLUMN = "k"  # C / (6 N D) of a run whose C is not 6 N D (analysis.compute_factor)
+K_COLUMN = "k"  # C / (6 N D) of a run whose C is not 6 N D (analysis.data.compute_factor)
 # MLflow's tracking store schemes (its store registry), for a one-line error on any other
 URI_SCHEMES = {
     "file",
@@ -457,7 +457,7 @@ def _row(run, budget_keys: dict | None) -> dict:
         row[K_COLUMN] = k
     if budget_keys and budget_keys.get(row["run_key"]):
         row["budget_flops"] = budget_keys[row["run_key"]]  # what its planned budget C counts
-    # a tuned sweep: its arm and role tags (analysis.tuning groups and selects by them)
+    # a tuned sweep: its arm and role tags (analysis.tuning.arms groups and selects by them)
     row.update({k: t[k] for k in TUNING_TAGS if k in t})
     if "epochs" in m:  # tokens consumed / training-split tokens, logged at the end
         row["epochs"] = float(m["epochs"])

@@ -97,7 +97,7 @@ def _law_of(rule: dict, data: dict, role: str) -> dict | None:
 def _replicates(law: dict, names: list[str], at: dict) -> np.ndarray:
     """The rule's value at `at` in every bootstrap replicate over its cells."""
     pts = law["points"]
-    if "x" in pts[0]:  # analysis.tuning's lr_rule: points {x, y} in its one variable
+    if "x" in pts[0]:  # analysis.tuning.arms's lr_rule: points {x, y} in its one variable
         pts = [{names[0]: p["x"], "y": p["y"]} for p in pts]
     logx = np.log(np.array([[p[v] for v in names] for p in pts], dtype=float))
     logy = np.log(np.array([p["y"] for p in pts], dtype=float))

@@ -1,5 +1,5 @@
 """The report's hyperparameter-law section and summary sentences (blocks, see analysis.report),
-from fit.json's `hparam_laws` (analysis.hparam_laws)."""
+from fit.json's `hparam_laws` (analysis.tuning.hparam_laws)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The report's tuning section and summary sentences (blocks, see analysis.report), from
-fit.json's `tuning` and `lr_rule` sections (analysis.tuning)."""
+fit.json's `tuning` and `lr_rule` sections (analysis.tuning.arms)."""
 
 from __future__ import annotations
 
