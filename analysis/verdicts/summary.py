@@ -1,11 +1,10 @@
-"""The answer first: the summary at the top of a report, written from the numbers.
+"""The answer first: an ablation's verdicts at the top of a report, written from the numbers.
 
-For an ablation: one row per variant, its verdicts over every measured budget, then at the
-largest measured compute (multiplier, interval, Holm-adjusted p, verdict), and the same in
-plain sentences. For a law fit: the compute-optimal
-allocation with intervals, the other approaches' exponents, the frontier and the held-out
-prediction error. Quantities that are not identified say so here too: nothing that the runs do
-not determine is stated as a result.
+One row per variant, its verdicts over every measured budget, then at the largest measured
+compute (multiplier, interval, Holm-adjusted p, verdict), and the same in plain sentences; the
+console's answer lines (`answer_lines`). A law fit's summary is `analysis.fits.summary`. Quantities
+that are not identified say so here too: nothing that the runs do not determine is stated as a
+result.
 """
 
 from __future__ import annotations
