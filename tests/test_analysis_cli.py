@@ -810,10 +810,10 @@ for name in sys.argv[1:]:
 def test_every_analysis_help_answers_before_any_heavy_import():
     """`python -m analysis.X --help` parses its arguments before torch, scipy, matplotlib or
     mlflow are imported (each ~1-3 s): the help answers at once."""
+    analysis = Path(__file__).resolve().parents[1] / "analysis"
     commands = sorted(
-        p.stem
-        for p in (Path(__file__).resolve().parents[1] / "analysis").glob("*.py")
-        if 'if __name__ == "__main__"' in p.read_text()
+        [p.stem for p in analysis.glob("*.py") if 'if __name__ == "__main__"' in p.read_text()]
+        + [p.parent.name for p in analysis.glob("*/__main__.py")]  # a package: analysis.report
     )
     assert {"report", "fit", "predict", "compare_laws", "curves"} <= set(commands)
     proc = subprocess.run(
