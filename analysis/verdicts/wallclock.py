@@ -38,9 +38,10 @@ HARDWARE = {
     "hardware.precision": "precision",
     "hardware.compile": "compile",
 }
+# the committed reports quote this sentence (module path included): a new path means regenerating them
 NOT_RECORDED = (
     "Time multiplier: not recorded for these runs (they have no tokens_per_sec column; "
-    "`analysis.data.load` exports it from runs that logged throughput), so only the compute "
+    "`analysis.load` exports it from runs that logged throughput), so only the compute "
     "multiplier is stated."
 )
 
