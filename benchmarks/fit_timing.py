@@ -3,7 +3,7 @@
     python -m benchmarks.fit_timing [--points 300] [--bootstrap 1000] [--repeats 3]
 
 Prints a table and writes results/benchmarks/fit_timing.json with the machine description.
-Synthetic runs from Hoffmann et al.'s law with 1% noise (analysis.synthetic.grid_runs).
+Synthetic runs from Hoffmann et al.'s law with 1% noise (analysis.data.synthetic.grid_runs).
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ import numpy as np
 import pandas as pd
 import scipy
 
-from analysis.bootstrap import resample_counts
-from analysis.laws import base, chinchilla
-from analysis.synthetic import HOFFMANN, grid_runs
+from analysis.data.synthetic import HOFFMANN, grid_runs
+from analysis.fits import laws
+from analysis.fits.bootstrap import resample_counts
+from analysis.fits.laws import base, chinchilla
 
 
 def _timed(fn, repeats):
@@ -121,7 +122,7 @@ def _ladder_timing(bootstrap: int, repeats: int) -> tuple[dict, dict]:
     replicate from its own starts, identification) on the committed reference ladder."""
     ladder = pd.read_csv(Path(__file__).parent.parent / "results" / "ref_ladder_v2" / "runs.csv")
     (_, section, _), ladder_wall, ladder_cpu = _timed(
-        lambda: chinchilla.section(ladder, [1e13], bootstrap, 0), repeats
+        lambda: laws.approach3(ladder, [1e13], bootstrap, 0), repeats
     )
     row = {
         "task": f"approach 3 + {bootstrap} refits, ref_ladder_v2 ({len(ladder)} runs)",

@@ -1,11 +1,11 @@
 """`sweep.tune_curve`: tuning from partial curves, on halving's machinery with one rung.
 
 Every candidate of a tuned arm trains the shared WSD stable phase up to one rung, the prefix
-`analysis.curve_tuning.prefix_tokens` sizes so the arm costs at most `runs` runs to its budget
+`analysis.tuning.curve_tuning.prefix_tokens` sizes so the arm costs at most `runs` runs to its budget
 (n t + D - t <= runs D; 27 steps of 245 for 10 candidates at two runs). Its segment logs the
 train loss and lr at every step (`train.log_every=1`, not part of the run key). The rung is
 then ranked not by the val loss there, as halving ranks, but by each candidate's final loss as
-the curve law predicts it from the prefix (`analysis.curve_tuning.predict_final`), read back
+the curve law predicts it from the prefix (`analysis.tuning.curve_tuning.predict_final`), read back
 from MLflow (`ranked_loss`); the predicted best continues from its checkpoint to the
 budget with the decay, exactly as halving's winner does. Each segment carries the arm's budget
 as tag `tune_budget`, so the prediction is made for the run the candidate would be.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from analysis import curve_tuning
+from analysis.tuning import curve_tuning
 from sweeps.config import CurveSpec
 from sweeps.errors import PlanError
 from training import tracking
@@ -30,7 +30,7 @@ def rungs(
     spec: CurveSpec, n_candidates: int, budget_tokens: int, batch_tokens: int, stable: int
 ) -> tuple[int, ...]:
     """The rungs (tokens) where candidates are compared: `predicted`, the one rung where every
-    prefix ends; `staged`, t, 2t, 4t (`analysis.curve_tuning.staged_rungs`) up to the stable
+    prefix ends; `staged`, t, 2t, 4t (`analysis.tuning.curve_tuning.staged_rungs`) up to the stable
     phase's end."""
     if spec.rule == "predicted":
         return (curve_tuning.prefix_tokens(n_candidates, budget_tokens, batch_tokens, spec.runs),)
@@ -41,7 +41,7 @@ def rungs(
 
 def check_points(arm: str, rung: int, batch_tokens: int) -> None:
     """PlanError unless a candidate's prefix holds enough train losses for the curve law
-    (`analysis.curve_tuning.MIN_POINTS`, counted from its first update)."""
+    (`analysis.tuning.curve_tuning.MIN_POINTS`, counted from its first update)."""
     points = rung // batch_tokens - curve_tuning.FIRST_STEP  # FIRST_STEP .. rung / batch - 1
     if points < curve_tuning.MIN_POINTS:
         raise PlanError(

@@ -700,13 +700,13 @@ def _share_gpus(cfg: DictConfig, jobs: int) -> None:
 
 
 def answer(report: Path | None) -> tuple[str, ...]:
-    """The verdict lines of the report's summary (`analysis.summary.answer_lines` of the
+    """The verdict lines of the report's summary (`analysis.verdicts.summary.answer_lines` of the
     fit.json beside report.html): what an ablation sweep was run for, for the closing
     summary. Empty without a report or an ablation in it."""
     fit_json = None if report is None else report.parent / "fit.json"
     if fit_json is None or not fit_json.is_file():
         return ()
-    from analysis.summary import answer_lines  # lazy: scipy, only after a report
+    from analysis.verdicts.summary import answer_lines  # lazy: scipy, only after a report
 
     try:
         return tuple(answer_lines(json.loads(fit_json.read_text()).get("ablation")))

@@ -43,7 +43,7 @@ from omegaconf import OmegaConf
 from rich import box
 from rich.table import Table
 
-from analysis import curve_tuning as analysis_curve
+from analysis.tuning import curve_tuning as analysis_curve
 from models.values import format_duration
 from sweeps import curve_tuning, plan
 from sweeps.plan import PlanError, PlannedRun, Point, TuneSpec, format_value
@@ -138,7 +138,7 @@ class TuningPlan:
 
     @property
     def staged(self) -> bool:
-        """`sweep.tune_curve` with the staged rule (`analysis.curve_tuning.decide`)."""
+        """`sweep.tune_curve` with the staged rule (`analysis.tuning.curve_tuning.decide`)."""
         return bool(self.spec.curve) and self.spec.curve.rule == "staged"
 
     @property

@@ -1,5 +1,5 @@
-"""Verdicts that follow the runs (analysis.ablation, analysis.matched, analysis.law_check,
-analysis.noise) on synthetic ablations whose multiplier is known.
+"""Verdicts that follow the runs (analysis.verdicts.ablation, analysis.verdicts.matched, analysis.fits.law_check,
+analysis.verdicts.noise) on synthetic ablations whose multiplier is known.
 
 Two arms on a grid of 6 compute budgets (1e12..3.2e13, 2x apart) x 2 sizes (the smaller on the
 frontier, the other 0.15 nats above it) x 2 seeds, seed noise 0.03 nats: the baseline's frontier
@@ -15,8 +15,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import law_check, matched, noise
-from analysis.ablation import compare_variants
+from analysis.fits import law_check
+from analysis.verdicts import matched, noise
+from analysis.verdicts.ablation import compare_variants
 
 M0, SIGMA = 0.5, 0.03
 BUDGETS = [1e12 * 2**k for k in range(6)]
@@ -142,7 +143,7 @@ def test_crossing_laws_are_not_extrapolated_past_the_crossing():
 
 
 def test_matched_cells_lead_the_summary_with_holm_over_cells():
-    from analysis import summary
+    from analysis.verdicts import summary
 
     H = float(law(M0 * BUDGETS[1])) + 0.5
     a = compare_variants(ablation_runs(3, H), baseline="base", n_boot=200, seed=3)
@@ -211,7 +212,7 @@ def test_noise_scale_is_the_seed_spread_or_the_stated_default():
 
 
 def test_the_report_command_prints_the_answer_and_lists_the_plateau(tmp_path, capsys):
-    from analysis import report
+    from analysis.report import cli as report
 
     H = float(law(M0 * BUDGETS[1])) + 0.5
     src = tmp_path / "runs.csv"
@@ -246,8 +247,8 @@ def test_approach_3_is_checked_against_its_runs_before_its_allocation_is_stated(
     term for) and it does not, so the allocation is not identified, the worst run named."""
     import json
 
-    from analysis import report
-    from analysis.synthetic import grid_runs
+    from analysis.data.synthetic import grid_runs
+    from analysis.report import cli as report
 
     runs = grid_runs(sizes=(1e5, 1e8), tokens=(1e7, 1e10), n=60, noise=0.002, seed=3)
     good = tmp_path / "good.csv"

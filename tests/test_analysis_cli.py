@@ -10,10 +10,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import fit, isoflop, report, summary
-from analysis.laws.chinchilla import Parametric
-from analysis.load import InputError, load_selected
-from analysis.synthetic import isoflop_runs
+from analysis.data.load import InputError
+from analysis.data.select import load_selected
+from analysis.data.synthetic import isoflop_runs
+from analysis.fits import cli as fit_cli
+from analysis.fits import fit, isoflop
+from analysis.fits.laws.chinchilla import Parametric
+from analysis.report import analyse
+from analysis.report import cli as report
+from analysis.report.compose import build_blocks
+from analysis.report.render import render_html
+from analysis.report.section import SUMMARY, Context
+from analysis.verdicts import summary
 
 LAW = Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
 SMALL = dict(budgets=(1e17, 1e18, 1e19), sizes_per_budget=4, noise=0.005)
@@ -28,7 +36,7 @@ def runs_csv(tmp_path):
 
 def test_fit_cli_writes_json_with_every_section(runs_csv, tmp_path, capsys):
     out = tmp_path / "fit.json"
-    assert fit.main(["--csv", str(runs_csv), "--bootstrap", "50", "--out", str(out)]) == 0
+    assert fit_cli.main(["--csv", str(runs_csv), "--bootstrap", "50", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
     p = res["parametric"]
     assert p["n_points"] == 12
@@ -68,7 +76,7 @@ def test_fit_all_returns_the_fitted_law_that_fit_json_describes(runs_csv, tmp_pa
         "extrapolation",
     ]
     out = tmp_path / "fit.json"
-    assert fit.main(["--csv", str(runs_csv), "--bootstrap", "20", "--out", str(out)]) == 0
+    assert fit_cli.main(["--csv", str(runs_csv), "--bootstrap", "20", "--out", str(out)]) == 0
     written = json.loads(out.read_text())
     assert written == {
         "source": written["source"],
@@ -98,7 +106,7 @@ def test_fit_cli_fits_each_group(tmp_path):
         "--holdout-above",
         "1e30",
     ]  # no extrapolation refit: keeps the test fast
-    assert fit.main(args) == 0
+    assert fit_cli.main(args) == 0
     res = json.loads(out.read_text())
     assert res["group_by"] == "variant" and sorted(res["groups"]) == ["a", "b"]
 
@@ -125,7 +133,7 @@ def test_bad_csv_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, muta
     frame = isoflop_runs(LAW, seed=0, **SMALL).drop(columns=["C"])
     path = _bad(tmp_path, mutate(frame))
     out_json, out_dir = tmp_path / "o" / "fit.json", tmp_path / "rep"
-    assert fit.main(["--csv", str(path), "--bootstrap", "20", "--out", str(out_json)]) == 2
+    assert fit_cli.main(["--csv", str(path), "--bootstrap", "20", "--out", str(out_json)]) == 2
     assert report.main(["--csv", str(path), "--bootstrap", "20", "--out", str(out_dir)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(message in line for line in err), err
@@ -134,11 +142,11 @@ def test_bad_csv_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, muta
 
 def test_bad_arguments_exit_2(runs_csv, tmp_path, capsys):
     out = str(tmp_path / "f.json")
-    assert fit.main(["--csv", str(runs_csv), "--group", "arch", "--out", out]) == 2
+    assert fit_cli.main(["--csv", str(runs_csv), "--group", "arch", "--out", out]) == 2
     assert "no column 'arch'" in capsys.readouterr().err
-    assert fit.main(["--csv", str(tmp_path / "nope.csv"), "--out", out]) == 2
-    assert fit.main(["--csv", str(runs_csv), "--bootstrap", "3", "--out", out]) == 2
-    assert fit.main(["--out", out]) == 2
+    assert fit_cli.main(["--csv", str(tmp_path / "nope.csv"), "--out", out]) == 2
+    assert fit_cli.main(["--csv", str(runs_csv), "--bootstrap", "3", "--out", out]) == 2
+    assert fit_cli.main(["--out", out]) == 2
     assert "exactly one source" in capsys.readouterr().err
     assert not (tmp_path / "f.json").exists()
 
@@ -288,19 +296,21 @@ def test_choose_variants_labels_runs_and_decides_whether_a_law_is_fitted():
     one token budget gets no L(N, D) fit; a wrong --compare or --baseline is one clear error."""
     grid = isoflop_runs(LAW, seed=0, **SMALL)
     runs = pd.concat([grid.assign(variant="rope"), grid.assign(variant=np.nan)], ignore_index=True)
-    chosen = report.choose_variants(runs, baseline="nope-free")
+    chosen = analyse.choose_variants(runs, baseline="nope-free")
     assert chosen.variants == ["nope-free", "rope"] and chosen.law_fit
     assert len(chosen.base) == len(grid) and list(chosen.base.index) == list(range(len(grid)))
     assert (chosen.runs["variant"] == "rope").sum() == len(grid)
     one_budget = grid.assign(D=2e9, C=6 * grid["N"] * 2e9)
     two = pd.concat([one_budget.assign(variant="base"), one_budget.assign(variant="b")])
-    assert not report.choose_variants(two).law_fit
-    by_seed = report.choose_variants(grid.assign(seed=grid.index % 2), compare="seed", baseline="1")
+    assert not analyse.choose_variants(two).law_fit
+    by_seed = analyse.choose_variants(
+        grid.assign(seed=grid.index % 2), compare="seed", baseline="1"
+    )
     assert by_seed.variants == ["0", "1"] and (by_seed.base["seed"] == 1).all()
     with pytest.raises(InputError, match="--compare: no column 'arch'"):
-        report.choose_variants(grid, compare="arch")
+        analyse.choose_variants(grid, compare="arch")
     with pytest.raises(InputError, match=r"--baseline: no variant 'x'; variants: \['base'\]"):
-        report.choose_variants(grid.assign(variant="base"), baseline="x")
+        analyse.choose_variants(grid.assign(variant="base"), baseline="x")
 
 
 def test_missing_sqlite_store_is_an_error_not_a_new_empty_store(tmp_path, capsys):
@@ -441,7 +451,7 @@ def test_isoflop_figure_names_the_profiles_of_the_table(ladders):
     """The IsoFLOP figure's legend names the profiles approach 2's table lists, each with its
     sweep and budget, in the table's order: also when the token grid, the only other sweep,
     holds no profile."""
-    from analysis import plots
+    from analysis.report import plots
 
     frames = [_token_grid(LAW, 1e18, seed=9)]
     for seed, (sweep, budgets) in enumerate(ladders.items()):
@@ -449,7 +459,7 @@ def test_isoflop_figure_names_the_profiles_of_the_table(ladders):
         frames.append(ladder.assign(sweep=sweep, run_id=sweep + "-" + ladder["run_id"]))
     runs = pd.concat(frames, ignore_index=True)
     fits = fit.fit_all(runs, fit.FitOptions(n_boot=20, seed=0, holdout_threshold=1e30))
-    an = report.Analysis(
+    an = analyse.Analysis(
         runs=runs,
         grid_runs=None,
         base=runs,
@@ -460,7 +470,8 @@ def test_isoflop_figure_names_the_profiles_of_the_table(ladders):
         tuned=None,
         rule=None,
     )
-    blocks = report.build_blocks(an, pd.DataFrame(), [], "t")
+    ctx = Context(fig_dir=Path("unused"), excluded=pd.DataFrame())
+    blocks = build_blocks(an, [], "t", ctx)
     start = blocks.index(("h2", "Approach 2: IsoFLOP profiles"))
     _, header, rows = next(b for b in blocks[start:] if b[0] == "table")
     sweep, budget = header.index("sweep"), header.index("C (6ND)")
@@ -512,23 +523,23 @@ def test_csv_and_experiment_cannot_be_mixed(runs_csv, tmp_path, capsys):
 def test_fit_cli_can_count_all_parameters(tmp_path, capsys):
     # Loss follows LAW in the total parameter count; the non-embedding count is smaller by an
     # embedding table that grows with width, as in small LMs (Pearce & Song 2024).
-    from analysis.synthetic import grid_runs
+    from analysis.data.synthetic import grid_runs
 
     runs = grid_runs(LAW, sizes=(1e5, 1e8), tokens=(1e7, 1e10), n=60, noise=0.002, seed=3)
     runs = runs.assign(N_total=runs["N"], N=runs["N"] - 300 * runs["N"] ** 0.5).drop(columns="C")
     path, out = tmp_path / "runs.csv", tmp_path / "fit.json"
     runs.to_csv(path, index=False)
     args = ["--csv", str(path), "--bootstrap", "20", "--out", str(out)]
-    assert fit.main([*args, "--params", "total"]) == 0
+    assert fit_cli.main([*args, "--params", "total"]) == 0
     res = json.loads(out.read_text())
     assert res["params"] == "total" and "skipped" in res["isoflop"]
     assert res["parametric"]["alpha"] == pytest.approx(LAW.alpha, abs=0.03)
     assert res["parametric"]["beta"] == pytest.approx(LAW.beta, abs=0.03)
-    assert fit.main(args) == 0  # the same runs counted without embeddings: another law
+    assert fit_cli.main(args) == 0  # the same runs counted without embeddings: another law
     assert json.loads(out.read_text())["parametric"]["alpha"] < LAW.alpha - 0.03
 
     runs.drop(columns="N_total").to_csv(path, index=False)
-    assert fit.main([*args, "--params", "total"]) == 2
+    assert fit_cli.main([*args, "--params", "total"]) == 2
     assert "'N_total'" in capsys.readouterr().err.strip().splitlines()[-1]
 
 
@@ -539,7 +550,7 @@ def test_multiplier_figure_draws_an_interval_that_misses_its_estimate():
     import matplotlib
 
     matplotlib.use("Agg")
-    from analysis import plots
+    from analysis.report import plots
 
     ablation = {
         "baseline": "base",
@@ -607,11 +618,12 @@ def test_e_on_its_bound_is_not_identified_and_fixing_it_is_reported(tmp_path):
     identify it; --fix E=1.2 fits the rest with E held, reported as fixed (no interval)."""
     src = Path(__file__).parent.parent / "results" / "ref_ladder_v2" / "runs.csv"
     out = tmp_path / "fit.json"
-    assert fit.main(["--csv", str(src), "--bootstrap", "20", "--out", str(out)]) == 0
+    assert fit_cli.main(["--csv", str(src), "--bootstrap", "20", "--out", str(out)]) == 0
     p = json.loads(out.read_text())["parametric"]
     assert "E" in p["not_identified"] and "--fix E=" in p["why_not_identified"]["E"]
     assert (
-        fit.main(["--csv", str(src), "--bootstrap", "20", "--fix", "E=1.2", "--out", str(out)]) == 0
+        fit_cli.main(["--csv", str(src), "--bootstrap", "20", "--fix", "E=1.2", "--out", str(out)])
+        == 0
     )
     p = json.loads(out.read_text())["parametric"]
     assert p["E"] == pytest.approx(1.2) and p["fixed"] == {"E": 1.2} and p["ci95"]["E"] is None
@@ -622,7 +634,7 @@ def test_e_on_its_bound_is_not_identified_and_fixing_it_is_reported(tmp_path):
 def test_bad_fix_is_one_line_naming_the_flag(tmp_path, capsys, bad):
     src = Path(__file__).parent.parent / "results" / "ref_ladder_v2" / "runs.csv"
     out = tmp_path / "fit.json"
-    assert fit.main(["--csv", str(src), "--fix", bad, "--out", str(out)]) == 2
+    assert fit_cli.main(["--csv", str(src), "--fix", bad, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --fix") and not out.exists()
 
@@ -631,7 +643,7 @@ def test_sizes_by_token_multipliers_grid_with_integer_columns_fits(tmp_path):
     """4 sizes x 8 token multipliers (10M-400M parameters, 0.25x-32x of 20 tokens/parameter),
     N and D written as integers as published tables do: 6 N D overflowed int64 and approach 1
     crashed in numpy's SVD. Any well-formed CSV must give a fit."""
-    from analysis.synthetic import HOFFMANN
+    from analysis.data.synthetic import HOFFMANN
 
     rng = np.random.default_rng(0)
     rows = [
@@ -646,7 +658,7 @@ def test_sizes_by_token_multipliers_grid_with_integer_columns_fits(tmp_path):
     src = tmp_path / "grid.csv"
     pd.DataFrame(rows).to_csv(src, index=False)
     out = tmp_path / "fit.json"
-    assert fit.main(["--csv", str(src), "--bootstrap", "20", "--out", str(out)]) == 0
+    assert fit_cli.main(["--csv", str(src), "--bootstrap", "20", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["envelope"]["a"] == pytest.approx(0.37, abs=0.1)  # a finite frontier law
     assert 0.2 < result["parametric"]["alpha"] < 0.5
@@ -657,7 +669,7 @@ def test_compute_exact_fits_in_exact_flops_and_names_the_convention(tmp_path, ca
     runs = pd.read_csv(src)
     out = tmp_path / "fit.json"
     args = ["--csv", str(src), "--bootstrap", "20", "--compute", "exact", "--out", str(out)]
-    assert fit.main(args) == 0
+    assert fit_cli.main(args) == 0
     assert "(exact FLOPs)" in capsys.readouterr().out
     result = json.loads(out.read_text())
     p = result["parametric"]
@@ -673,7 +685,7 @@ def test_compute_exact_fits_in_exact_flops_and_names_the_convention(tmp_path, ca
     src2 = tmp_path / "no_exact.csv"
     runs.drop(columns="C_exact").to_csv(src2, index=False)
     out2 = tmp_path / "fit2.json"
-    assert fit.main(["--csv", str(src2), "--compute", "exact", "--out", str(out2)]) == 2
+    assert fit_cli.main(["--csv", str(src2), "--compute", "exact", "--out", str(out2)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "C_exact" in err[0] and not out2.exists()
 
@@ -734,11 +746,11 @@ def test_a_sweeps_own_csv_reports_without_baseline_or_tune_flags():
 
     def defaults(frame, **given):
         args = argparse.Namespace(baseline=None, compare="variant", tune=None, **given)
-        return report.fill_defaults(args, frame), args
+        return analyse.fill_defaults(args, frame), args
 
-    notes, args = defaults(grid.assign(variant=np.where(grid.index % 2, "x", report.LLAMA)))
-    assert args.baseline == report.LLAMA and notes == [
-        f"--baseline {report.LLAMA} (of ['{report.LLAMA}', 'x']; pass --baseline to choose)"
+    notes, args = defaults(grid.assign(variant=np.where(grid.index % 2, "x", analyse.LLAMA)))
+    assert args.baseline == analyse.LLAMA and notes == [
+        f"--baseline {analyse.LLAMA} (of ['{analyse.LLAMA}', 'x']; pass --baseline to choose)"
     ]
     assert defaults(grid.assign(variant="base"))[1].baseline == "base"
     assert defaults(grid.assign(variant="only"))[1].baseline == "only"
@@ -753,7 +765,7 @@ def test_a_sweeps_own_csv_reports_without_baseline_or_tune_flags():
     notes, args = defaults(tuned)
     assert args.tune == ["train.lr"] and notes == ["--tune train.lr (the tuned settings)"]
     args = argparse.Namespace(baseline="b", compare="variant", tune=["train.warmup"])
-    assert report.fill_defaults(args, tuned) == [] and args.tune == ["train.warmup"]
+    assert analyse.fill_defaults(args, tuned) == [] and args.tune == ["train.warmup"]
 
 
 def test_report_html_prints_every_section_though_the_screen_collapses_them(tmp_path):
@@ -764,14 +776,14 @@ def test_report_html_prints_every_section_though_the_screen_collapses_them(tmp_p
 
     blocks = [
         ("h1", "t"),
-        ("h2", report.SUMMARY),
+        ("h2", SUMMARY),
         ("p", "the verdict"),
         ("h2", "Approach 3"),
         ("p", "the law"),
         ("h2", "Runs"),
         ("table", ["run"], [["a"]]),
     ]
-    page = report.render_html(blocks, tmp_path, "t")
+    page = render_html(blocks, tmp_path, "t")
     assert page.count("<details>") == 2 and "<details open" not in page  # collapsed on screen
     style = page[page.index("<style>") : page.index("</style>")]
     printed = re.search(r"@media print\{(.*)\}", style).group(1)
@@ -798,10 +810,10 @@ for name in sys.argv[1:]:
 def test_every_analysis_help_answers_before_any_heavy_import():
     """`python -m analysis.X --help` parses its arguments before torch, scipy, matplotlib or
     mlflow are imported (each ~1-3 s): the help answers at once."""
+    analysis = Path(__file__).resolve().parents[1] / "analysis"
     commands = sorted(
-        p.stem
-        for p in (Path(__file__).resolve().parents[1] / "analysis").glob("*.py")
-        if 'if __name__ == "__main__"' in p.read_text()
+        [p.stem for p in analysis.glob("*.py") if 'if __name__ == "__main__"' in p.read_text()]
+        + [p.parent.name for p in analysis.glob("*/__main__.py")]  # a package: analysis.report
     )
     assert {"report", "fit", "predict", "compare_laws", "curves"} <= set(commands)
     proc = subprocess.run(

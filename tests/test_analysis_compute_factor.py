@@ -8,9 +8,11 @@ import json
 import numpy as np
 import pandas as pd
 
-from analysis import fit, predict, report
-from analysis.laws.chinchilla import Parametric
-from analysis.synthetic import isoflop_runs
+from analysis.data.synthetic import isoflop_runs
+from analysis.fits import cli as fit_cli
+from analysis.fits import predict
+from analysis.fits.laws.chinchilla import Parametric
+from analysis.report import cli as report
 
 LAW = Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
 SMALL = dict(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5, noise=0.002)
@@ -40,7 +42,7 @@ def encoder_decoder_csv(tmp_path, k: float = K, with_d: bool = True):
 def test_encoder_decoder_fit_recovers_the_law_and_its_d_opt_under_its_k(tmp_path, capsys):
     src, runs = encoder_decoder_csv(tmp_path)
     out = tmp_path / "fit.json"
-    assert fit.main(["--csv", str(src), *FAST, "--budget", "1e19", "--out", str(out)]) == 0
+    assert fit_cli.main(["--csv", str(src), *FAST, "--budget", "1e19", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
     assert res["compute_convention"]["k"] == K and "both stacks" in res["compute_convention"]["N"]
     p = res["parametric"]
@@ -65,7 +67,7 @@ def test_encoder_decoder_fit_recovers_the_law_and_its_d_opt_under_its_k(tmp_path
     # a CSV without D: D = C / (6 k N), the same runs
     src2, _ = encoder_decoder_csv(tmp_path, with_d=False)
     out2 = tmp_path / "fit2.json"
-    assert fit.main(["--csv", str(src2), *FAST, "--budget", "1e19", "--out", str(out2)]) == 0
+    assert fit_cli.main(["--csv", str(src2), *FAST, "--budget", "1e19", "--out", str(out2)]) == 0
     p2 = json.loads(out2.read_text())["parametric"]
     assert np.isclose(p2["alpha"], p["alpha"], rtol=1e-6) and np.isclose(
         p2["beta"], p["beta"], rtol=1e-6
@@ -95,7 +97,7 @@ def test_exact_flops_per_token_is_6kn_plus_the_rest(tmp_path):
     assert (runs["C_exact"] < 6 * runs["N"] * runs["D"]).all()  # below 6 N D, above k 6 N D
     src, out = tmp_path / "runs.csv", tmp_path / "fit.json"
     runs.to_csv(src, index=False)
-    assert fit.main(["--csv", str(src), *FAST, "--compute", "exact", "--out", str(out)]) == 0
+    assert fit_cli.main(["--csv", str(src), *FAST, "--compute", "exact", "--out", str(out)]) == 0
     f = json.loads(out.read_text())["parametric"]["flops_per_token"]
     assert np.isclose(f["c"], c, rtol=1e-6) and np.isclose(f["q"], q, rtol=1e-6)
 
@@ -109,7 +111,10 @@ def test_decoder_fit_is_unchanged_and_a_csv_without_k_is_a_decoder(tmp_path):
     outs = []
     for src in (plain, ones):
         outs.append(tmp_path / f"{src.stem}.json")
-        assert fit.main(["--csv", str(src), *FAST, "--budget", "1e19", "--out", str(outs[-1])]) == 0
+        assert (
+            fit_cli.main(["--csv", str(src), *FAST, "--budget", "1e19", "--out", str(outs[-1])])
+            == 0
+        )
     # a k of 1 is the decoder convention: the same file, without a compute_convention
     text = [o.read_text().replace(str(tmp_path), "") for o in outs]
     assert text[0].replace("plain.csv", "") == text[1].replace("ones.csv", "")
@@ -128,7 +133,7 @@ def test_mixed_k_in_one_fit_is_refused_in_one_line(tmp_path, capsys):
     )
     src, out = tmp_path / "runs.csv", tmp_path / "fit.json"
     runs.to_csv(src, index=False)  # no arch: one family as far as the analysis can tell
-    assert fit.main(["--csv", str(src), *FAST, "--out", str(out)]) == 2
+    assert fit_cli.main(["--csv", str(src), *FAST, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and not out.exists()
     assert err.startswith(
@@ -136,7 +141,7 @@ def test_mixed_k_in_one_fit_is_refused_in_one_line(tmp_path, capsys):
     )
     bad = tmp_path / "bad.csv"
     runs.assign(k=-1.0).to_csv(bad, index=False)
-    assert fit.main(["--csv", str(bad), *FAST, "--out", str(out)]) == 2
+    assert fit_cli.main(["--csv", str(bad), *FAST, "--out", str(out)]) == 2
     assert "column 'k' (C / 6 N D) has" in capsys.readouterr().err and not out.exists()
 
 
@@ -204,11 +209,11 @@ def test_an_encoder_decoder_on_paired_data_is_never_pooled_with_span_corruption(
     )
     src, out = tmp_path / "runs.csv", tmp_path / "fit.json"
     runs.to_csv(src, index=False)
-    assert fit.main(["--csv", str(src), *FAST, "--out", str(out)]) == 2
+    assert fit_cli.main(["--csv", str(src), *FAST, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and not out.exists()
     assert "['encoder_decoder', 'encoder_decoder/seq2seq_pairs']" in err
-    assert fit.main(["--csv", str(src), *FAST, "--group", "family", "--out", str(out)]) == 0
+    assert fit_cli.main(["--csv", str(src), *FAST, "--group", "family", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
     assert list(res["groups"]) == ["encoder_decoder", "encoder_decoder/seq2seq_pairs"]
     conv = res["groups"]["encoder_decoder/seq2seq_pairs"]["compute_convention"]

@@ -1,6 +1,6 @@
 """Loss-curve laws: the schedule replay equals training's schedule, the laws recover known
 parameters from simulated curves, predictions from part of a curve, curve-aware tuning, N, D
-laws from checkpoints (`analysis.compare_laws --curves`)."""
+laws from checkpoints (`analysis.fits.compare_laws --curves`)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import checkpoint_check, compare_laws, curve_report, identification
-from analysis import curves as C
-from analysis import mpl_published as MPL
-from analysis import schedule_replay as R
-from analysis.laws.curve import CURVE_LAWS, features
+from analysis.fits import compare_laws, identification
+from analysis.fits.laws.curve import CURVE_LAWS, features
+from analysis.tuning import curve_report
+from analysis.tuning import curves as C
+from analysis.tuning import schedule_replay as R
+from benchmarks import checkpoint_check
+from benchmarks import mpl_published as MPL
 from training.schedules import Schedule, warmup_steps, wsd_decay_start
 
 # Luo et al. 2025's multi-power law fitted to their 25M model (the repository's README table)
@@ -447,7 +449,7 @@ def test_a_curve_law_is_checked_against_the_points_it_was_fitted_to():
 def test_curve_law_figure_stays_on_its_points_and_names_groups_in_full():
     from types import SimpleNamespace
 
-    from analysis import plots
+    from analysis.report import plots
 
     lrs = np.full(200, 1e-3)
     steps = np.arange(20, 201, 20)

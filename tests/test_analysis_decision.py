@@ -1,4 +1,4 @@
-"""Decision accuracy (analysis.decision) on a hand-built ladder whose verdicts are known.
+"""Decision accuracy (analysis.verdicts.decision) on a hand-built ladder whose verdicts are known.
 
 Frontiers L(C) = A C^-gamma at budgets 1e12..1e15, three sizes per budget (the middle one on
 the frontier), two seeds, tiny noise: `good` reaches base's loss with a quarter of the compute
@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import decision
-from analysis.ablation import compare_variants
-from analysis.report import main as report_main
+from analysis.report.cli import main as report_main
+from analysis.verdicts import decision
+from analysis.verdicts.ablation import compare_variants
 
 BUDGETS = [1e12, 1e13, 1e14, 1e15]
 FRONTIERS = {
@@ -128,7 +128,8 @@ def test_the_report_states_decision_accuracy_and_draws_the_figure(tmp_path):
 def test_agreement_figure_when_no_level_has_a_comparable_verdict(tmp_path):
     """Every agreement nan (no smaller-budget cell with a verdict to compare): the figure is
     still drawn on its fractions' log axis (it used to fail: autoscaling from all-nan lines)."""
-    from analysis import decision_plot, plots  # lazy in the report too: seaborn ~3 s
+    from analysis.report import plots  # lazy in the report too: seaborn ~3 s
+    from analysis.verdicts import decision_plot
 
     levels = [
         {"fraction": f, "cells": 2, "verdict_agreement": np.nan, "sign_agreement": np.nan}
@@ -142,7 +143,8 @@ def test_agreement_figure_when_no_level_has_a_comparable_verdict(tmp_path):
 
 
 def test_agreement_legend_covers_no_cell_label_and_no_point():
-    from analysis import decision_plot, plots
+    from analysis.report import plots
+    from analysis.verdicts import decision_plot
 
     # the demo's levels: every agreement at 1, one cell each, the right-most level near 1
     levels = [

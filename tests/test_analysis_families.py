@@ -7,10 +7,11 @@ import json
 
 import pandas as pd
 
-from analysis import fit, report
-from analysis.families import family_of
-from analysis.laws.chinchilla import Parametric
-from analysis.synthetic import isoflop_runs
+from analysis.data.families import family_of
+from analysis.data.synthetic import isoflop_runs
+from analysis.fits import cli as fit_cli
+from analysis.fits.laws.chinchilla import Parametric
+from analysis.report import cli as report
 
 LAW = Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
 SMALL = dict(budgets=(1e17, 1e18, 1e19), sizes_per_budget=4, noise=0.005)
@@ -40,7 +41,7 @@ def test_family_of_reads_the_arch_signature():
 def test_fit_refuses_to_pool_families_and_fits_one_law_per_family(tmp_path, capsys):
     src, out = two_families(tmp_path), tmp_path / "fit.json"
     common = ["--csv", str(src), "--bootstrap", "20", "--holdout-above", "1e30"]
-    assert fit.main([*common, "--out", str(out)]) == 2
+    assert fit_cli.main([*common, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == (
         "error: the selection holds model families ['decoder', 'encoder']: one scaling law "
@@ -49,9 +50,9 @@ def test_fit_refuses_to_pool_families_and_fits_one_law_per_family(tmp_path, caps
     )
     assert not out.exists()
     # a grouping that still pools families (here: by variant, one for all) is refused as well
-    assert fit.main([*common, "--group", "variant", "--out", str(out)]) == 2
+    assert fit_cli.main([*common, "--group", "variant", "--out", str(out)]) == 2
     assert "group variant=base holds model families" in capsys.readouterr().err and not out.exists()
-    assert fit.main([*common, "--group", "family", "--out", str(out)]) == 0
+    assert fit_cli.main([*common, "--group", "family", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
     assert res["group_by"] == "family" and sorted(res["groups"]) == ["decoder", "encoder"]
     alphas = {k: g["parametric"]["alpha"] for k, g in res["groups"].items()}

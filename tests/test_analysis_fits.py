@@ -4,14 +4,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import envelope, identification, isoflop
-from analysis.ablation import compare_variants
-from analysis.bootstrap import resample_counts
-from analysis.estimate import cell
-from analysis.laws import LAWS, chinchilla
-from analysis.lbfgs import minimize_batched
-from analysis.powerlaw import fit_power_law
-from analysis.synthetic import HOFFMANN, grid_runs, isoflop_runs, law_runs
+from analysis.data.synthetic import HOFFMANN, grid_runs, isoflop_runs, law_runs
+from analysis.fits import envelope, identification, isoflop, laws
+from analysis.fits.bootstrap import resample_counts
+from analysis.fits.estimate import cell
+from analysis.fits.laws import LAWS, chinchilla
+from analysis.fits.lbfgs import minimize_batched
+from analysis.fits.powerlaw import fit_power_law
+from analysis.verdicts.ablation import compare_variants
 
 TRUTH = chinchilla.Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
 GADRE = {"E": 1.8, "a": 400.0, "b": -0.3, "c": 600.0}  # Gadre et al.'s form, b = -alpha
@@ -51,7 +51,7 @@ def test_approach3_recovers_known_parameters_and_intervals_cover_them():
     # exponents within 0.03 and E within 5% (a few bootstrap standard deviations at this noise,
     # measured: ~0.01 for alpha/beta); A and B trade off against the exponents, so 35%.
     runs = isoflop_runs(TRUTH, noise=0.01, seed=3)
-    fit, section, _ = chinchilla.section(runs, [1e21], n_boot=200, seed=0)
+    fit, section, _ = laws.approach3(runs, [1e21], n_boot=200, seed=0)
     assert fit.alpha == pytest.approx(TRUTH.alpha, abs=0.03)
     assert fit.beta == pytest.approx(TRUTH.beta, abs=0.03)
     assert fit.E == pytest.approx(TRUTH.E, rel=0.05)
@@ -197,7 +197,7 @@ def test_isoflop_without_minima_reports_the_profiles_not_a_law():
     below the measured sizes): no N_opt(C) law, but each budget's profile is reported."""
     import pandas as pd
 
-    from analysis.isoflop import isoflop_report
+    from analysis.fits.isoflop import isoflop_report
 
     rows = []
     for C in (1e11, 1e12):
@@ -221,7 +221,7 @@ def test_bootstrap_intervals_cover_the_truth_when_e_is_weakly_identified():
     covered, on_bound = 0, 0
     for seed in range(12):
         runs = isoflop_runs(truth, budgets=budgets, sizes_per_budget=5, noise=0.02, seed=seed)
-        fit, section, _ = chinchilla.section(runs, [1e19], n_boot=60, seed=seed)
+        fit, section, _ = laws.approach3(runs, [1e19], n_boot=60, seed=seed)
         lo, hi = section["ci95"]["a"]
         covered += lo <= truth.a <= hi
         e_lo, e_hi = section["ci95"]["E"]
@@ -270,7 +270,7 @@ def test_failed_line_search_is_not_counted_as_converged():
 
 
 def test_holm_adjustment_matches_the_step_down_formula():
-    from analysis.ablation import holm_adjust
+    from analysis.verdicts.ablation import holm_adjust
 
     # sorted p 0.005, 0.01, 0.03, 0.04 -> 4*0.005, 3*0.01, 2*0.03, max(1*0.04, previous)
     np.testing.assert_allclose(
@@ -281,7 +281,7 @@ def test_holm_adjustment_matches_the_step_down_formula():
 
 def test_fixing_e_at_the_truth_recovers_the_exponents():
     runs = isoflop_runs(TRUTH, noise=0.01, seed=3)
-    fit, section, _ = chinchilla.section(runs, [1e21], n_boot=50, seed=0, fixed={"E": TRUTH.E})
+    fit, section, _ = laws.approach3(runs, [1e21], n_boot=50, seed=0, fixed={"E": TRUTH.E})
     assert fit.E == pytest.approx(TRUTH.E)
     assert section["fixed"] == {"E": TRUTH.E} and section["ci95"]["E"] is None
     assert fit.alpha == pytest.approx(TRUTH.alpha, abs=0.03)
@@ -417,7 +417,7 @@ def test_an_asymptote_above_the_best_runs_is_not_a_law():
     )  # best runs 3.09-3.11: near the floor
     best = runs["loss"].nsmallest(2).index
     runs.loc[best, "loss"] = runs.loc[best, "loss"] * 0.96
-    fit, section, _ = chinchilla.section(runs, [1e21], n_boot=20, seed=0)
+    fit, section, _ = laws.approach3(runs, [1e21], n_boot=20, seed=0)
     assert fit.E >= runs["loss"].min()
     assert "at or above the lowest measured loss" in section["why_not_identified"]["E"]
     assert {"alpha", "beta", "a", "b", "N_opt@1e+21"} <= set(section["not_identified"])
@@ -458,7 +458,7 @@ def test_degenerate_inputs_raise_no_runtime_warnings():
     replicate, E on its bound 0, a negative exponent, a flat profile), not printed on stderr."""
     import warnings
 
-    from analysis.powerlaw import fit_power_laws
+    from analysis.fits.powerlaw import fit_power_laws
 
     x, y = np.geomspace(1e3, 1e6, 6), 2.0 + 30 * np.geomspace(1e3, 1e6, 6) ** -0.3
     empty = np.vstack([np.zeros(6), np.ones(6)])  # a replicate that drew no point

@@ -1,4 +1,4 @@
-"""Scaling-law forms (analysis/laws/): published values, allocations, recovery, fit.json shape.
+"""Scaling-law forms (analysis/fits/laws/): published values, allocations, recovery, fit.json shape.
 
 Recovery designs are small (20-40 runs) with 0.5% multiplicative noise, like a CPU ladder;
 tolerances are about the half-width of the interval the bootstrap reports (exponents a few
@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 from scipy.optimize import minimize_scalar
 
-from analysis import fit
-from analysis.laws import LAWS, datablations, kaplan, section
-from analysis.synthetic import law_runs as runs
-from analysis.synthetic import size_token_grid as grid
+from analysis.data.synthetic import law_runs as runs
+from analysis.data.synthetic import size_token_grid as grid
+from analysis.fits import cli as fit_cli
+from analysis.fits.laws import LAWS, datablations, kaplan, section
 
 # ---------------------------------------------------------------- published values
 
@@ -182,7 +182,7 @@ def test_fit_cli_writes_the_law_section_and_replicates(tmp_path, capsys):
     data = runs(LAWS["overtrain"], {"E": 1.8, "a": 400.0, "b": -0.3, "c": 600.0}, N_GRID, D_GRID)
     data.to_csv(tmp_path / "runs.csv", index=False)
     out = tmp_path / "fit.json"
-    code = fit.main(
+    code = fit_cli.main(
         [
             "--csv",
             str(tmp_path / "runs.csv"),
@@ -215,7 +215,8 @@ def test_default_law_keeps_fit_json_and_writes_the_replicates_of_its_intervals(t
     data.to_csv(tmp_path / "runs.csv", index=False)
     out = tmp_path / "fit.json"
     assert (
-        fit.main(["--csv", str(tmp_path / "runs.csv"), "--bootstrap", "20", "--out", str(out)]) == 0
+        fit_cli.main(["--csv", str(tmp_path / "runs.csv"), "--bootstrap", "20", "--out", str(out)])
+        == 0
     )
     p = json.loads(out.read_text())["parametric"]
     assert p["law"] == "chinchilla"
@@ -237,7 +238,7 @@ def test_default_law_keeps_fit_json_and_writes_the_replicates_of_its_intervals(t
 def test_fit_cli_bad_datablations_input_exits_2_with_one_line(tmp_path, capsys, edit, message):
     data = edit(datablations_runs(dict(datablations.PUBLISHED)))
     data.to_csv(tmp_path / "runs.csv", index=False)
-    code = fit.main(
+    code = fit_cli.main(
         [
             "--csv",
             str(tmp_path / "runs.csv"),
@@ -268,7 +269,7 @@ def test_a_four_parameter_law_fits_five_runs_that_approach_3_cannot(tmp_path, ca
     overtraining_design().to_csv(tmp_path / "runs.csv", index=False)
     out = tmp_path / "fit.json"
     args = ["--csv", str(tmp_path / "runs.csv"), "--bootstrap", "20", "--out", str(out)]
-    assert fit.main([*args, "--law", "overtrain"]) == 0
+    assert fit_cli.main([*args, "--law", "overtrain"]) == 0
     result = json.loads(out.read_text())
     assert result["parametric"]["law"] == "overtrain" and result["parametric"]["n_points"] == 5
     # the extrapolation check is approach 3's: it says why it was skipped
@@ -276,7 +277,7 @@ def test_a_four_parameter_law_fits_five_runs_that_approach_3_cannot(tmp_path, ca
     assert "extrapolation check skipped" in capsys.readouterr().out
     # approach 3 itself still needs six, with the message it always had
     out.unlink()
-    assert fit.main(args) == 2
+    assert fit_cli.main(args) == 2
     err = capsys.readouterr().err
     assert (
         "the fit L(N, D) = E + A/N^alpha + B/D^beta has 5 parameters and needs at least 6 runs"
@@ -286,7 +287,7 @@ def test_a_four_parameter_law_fits_five_runs_that_approach_3_cannot(tmp_path, ca
     data = overtraining_design().iloc[:4]
     data.to_csv(tmp_path / "four.csv", index=False)
     assert (
-        fit.main(["--csv", str(tmp_path / "four.csv"), "--law", "overtrain", "--out", str(out)])
+        fit_cli.main(["--csv", str(tmp_path / "four.csv"), "--law", "overtrain", "--out", str(out)])
         == 2
     )
     err = capsys.readouterr().err
@@ -299,14 +300,14 @@ def test_resamples_with_fewer_runs_than_parameters_leave_the_law_not_identified(
     least 4 distinct runs with probability (5 S(5,4) 4! + 5!) / 5^5 = 1320 / 3125 = 0.4224
     (S the Stirling number of the second kind), below MIN_CONVERGED: every parameter and the
     allocation are not identified, and the reason says how many resamples had enough runs."""
-    from analysis.bootstrap import distinct, resample_counts
-    from analysis.identification import MIN_CONVERGED
+    from analysis.fits.bootstrap import distinct, resample_counts
+    from analysis.fits.identification import MIN_CONVERGED
 
     csv, out = tmp_path / "runs.csv", tmp_path / "fit.json"
     overtraining_design().to_csv(csv, index=False)
     n_boot = 200
     args = ["--csv", str(csv), "--law", "overtrain", "--bootstrap", str(n_boot), "--out", str(out)]
-    assert fit.main(args) == 0
+    assert fit_cli.main(args) == 0
     law = json.loads(out.read_text())["parametric"]
     p_enough = (5 * 10 * math.factorial(4) + math.factorial(5)) / 5**5
     assert p_enough == pytest.approx(0.4224) and p_enough < MIN_CONVERGED

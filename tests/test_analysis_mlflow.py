@@ -9,10 +9,11 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
-from analysis import report
-from analysis.laws.chinchilla import Parametric
-from analysis.load import InputError, load_curves, load_mlflow, load_selected
-from analysis.synthetic import isoflop_runs
+from analysis.data.load import InputError, load_curves, load_mlflow
+from analysis.data.select import load_selected
+from analysis.data.synthetic import isoflop_runs
+from analysis.fits.laws.chinchilla import Parametric
+from analysis.report import cli as report
 
 LAW = Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
 

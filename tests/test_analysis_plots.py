@@ -1,4 +1,4 @@
-"""analysis.plots: figures for a paper (PDF with embedded TrueType text, SVG with text as text),
+"""analysis.report.plots: figures for a paper (PDF with embedded TrueType text, SVG with text as text),
 plain log-axis tick labels, one colour per variant, and tuning panels that show a tuning."""
 
 import re
@@ -8,7 +8,7 @@ import matplotlib
 matplotlib.use("Agg")
 import pandas as pd  # noqa: E402
 
-from analysis import plots  # noqa: E402
+from analysis.report import plots  # noqa: E402
 
 ABLATION = {
     "baseline": "base",
@@ -134,7 +134,7 @@ def test_multipliers_join_measured_budgets_only_and_keep_the_y_axis_on_the_estim
 
 
 def _grid_runs():
-    from analysis.laws.chinchilla import Parametric
+    from analysis.fits.laws.chinchilla import Parametric
 
     law = Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
     rows = [(n, d) for n in (1e5, 3e5, 1e6) for d in (2.5e5, 1e6, 4e6)]
@@ -155,7 +155,7 @@ def test_contours_draw_the_allocation_line_only_where_it_is_identified():
 
 
 def test_contours_with_no_optimum_say_so_instead_of_an_empty_legend_entry():
-    from analysis.laws.chinchilla import Parametric
+    from analysis.fits.laws.chinchilla import Parametric
 
     runs, _ = _grid_runs()
     no_optimum = Parametric(E=1.8, A=480.0, B=1200.0, alpha=-0.1, beta=0.30)  # nan allocation

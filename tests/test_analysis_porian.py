@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import porian
-from analysis.isoflop import DEFAULT_SEED_NOISE, isoflop_report
-from analysis.laws.chinchilla import Parametric
-from analysis.synthetic import isoflop_runs
+from analysis.data.synthetic import isoflop_runs
+from analysis.fits.isoflop import DEFAULT_SEED_NOISE, isoflop_report
+from analysis.fits.laws.chinchilla import Parametric
+from benchmarks import porian
 
 BUDGETS = (1e17, 3e17, 1e18, 3e18, 1e19)
 # a = beta / (alpha + beta): 0.8, 0.6, 0.5

@@ -7,10 +7,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import compare_laws, fit, predict
-from analysis.laws import LAWS, datablations, kaplan
-from analysis.synthetic import law_runs as runs
-from analysis.synthetic import size_token_grid as grid
+from analysis.data.synthetic import law_runs as runs
+from analysis.data.synthetic import size_token_grid as grid
+from analysis.fits import cli as fit_cli
+from analysis.fits import compare_laws, predict
+from analysis.fits.laws import LAWS, datablations, kaplan
 
 OVERTRAIN = {"E": 1.8, "a": 400.0, "b": -0.3, "c": 600.0}
 
@@ -70,7 +71,9 @@ def test_fitted_law_predicts_with_an_interval_from_its_replicates(tmp_path):
     csv = _write(tmp_path, "runs.csv", runs(LAWS["overtrain"], OVERTRAIN, N, D))
     fit_json = tmp_path / "fit.json"
     assert (
-        fit.main(["--csv", csv, "--law", "overtrain", "--bootstrap", "40", "--out", str(fit_json)])
+        fit_cli.main(
+            ["--csv", csv, "--law", "overtrain", "--bootstrap", "40", "--out", str(fit_json)]
+        )
         == 0
     )
     points = _write(tmp_path, "points.csv", pd.DataFrame({"N": [3e8, 1e9], "D": [3e10, 2e11]}))
@@ -193,7 +196,7 @@ def test_report_blocks_table_or_nothing_when_runs_are_too_few():
 def test_report_places_the_law_comparison_after_its_fits(tmp_path):
     """analysis.report on a ladder with runs above the hold-out threshold: the comparison table
     is a section of report.md, after the extrapolation check; with too few runs it is absent."""
-    from analysis import report
+    from analysis.report import cli as report
 
     N, D = grid(np.geomspace(1e5, 1e8, 6), [2, 5, 20, 80, 300])
     data = runs(

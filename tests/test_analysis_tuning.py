@@ -11,9 +11,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import fit, report, tuning, tuning_report
-from analysis.laws.chinchilla import Parametric
-from analysis.load import InputError
+from analysis.data.load import InputError
+from analysis.fits import cli as fit_cli
+from analysis.fits import fit
+from analysis.fits.laws.chinchilla import Parametric
+from analysis.report import cli as report
+from analysis.tuning import arms as tuning
+from analysis.tuning import tuning_report
 
 LAW = Parametric(E=1.8, A=480.0, B=1200.0, alpha=0.36, beta=0.30)
 SCALE, EXPONENT, CURVATURE = 2.0, -0.35, 0.05
@@ -55,7 +59,7 @@ def _fit(tmp_path, runs, *extra):
     path = tmp_path / "runs.csv"
     runs.to_csv(path, index=False)
     out = tmp_path / "fit.json"
-    assert fit.main(["--csv", str(path), "--bootstrap", "20", *extra, "--out", str(out)]) == 0
+    assert fit_cli.main(["--csv", str(path), "--bootstrap", "20", *extra, "--out", str(out)]) == 0
     return json.loads(out.read_text())
 
 
@@ -184,7 +188,8 @@ def test_bad_tune_keys_fail_with_one_line_naming_them(tmp_path, capsys):
     path = tmp_path / "runs.csv"
     runs.to_csv(path, index=False)
     assert (
-        fit.main(["--csv", str(path), "--tune", "train.lr", "--out", str(tmp_path / "f.json")]) == 2
+        fit_cli.main(["--csv", str(path), "--tune", "train.lr", "--out", str(tmp_path / "f.json")])
+        == 2
     )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "1 run(s) have no value of 'train.lr'" in err
@@ -258,7 +263,7 @@ def test_from_an_mlflow_store_arm_tags_train_params_and_epochs_are_read(tmp_path
     from mlflow import MlflowClient
     from mlflow.entities import Metric, Param, RunTag
 
-    from analysis.load import load_mlflow
+    from analysis.data.load import load_mlflow
 
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
     client = MlflowClient(tracking_uri=uri)
@@ -297,7 +302,7 @@ def test_from_an_mlflow_store_arm_tags_train_params_and_epochs_are_read(tmp_path
     assert frame["epochs"].max() == pytest.approx(2.0)
     out = tmp_path / "fit.json"
     assert (
-        fit.main(
+        fit_cli.main(
             [
                 "--experiment",
                 "tuned",
@@ -345,7 +350,7 @@ def test_a_tuned_key_is_read_as_the_grid_wrote_it_not_as_the_segment_ran_it(tmp_
     from mlflow import MlflowClient
     from mlflow.entities import Metric, Param, RunTag
 
-    from analysis.load import load_mlflow
+    from analysis.data.load import load_mlflow
 
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
     client = MlflowClient(tracking_uri=uri)

@@ -4,7 +4,7 @@ losses are written by hand, so every rank, regret, margin and replay is known.""
 import pandas as pd
 import pytest
 
-from analysis import tuning_check
+from analysis.tuning import tuning_check
 
 LRS = (1e-3, 2e-3, 4e-3)
 # the full grid's final losses per arm (variant, N) at D = 1000

@@ -1,4 +1,4 @@
-"""The time multiplier (analysis.wallclock) and the throughput export of analysis.load."""
+"""The time multiplier (analysis.verdicts.wallclock) and the throughput export of analysis.data.load."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
 
-from analysis import wallclock
-from analysis.ablation import compare_variants
-from analysis.load import load_mlflow
+from analysis.data.load import load_mlflow
+from analysis.verdicts import wallclock
+from analysis.verdicts.ablation import compare_variants
 
 HARDWARE = {"device": "cpu: Test CPU", "threads": 2, "precision": "fp32", "compile": False}
 

@@ -298,10 +298,11 @@ def _csv(tmp_path: Path, col: str, value: str) -> Path:
 )
 @pytest.mark.parametrize("tool", ["fit", "report"])
 def test_analysis_rejects_non_finite_csv_values(tmp_path, capsys, tool, col, value):
-    from analysis import fit, report
+    from analysis.fits import cli as fit_cli
+    from analysis.report import cli as report
 
     out = tmp_path / "result" / ("fit.json" if tool == "fit" else "report")
-    main = fit.main if tool == "fit" else report.main
+    main = fit_cli.main if tool == "fit" else report.main
     code = main(["--csv", str(_csv(tmp_path, col, value)), "--out", str(out), "--bootstrap", "10"])
     assert code == 2
     message = one_error_line(capsys.readouterr().err)
@@ -311,7 +312,7 @@ def test_analysis_rejects_non_finite_csv_values(tmp_path, capsys, tool, col, val
 
 def test_the_good_csv_is_valid(tmp_path):
     """The table's CSV is accepted before one value is spoiled."""
-    from analysis.load import read_csv
+    from analysis.data.load import read_csv
 
     (tmp_path / "runs.csv").write_text(GOOD_CSV)
     assert len(read_csv(tmp_path / "runs.csv").frame) == 9
@@ -321,11 +322,12 @@ def test_the_good_csv_is_valid(tmp_path):
 @pytest.mark.parametrize("uri", ["http://127.0.0.1:{port}", "garbage://x"])
 def test_analysis_bad_tracking_uri_fails_in_seconds(tmp_path, capsys, tool, uri):
     """A server that is down hung ~249 s in MLflow's retries, then a traceback."""
-    from analysis import fit, report
+    from analysis.fits import cli as fit_cli
+    from analysis.report import cli as report
 
     uri = uri.format(port=free_port())
     out = tmp_path / "result" / ("fit.json" if tool == "fit" else "report")
-    main = fit.main if tool == "fit" else report.main
+    main = fit_cli.main if tool == "fit" else report.main
     t0 = time.monotonic()
     code = main(["--experiment", "x", "--tracking-uri", uri, "--out", str(out)])
     assert code == 2 and time.monotonic() - t0 < 10
@@ -343,13 +345,13 @@ def test_analysis_bad_tracking_uri_fails_in_seconds(tmp_path, capsys, tool, uri)
 )
 def test_analysis_a_store_mlflow_cannot_open_is_one_line(tmp_path, capsys, uri, message):
     """MLflow wrote its tables into the file (3 lines), or a 36-line traceback."""
-    from analysis import fit
+    from analysis.fits import cli as fit_cli
 
     (tmp_path / "a_file").write_text("keep me")
     (tmp_path / "folder").mkdir()
     out = tmp_path / "result" / "fit.json"
     argv = ["--experiment", "x", "--tracking-uri", uri.format(t=tmp_path), "--out", str(out)]
-    assert fit.main(argv) == 2
+    assert fit_cli.main(argv) == 2
     line = one_error_line(capsys.readouterr().err)
     assert line.startswith(message.format(t=tmp_path)), line
     assert (tmp_path / "a_file").read_text() == "keep me" and not out.parent.exists()
@@ -367,7 +369,7 @@ def test_analysis_empty_out_is_refused(tmp_path, capsys, monkeypatch):
 
 def test_analysis_server_check_times_out_on_a_silent_server(tmp_path, capsys):
     """A port that accepts connections but never answers: the 5 s /health timeout, one line."""
-    from analysis import load
+    from analysis.data import load, select
 
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
@@ -375,7 +377,7 @@ def test_analysis_server_check_times_out_on_a_silent_server(tmp_path, capsys):
         uri = f"http://127.0.0.1:{server.getsockname()[1]}"
         t0 = time.monotonic()
         with pytest.raises(load.InputError, match="not reachable"):
-            load.check_server(uri, timeout_s=0.5)
+            select.check_server(uri, timeout_s=0.5)
         assert time.monotonic() - t0 < 5
 
 
@@ -879,12 +881,13 @@ def _unwritable(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("tool", ["fit", "report"])
 def test_analysis_unwritable_out_fails_before_fitting(tmp_path, capsys, tool):
-    from analysis import fit, report
+    from analysis.fits import cli as fit_cli
+    from analysis.report import cli as report
 
     (tmp_path / "runs.csv").write_text(GOOD_CSV)
     blocked = _unwritable(tmp_path)
     out = blocked / "result" / ("fit.json" if tool == "fit" else "report")
-    main = fit.main if tool == "fit" else report.main
+    main = fit_cli.main if tool == "fit" else report.main
     code = main(["--csv", str(tmp_path / "runs.csv"), "--out", str(out), "--bootstrap", "10"])
     assert code == 2
     message = one_error_line(capsys.readouterr().err)

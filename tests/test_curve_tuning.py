@@ -1,4 +1,4 @@
-"""Curve-aware tuning (`sweep.tune_curve`, `analysis.curve_tuning`, `analysis.tuning_check
+"""Curve-aware tuning (`sweep.tune_curve`, `analysis.tuning.curve_tuning`, `analysis.tuning.tuning_check
 --strategy curve`) and the dense curves it reads (train_loss and lr at every logged step)."""
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric
 from sweep_helpers import TINY, _corpus, _env, _tag, sweep_file, tuned_plan
 
-from analysis import curve_check, curve_tuning, tuning_check
-from analysis import curves as C
-from analysis import schedule_replay as R
-from analysis.laws.curve import TISSUE, features
-from analysis.load import load_curves, val_points
+from analysis.data.load import load_curves, val_points
+from analysis.fits.laws.curve import TISSUE, features
+from analysis.tuning import curve_check, curve_tuning, tuning_check
+from analysis.tuning import curves as C
+from analysis.tuning import schedule_replay as R
 from sweeps import curve_tuning as sweeps_curve
 from sweeps import plan, tuning
 from sweeps.config import CurveSpec

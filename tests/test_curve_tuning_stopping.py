@@ -1,4 +1,4 @@
-"""The staged curve-aware tuning rule (`analysis.curve_tuning.decide`, `sweep.tune_curve` with
+"""The staged curve-aware tuning rule (`analysis.tuning.curve_tuning.decide`, `sweep.tune_curve` with
 `rule: staged`) on synthetic curve families with a known best: it chooses early where the
 prefixes separate, buys a later rung where they do not (noise, late crossings, the plateau),
 and never picks a candidate the data rank in the bottom half."""
@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import curve_check, curve_tuning, tuning_validation
-from analysis import schedule_replay as R
-from analysis.curve_tuning import Prediction, decide
-from analysis.laws.curve import TISSUE, features
+from analysis.fits.laws.curve import TISSUE, features
+from analysis.tuning import curve_check, curve_tuning, tuning_validation
+from analysis.tuning import schedule_replay as R
+from analysis.tuning.curve_tuning import Prediction, decide
 
 BT = 64
 STEPS = 600  # per candidate: rungs at 100, 200, 400 steps for 8 candidates at 3 runs

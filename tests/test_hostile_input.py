@@ -69,9 +69,11 @@ def test_a_read_only_folder_is_found_before_any_work(place, capsys, monkeypatch,
 
 @pytest.mark.parametrize("tool", ["fit", "report", "compare_laws"])
 def test_analysis_out_with_a_name_too_long_is_one_line(tmp_path, capsys, tool):
-    from analysis import compare_laws, fit, report
+    from analysis.fits import cli as fit_cli
+    from analysis.fits import compare_laws
+    from analysis.report import cli as report
 
-    main = {"fit": fit.main, "report": report.main, "compare_laws": compare_laws.main}[tool]
+    main = {"fit": fit_cli.main, "report": report.main, "compare_laws": compare_laws.main}[tool]
     csv = ROOT / "results" / "ref_ladder" / "runs.csv"
     assert main(["--csv", str(csv), "--out", str(tmp_path / LONG / "x")]) == 2
     assert one_error_line(capsys.readouterr().err).startswith("--out: a name in the path is 300")
@@ -242,7 +244,7 @@ def test_curves_in_any_row_order_are_the_same_curves():
     run's points are taken in step order."""
     import pandas as pd
 
-    from analysis.curves import curves_of
+    from analysis.tuning.curves import curves_of
 
     runs, points = pd.read_csv(HPARAMS / "runs.csv"), pd.read_csv(HPARAMS / "curves.csv")
     forward = curves_of(runs, points, "train_loss")
@@ -277,7 +279,7 @@ def test_bad_curve_points_are_one_line(tmp_path, capsys, spoil, message):
     common run_id an empty table, all with exit 0."""
     import pandas as pd
 
-    from analysis import curves
+    from analysis.tuning import curves
 
     bad = tmp_path / "curves.csv"
     spoil(pd.read_csv(HPARAMS / "curves.csv")).to_csv(bad, index=False)
@@ -316,7 +318,7 @@ def test_a_nested_mapping_in_a_sweep_file_is_one_line(place, tmp_path, name):
 
 def test_compare_laws_on_one_run_is_an_error(tmp_path, capsys):
     """Every law was skipped, and the table of skips written with exit 0."""
-    from analysis import compare_laws
+    from analysis.fits import compare_laws
 
     one = tmp_path / "one.csv"
     one.write_text("".join((ROOT / "results" / "ref_ladder" / "runs.csv").open().readlines()[:2]))

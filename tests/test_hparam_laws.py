@@ -1,4 +1,4 @@
-"""Hyperparameter laws (analysis.hparam_laws, hparam_surface, critical_batch, hparam_predict):
+"""Hyperparameter laws (analysis.tuning.hparam_laws, hparam_surface, critical_batch, hparam_predict):
 optima, near-optimal regions and laws recovered from runs generated on a known (lr, batch)
 surface; edges, flat surfaces and thin designs reported as not identified; the published
 DeepSeek LLM and Step Law constants reproduce the papers' own example values."""
@@ -13,7 +13,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import fit, hparam_laws, hparam_report, predict, report, synthetic, tuning
+from analysis.data import synthetic
+from analysis.fits import fit, predict
+from analysis.report import analyse
+from analysis.report import cli as report
+from analysis.tuning import arms as tuning
+from analysis.tuning import hparam_laws, hparam_report
 
 KEYS = ["train.lr", "train.batch_tokens"]
 LR_GRID = [float(x) for x in 2.0 ** np.arange(-7, 1)]  # 0.0078 .. 1
@@ -310,7 +315,7 @@ def test_report_infers_lr_and_batch_as_the_tuned_keys():
         "train.batch_tokens"
     ]
     args = argparse.Namespace(baseline=None, compare="variant", tune=None)
-    notes = report.fill_defaults(args, runs)
+    notes = analyse.fill_defaults(args, runs)
     assert args.tune == KEYS and "--tune train.lr --tune train.batch_tokens" in notes[-1]
 
 

@@ -379,8 +379,8 @@ def test_a_seeded_tuned_sweep_records_both_seeds_of_its_result(tmp_path):
     winner's decay (seed 0) and a full run of the winner at seed 1, both tagged chosen; the
     loader carries their seeds and the corpus's unigram entropy, the tuning analysis sees one
     chosen value with two seeds, and a rerun trains nothing."""
-    from analysis import tuning as analysis_tuning
-    from analysis.load import load_mlflow
+    from analysis.data.load import load_mlflow
+    from analysis.tuning import arms as analysis_tuning
 
     corpus = _corpus(tmp_path)
     (tmp_path / "sweep").mkdir()

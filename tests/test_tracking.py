@@ -270,7 +270,7 @@ def _attempts_store(tmp_path) -> tuple[str, str, dict[str, str], dict[str, str]]
 def test_one_rule_names_the_run_of_a_key_for_train_sweeps_and_analysis(tmp_path):
     """The latest FINISHED run of a key, else its latest run (ties: the larger run id), in
     training.tracking (train), sweeps.sweep_records (sweeps.run) and analysis.load (reports)."""
-    from analysis.load import load_mlflow
+    from analysis.data.load import load_mlflow
     from sweeps import sweep_records
 
     uri, exp, expected, named = _attempts_store(tmp_path)
@@ -294,7 +294,7 @@ def _runs_of_keys_by_training(uri: str, exp: str) -> dict[str, str]:
 def _runs_of_keys_by_analysis(uri: str, exp: str) -> dict[str, str]:
     """analysis.load's copy of the rule, through its public loader: the FINISHED runs it
     reports plus the unfinished ones it names as excluded, one per key."""
-    from analysis.load import load_mlflow
+    from analysis.data.load import load_mlflow
 
     loaded = load_mlflow("rule", tracking_uri=uri)
     ids = [*loaded.frame["run_id"], *loaded.excluded["run_id"]]

@@ -193,8 +193,8 @@ def test_analysis_reads_the_k_an_encoder_decoder_run_logged(lab):
     """The analysis's C of a real run is what the run logged: flops_6nd, k = flops_6nd / 6ND
     (both stacks for encoder_decoder, recomputed here from the parameter split); a decoder-only
     store's runs keep C = 6 N D and get no column k."""
-    from analysis import compute_factor
-    from analysis.load import load_mlflow
+    from analysis.data import compute_factor
+    from analysis.data.load import load_mlflow
     from training.train import train
 
     experiment = value_of(lab, "tracking.experiment")

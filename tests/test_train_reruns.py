@@ -29,7 +29,7 @@ def test_same_config_in_a_second_experiment_trains_in_full_and_rerun_reuses(lab)
     experiment's run trains every step instead of resuming the first one's final checkpoint,
     with the same losses; a rerun in the first experiment reuses its run. D is what was
     trained: 8000 tokens asked for are 32 whole batches of 256 = 8192."""
-    from analysis.load import load_mlflow
+    from analysis.data.load import load_mlflow
     from training.checkpoint import owner
     from training.config import ConfigError
     from training.train import train
