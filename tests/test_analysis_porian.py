@@ -1,4 +1,4 @@
-"""analysis.porian on a synthetic ladder whose exponent a is known at every step."""
+"""benchmarks.porian on a synthetic ladder whose exponent a is known at every step."""
 
 from __future__ import annotations
 
