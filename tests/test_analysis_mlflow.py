@@ -311,6 +311,43 @@ def test_without_sweep_a_rerun_counts_once_and_d_is_what_was_trained(tmp_path):
     assert df.loc[rerun, "C_exact"] == df.loc[older_store, "C_exact"] == fpt * 500_736
 
 
+def test_a_moe_run_is_counted_by_its_active_parameters(tmp_path):
+    """A MoE run's N is what one token passes through (C = 6 N_active D, as its flops_6nd),
+    with its every-expert count kept in N_nonembed_total; a dense run's columns are as before;
+    `--params total` counts every parameter of both."""
+    from analysis.data.load import with_total_params
+
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    exp_id = client.create_experiment("moe")
+    D = 500_736
+    counts = {"dense": (30_000, 30_000, 34_096), "moe": (80_000, 31_000, 84_096)}
+    for key, (nonembed, active, total) in counts.items():
+        run_id = client.create_run(exp_id, tags={"run_key": key}).info.run_id
+        params = {
+            "n_params_nonembed": nonembed,
+            "n_params_nonembed_active": active,
+            "n_params": total,
+            "tokens_trained": D,
+            "flops_6nd": 6 * active * D,
+        }
+        client.log_batch(
+            run_id,
+            metrics=[Metric("final_val_loss", 3.0, 0, 0)],
+            params=[Param(k, str(v)) for k, v in params.items()],
+        )
+        client.set_terminated(run_id, "FINISHED")
+    df = load_mlflow("moe", tracking_uri=uri).frame.set_index("run_key")
+    assert df.loc["moe", "N"] == 31_000 and df.loc["dense", "N"] == 30_000
+    assert df.loc["moe", "N_nonembed_total"] == 80_000 and np.isnan(
+        df.loc["dense", "N_nonembed_total"]
+    )
+    np.testing.assert_allclose(df["C"], 6 * df["N"] * D)  # k = 1: no factor column
+    assert "k" not in df.columns
+    total = with_total_params(df)
+    np.testing.assert_allclose(total["C"], 6 * np.array([34_096, 84_096]) * D)
+
+
 def test_budget_convention_comes_from_the_parents_plan_also_without_sweep(tmp_path):
     """An IsoFLOP sweep planned in exact FLOPs says so in its plan.csv (budget_flops): the runs
     carry it with --sweep and with only --experiment (every parent's plan is read), so

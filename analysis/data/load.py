@@ -1,7 +1,8 @@
 """Runs into a DataFrame: from MLflow (schema in docs/contracts.md) or from a CSV.
 
 One row per FINISHED run with columns run_id, run_key, arch, variant, sweep, seed, N
-(non-embedding parameters), N_total, D (tokens trained), C (= k 6 N D), C_exact, loss (final
+(non-embedding parameters a token passes through: a MoE run's active ones, its every-expert
+count in N_nonembed_total), N_total, D (tokens trained), C (= k 6 N D), C_exact, loss (final
 validation loss), where a run's C is not 6 N D its factor k (encoder_decoder: `analysis.
 compute_factor`; no column, or an empty value: k = 1), plus the `model.*` axes and `train.*` hyperparameters, and where a run
 has them the tags `arm`, `tune_role` and its `epochs`; from MLflow, one run per run key (`run_of_key`).
@@ -437,7 +438,10 @@ def _exclusion(run) -> str | None:
 def _row(run, budget_keys: dict | None) -> dict:
     """One finished run as a row of runs.csv."""
     p, t, m = run.data.params, run.data.tags, run.data.metrics
-    N, D = float(p["n_params_nonembed"]), trained_tokens(p)
+    # N: the non-embedding parameters one token passes through (a MoE run's active count, as
+    # its C = 6 N_active D; a dense run's are all active); a MoE run keeps its total as well
+    N_nonembed = float(p["n_params_nonembed"])
+    N, D = float(p.get("n_params_nonembed_active", N_nonembed)), trained_tokens(p)
     k = compute_factor(p, N)  # C as the run logs it: both stacks of an encoder_decoder
     row = {
         "run_id": run.info.run_id,
@@ -453,6 +457,8 @@ def _row(run, budget_keys: dict | None) -> dict:
         "C_exact": exact_flops(p, D),
         "loss": float(m["final_val_loss"]),
     }
+    if N != N_nonembed:  # MoE: every expert's parameters (a dense runs.csv keeps its columns)
+        row["N_nonembed_total"] = N_nonembed
     if k != 1.0:  # only where C is not 6 N D: decoder runs.csv files keep their columns
         row[K_COLUMN] = k
     if budget_keys and budget_keys.get(row["run_key"]):

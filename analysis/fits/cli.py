@@ -147,10 +147,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--group", help="fit each value of this column separately (e.g. arch)")
     parser.add_argument(
         "--params",
-        choices=("nonembed", "total"),
+        choices=("nonembed", "active", "total"),
         default="nonembed",
-        help="N = non-embedding parameters (Kaplan et al. 2020; default) or all parameters "
-        "(N_total, as Hoffmann et al. 2022 count them; C = 6 N_total D; approach 2 skipped)",
+        help="N = non-embedding parameters one token passes through (Kaplan et al. 2020; "
+        "default; for a MoE run its active ones, C = 6 N_active D; 'active' is the same) or all "
+        "parameters (N_total, as Hoffmann et al. 2022 count them, every expert of a MoE run "
+        "included; C = 6 N_total D; approach 2 skipped)",
     )
     parser.add_argument("--out", required=True, help="path of the fit.json to write")
     law_cli.add_args(parser)
