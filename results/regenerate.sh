@@ -67,6 +67,8 @@ run mup_transfer python -m benchmarks.mup_transfer --analyse-only --out results/
 run ref_hparams report ref_hparams --tune train.lr --tune train.batch_tokens \
   --title "Reference lr x batch surface: llama block, 3 sizes x 2 token budgets, 6 lrs x 5 batch sizes, full grid, CPU"
 run depth_transfer python -m benchmarks.depth_transfer --analyse-only --out results/depth_transfer
+run ref_moe report ref_moe --compare arch --baseline pre-rmsnorm-rope-gqa2-swiglu --tune train.lr \
+  --title "Dense vs MoE at matched active size: llama block, 8 experts top-2 + 1 shared, 3 sizes x 3 budgets, lr tuned per arm, 2 seeds, CPU"
 run ref_wallclock report ref_wallclock --target-compute 1e12 --title "Wall-clock ablation: llama block vs MHA and GELU, 2 widths x 2 token budgets, one seed, interleaved, CPU"
 run porian python -m benchmarks.porian --csv results/porian/runs.csv --out results/porian/table.md \
   --figures results/porian/figures
