@@ -10,6 +10,9 @@ Parts, each timed and recorded even when another fails:
 - `loop_overhead`: `benchmarks.loop_overhead` on the device (64 x 1024 tokens, log_every 10).
 - `memory`: `models.accounting.memory_estimate` of a training step against
   `torch.cuda.max_memory_allocated` over three steps of `training.step.optimizer_step`.
+- `moe`: the MoE layer (8 SwiGLU experts, top-2) at d_model 768 and 8 x 1024 tokens in bf16,
+  forward + backward by `torch._grouped_mm` (the kernel the layer picks on CUDA), the padded
+  bmm and the per-expert loop, balanced and skewed loads (`benchmarks.moe_dispatch`).
 - `fsdp`: on 2+ GPUs, the same run under `train.parallel=ddp` and `fsdp` through torchrun on
   every GPU (up to 8): both finish, the same final loss; skipped with one GPU.
 - `sweep`: `python -m sweeps.run sweep=tiny` (2 sizes x 2 token budgets) end to end into a
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -34,7 +38,7 @@ import mlflow
 import torch
 from accelerate import Accelerator
 
-from benchmarks import loop_overhead, throughput
+from benchmarks import loop_overhead, moe_dispatch, throughput
 from benchmarks.harness import ROOT, Shape, machine, preset_config
 from models import build_model
 from models.accounting import GB, memory_estimate
@@ -182,6 +186,27 @@ def sweep_part(args, work: Path) -> dict:
     }
 
 
+def moe_part(args, work: Path) -> dict:
+    """`benchmarks.moe_dispatch` on the device: each kernel's ms and speed-up over the loop,
+    and its largest difference from the loop (an error where it is not finite)."""
+    smoke = args.cpu_smoke
+    shape = SMOKE_SHAPE if smoke else GPU_SHAPE
+    bench = argparse.Namespace(
+        experts=8, top_k=2, batch=shape.batch, seq=shape.seq, reps=1 if smoke else 5, warmup=1
+    )
+    device = torch.device("cpu" if smoke else "cuda")
+    dtype = torch.float32 if smoke else torch.bfloat16
+    rows = [
+        moe_dispatch.compare(shape.d_model, load, bench, device, dtype)
+        for load in ("balanced", "skewed")
+    ]
+    out: dict = {"dtype": str(dtype), "rows": rows, "table": moe_dispatch.table(rows)}
+    diffs = [v for r in rows for k, v in r.items() if k.startswith("max_diff")]
+    if not all(math.isfinite(d) for d in diffs):
+        out["error"] = "a kernel's output or gradient is not finite"
+    return out
+
+
 def fsdp_part(args, work: Path) -> dict:
     """Every GPU of the machine (up to 8; 2 gloo CPU ranks with --cpu-smoke) trains the same
     run twice through torchrun, `train.parallel=ddp` then `fsdp`: both must finish with the
@@ -241,6 +266,7 @@ PARTS = {
     "memory": memory_part,
     "throughput": throughput_part,
     "loop_overhead": loop_part,
+    "moe": moe_part,
     "fsdp": fsdp_part,
     "sweep": sweep_part,
 }

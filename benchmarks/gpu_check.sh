@@ -4,7 +4,8 @@
 # set-up: MFU in bf16 with torch.compile off and on at GPT-2-small shape (d_model 768, 12
 # layers, T 1024) for our llama and gpt2 presets and transformers' LlamaForCausalLM and
 # GPT2LMHeadModel, in one process; the training loop's host overhead on the device; the
-# memory estimate against torch.cuda.max_memory_allocated; with 2+ GPUs, one run under
+# memory estimate against torch.cuda.max_memory_allocated; the MoE layer's grouped-mm dispatch
+# against the per-expert loop; with 2+ GPUs, one run under
 # train.parallel=ddp and fsdp on every GPU (skipped with one); a 2-size x 2-budget sweep end to
 # end. MFU is against the dense bf16 datasheet peak (989 TFLOP/s; override with PEAK_TFLOPS).
 # Writes gpu_check_cuda.json to $OUT if set, else results/benchmarks/. Ran on one H200 on

@@ -101,8 +101,11 @@ def step_seconds(layer: MoEMLP, x: torch.Tensor, kernel: str) -> float:
     """Seconds for one forward + backward (gradients of the input and every weight)."""
     x = x.detach().requires_grad_(True)
     layer.zero_grad(set_to_none=True)
+    sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
+    sync()
     start = time.perf_counter()
-    forward(layer, x, kernel).square().mean().backward()
+    forward(layer, x, kernel).float().square().mean().backward()
+    sync()
     return time.perf_counter() - start
 
 
@@ -112,15 +115,19 @@ def max_diffs(layer: MoEMLP, x: torch.Tensor, kernel: str) -> tuple[float, float
     for k in ("loop", kernel):
         xi = x.detach().requires_grad_(True)
         y = forward(layer, xi, k)
-        y.square().mean().backward()
+        y.float().square().mean().backward()
         results.append((y.detach(), xi.grad))
     (y0, g0), (y1, g1) = results
     return float((y0 - y1).abs().max()), float((g0 - g1).abs().max())
 
 
-def compare(d_model: int, load: str, args) -> dict:
+def compare(d_model: int, load: str, args, device=None, dtype=torch.float32) -> dict:
+    """One width and load: outputs checked against the loop, then the interleaved timings;
+    on ``device`` in ``dtype`` (the GPU check: CUDA, bf16, where ``grouped`` is the kernel
+    the layer picks)."""
     layer = moe_layer(d_model, args.experts, args.top_k)
     x = inputs(layer, args.batch, args.seq, load == "skewed")
+    layer, x = layer.to(device=device, dtype=dtype), x.to(device=device, dtype=dtype)
     with torch.no_grad():
         _, idx, _ = layer.route(x.reshape(-1, d_model))
         counts = torch.bincount(idx.reshape(-1), minlength=args.experts).float()

@@ -162,3 +162,7 @@ def test_gpu_check_cpu_smoke_runs_every_part(tmp_path):
     assert {r["impl"] for r in parts["throughput"]["rows"]} == {"ours", "hf"}
     assert parts["loop_overhead"]["loop"]["after"]["host_cpu_ms"] > 0
     assert parts["fsdp"]["ranks"] == 2 and parts["fsdp"]["val_loss_diff"] < 1e-4  # 2 gloo ranks
+    # the MoE kernels agree with the per-expert loop (fp32 on the CPU)
+    moe = parts["moe"]["rows"]
+    assert [r["load"] for r in moe] == ["balanced", "skewed"]
+    assert max(v for r in moe for k, v in r.items() if k.startswith("max_diff")) < 1e-4
