@@ -5,3 +5,13 @@ themselves (`runs`, `tuning`, `laws`, `ablation`, `curves`), the loop that assem
 (`compose`), the families report (`families`), the figures (`plots`) and the rendering as
 Markdown and HTML (`render`).
 """
+
+
+def __getattr__(name: str):
+    """`analysis.report.main`, the command's entry point, imported only when asked for (the
+    sections' modules import this package without pandas-heavy command-line code)."""
+    if name == "main":
+        from analysis.report.cli import main
+
+        return main
+    raise AttributeError(f"module 'analysis.report' has no attribute {name!r}")
