@@ -9,50 +9,63 @@ Order of work (all before the first job starts): parse the sweep and command lin
 conflicting axes, resolve every point (exact N, D, C, run key), read the state of every run key
 from MLflow, then create the store, experiment and parent run. Only then are jobs launched:
 first every point without a dependency, then the WSD branches whose stable run finished.
+Launching the waves and each point's outcome are `sweeps.waves`; the optional report step
+(`sweep.report`) is `sweeps.sweep_report`.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import torch
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.utils import JobStatus
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from models import count_params
 from models.accounting import GB
-from sweeps import batch_axis, curve_tuning, plan, rules, slurm, sweep_records, tuning, ui
+from sweeps import (
+    batch_axis,
+    curve_tuning,
+    plan,
+    rules,
+    slurm,
+    sweep_records,
+    tuning,
+    tuning_view,
+    ui,
+)
 from sweeps.config import SweepConfig
-from sweeps.job import ENV_GPU_LOCKS, ENV_GPU_POOL, PointInterrupted, training_config
+from sweeps.job import ENV_GPU_LOCKS, ENV_GPU_POOL, training_config
 from sweeps.names import RunNames
-from sweeps.order import interleaved
-from sweeps.slurm import JobLost
-from sweeps.stopping import SweepStopped, pool_workers, stop_on_sigterm
+from sweeps.stopping import SweepStopped, stop_on_sigterm
+from sweeps.sweep_report import answer, run_report
 from sweeps.sweep_view import (
     Closing,
     Planned,
-    SweepProgress,
-    command_lines,
     fit_width,
     plan_rows,
     print_plan,
     print_summary,
 )
-from training import objectives, ownership, tracking
+from sweeps.waves import (
+    FAILED_BEFORE,
+    Launch,
+    Outcome,
+    Parent,
+    WorkerLost,
+    exit_if_failed,
+    failed_points,
+    run_waves,
+    skipped,
+)
+from training import objectives, tracking
 from training.checkpoint import branch_checkpoint_path, run_dir
 from training.cli import explain
 from training.config import ConfigError, DataConfig
@@ -62,18 +75,6 @@ from training.spec import resolve_config
 from training.step import planned_verdict
 
 Compose = Callable[[Sequence[str]], DictConfig]
-# (override lists, first job index, on_submit(job ids) or None) -> hydra JobReturn per job
-Launch = Callable[[list[list[str]], int, Callable | None], Sequence[Any]]
-FAILED_BEFORE = "failed before"  # how a point skipped because its run key FAILED begins
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What happened to a point in this invocation (for the summary table)."""
-
-    run: plan.PlannedRun
-    state: str  # finished | done-before | skipped | failed | not-run | stopped (tuning)
-    reason: str = ""
 
 
 def parse_cli(arguments: Sequence[str]) -> tuple[list[str], dict[str, list[str]], list[str]]:
@@ -306,11 +307,11 @@ def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: L
         for line in rules.describe(sweep.spec, runs):
             print(line)
         if tuned:
-            tuning.print_tuning(tuned, sweep.jobs, sweep.names.block)
+            tuning_view.print_tuning(tuned, sweep.jobs, sweep.names.block)
             if line := batch_axis.describe(tuned):
                 print(line)
         return []
-    if tuned and (warning := tuning.early_rungs(tuned)):
+    if tuned and (warning := tuning_view.early_rungs(tuned)):
         print(fit_width(warning), flush=True)  # also without a dry run: before anything trains
     _check_places(sweep)
     if any(not r.skip for r in runs):
@@ -321,12 +322,12 @@ def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: L
 
 def planned(runs: list[plan.PlannedRun], tuned: tuning.TuningPlan | None) -> Planned:
     """The whole plan's runs and estimated seconds for the progress bar: a tuned sweep's every
-    stage as its dry run counts them (`tuning.stage_estimates`), less the points done before."""
+    stage as its dry run counts them (`tuning_view.stage_estimates`), less the points done before."""
     todo = [r for r in runs if not r.skip]
     known = Planned(len(todo), sum(max(r.est_s, 1.0) for r in todo))
     if tuned is None:
         return known
-    every = [max(s, 1.0) for stage in tuning.stage_estimates(tuned) for s in stage]
+    every = [max(s, 1.0) for stage in tuning_view.stage_estimates(tuned) for s in stage]
     done = [r for r in runs if r.skip]
     whole = Planned(len(every) - len(done), sum(every) - sum(max(r.est_s, 1.0) for r in done))
     return Planned(max(whole.runs, known.runs), max(whole.est_s, known.est_s))
@@ -435,14 +436,6 @@ def _apply_record(run: plan.PlannedRun, rec, retry_failed: bool) -> plan.Planned
     return run  # RUNNING / KILLED (interrupted) or FAILED to retry: the job resumes it
 
 
-@dataclass(frozen=True)
-class Parent:
-    """The sweep's MLflow parent run."""
-
-    experiment_id: str
-    run_id: str
-
-
 def _execute(
     sweep: Sweep,
     runs: list[plan.PlannedRun],
@@ -461,11 +454,11 @@ def _execute(
     sweep_yaml = OmegaConf.to_yaml(sweep.cfg.sweep)
     sweep_records.log_plan(sweep.uri, parent.run_id, plan_rows(runs), sweep_yaml)
     _share_gpus(sweep.cfg, sweep.jobs)
-    outcomes = {r.index: _skipped(r) for r in runs if r.skip}
+    outcomes = {r.index: skipped(r) for r in runs if r.skip}
     status, reason = "FINISHED", ""
     try:
         with stop_on_sigterm():
-            _run_waves(sweep, runs, outcomes, launch, more, parent, whole)
+            run_waves(sweep, runs, outcomes, launch, more, parent, whole)
         if more is not None:  # a tuned sweep's plan is every stage it derived
             sweep_records.log_plan(sweep.uri, parent.run_id, plan_rows(runs), sweep_yaml)
     except BaseException as e:  # Ctrl-C, SIGTERM: KILLED; a launcher that breaks: FAILED
@@ -479,10 +472,10 @@ def _execute(
         sweep_records.close_parent(sweep.uri, parent.run_id, status, reason)
     ordered = [outcomes[r.index] if r.index in outcomes else Outcome(r, "not-run") for r in runs]
     arms = _log_outcome(sweep, parent)
-    report, report_error = _report(sweep.cfg, sweep.uri, sweep.experiment, parent.run_id)
+    report, report_error = run_report(sweep.cfg, sweep.uri, sweep.experiment, parent.run_id)
     closing = Closing(arms, report, ui.command(sweep.uri, sweep.experiment), answer(report))
     print_summary(sweep.spec.name, ordered, sweep.uri, parent.run_id, closing)
-    _exit_if_failed(sweep.spec.name, ordered)
+    exit_if_failed(sweep.spec.name, ordered)
     if report_error:  # the points are recorded; the report is what this command still owes
         print(f"error: {report_error}", file=sys.stderr, flush=True)
         raise SystemExit(1)
@@ -507,181 +500,6 @@ def _log_outcome(sweep: Sweep, parent: Parent) -> list[sweep_records.RunRecord]:
     return arms
 
 
-def _skipped(run: plan.PlannedRun) -> Outcome:
-    return Outcome(run, "done-before" if run.skip.startswith("done:") else "skipped", run.skip)
-
-
-def _run_waves(
-    sweep: Sweep, runs, outcomes, launch: Launch, more, parent: Parent, whole=None
-) -> None:
-    """Launch each wave's runs whose stable run (if any) finished; record their outcomes."""
-    todo = [r for r in runs if not r.skip]
-    progress = SweepProgress(
-        sweep.spec.name,
-        todo,
-        sweep.uri,
-        parent.experiment_id,
-        parent.run_id,
-        jobs=sweep.jobs,
-        planned=whole,
-    )
-    job_idx = 0
-    with progress:
-        for wave in _waves(todo, runs, outcomes, more, progress):
-            if sweep.config.interleave:
-                wave = interleaved(wave)
-            batch = []
-            for r in wave:
-                stable = r.stable_index
-                if stable is not None and outcomes.get(stable, Outcome(r, "?")).state not in (
-                    "finished",
-                    "done-before",
-                ):
-                    outcomes[r.index] = Outcome(
-                        r, "not-run", f"stable run #{stable} did not finish"
-                    )
-                    continue
-                batch.append(r)
-            if not batch:
-                continue
-            overrides = [sweep.job_overrides(r, parent.run_id) for r in batch]
-            try:
-                results = launch(overrides, job_idx, lambda ids, b=batch: sweep.record_jobs(b, ids))
-            except BrokenProcessPool as e:  # a local worker killed (kill -9, out of memory)
-                raise _worker_lost(sweep, parent, todo, batch, outcomes, e) from None
-            job_idx += len(batch)
-            for r, ret in zip(batch, results):
-                outcomes[r.index] = _outcome(r, ret)
-                _close_lost_run(sweep.uri, parent.experiment_id, r, ret)
-            progress.refresh()
-
-
-class WorkerLost(RuntimeError):
-    """A process of the local worker pool (joblib's loky) ended without a result, killed by a
-    signal (kill -9, the kernel's out-of-memory killer) or exiting: the pool is broken (loky
-    kills its other workers too), so the sweep stops. `reason` is the one line that says what
-    happened, which points did not finish and that a rerun resumes them."""
-
-    def __init__(self, reason: str):
-        self.reason = reason
-        super().__init__(reason)
-
-
-def _worker_lost(
-    sweep: Sweep, parent: Parent, todo, batch, outcomes, error: BaseException
-) -> WorkerLost:
-    """After a worker of the batch died: wait for the pool's other workers to end (loky kills
-    them), record the batch's outcomes from the store (a point may have finished first), mark
-    the runs left RUNNING KILLED with the reason (the rerun resumes each from its last
-    checkpoint) and say it in one line."""
-    deadline = time.monotonic() + 30
-    while pool_workers() and time.monotonic() < deadline:
-        time.sleep(0.1)  # nothing may still write to the runs read below
-    how = _how_workers_ended(error)
-    why = f"the sweep worker process training it was {how}; rerun the sweep to resume"
-    client = tracking.client(sweep.uri)
-    stopped, unstarted = [], []
-    for r in batch:
-        found = tracking.find_run_by_key(client, parent.experiment_id, r.run_key)
-        if found is not None and found.info.status == "FINISHED":
-            outcomes[r.index] = Outcome(r, "finished")
-            continue
-        outcomes[r.index] = Outcome(r, "not-run", why)
-        if found is None or found.info.status != "RUNNING":
-            unstarted.append(r)  # never opened in this invocation (or ended before it)
-            continue
-        stopped.append(r)
-        if ownership.live_claim(client, parent.experiment_id, r.run_key) is None:
-            tracking.set_tags(client, found.info.run_id, {"failure_reason": why})
-            client.set_terminated(found.info.run_id, "KILLED")
-    unstarted += [r for r in todo if r.index not in outcomes]
-    names = [sweep.names(r) if sweep.names else r.run_key for r in stopped]
-    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-    parts = [f"{len(stopped)} point(s) stopped mid-run ({shown}; runs marked KILLED)"]
-    parts = parts if stopped else []
-    parts += [f"{len(unstarted)} not started"] if unstarted else []
-    return WorkerLost(
-        f"sweep {sweep.spec.name}: a worker process was {how}; {', '.join(parts) or 'no point lost'}"
-        "; rerun the same command to resume (finished points are skipped)"
-    )
-
-
-def _how_workers_ended(error: BaseException) -> str:
-    """`killed by SIGKILL` from loky's "The exit codes of the workers are {SIGKILL(-9)}"."""
-    codes = re.search(r"exit codes of the workers are \{([^}]*)\}", str(error))
-    if codes is None:
-        return "lost"
-    signals = re.findall(r"(SIG[A-Z0-9]+)\(", codes.group(1))
-    if signals:
-        return "killed by " + ", ".join(dict.fromkeys(signals))
-    return f"lost (exit code {codes.group(1)})"
-
-
-def _exit_if_failed(name: str, ordered: list[Outcome]) -> None:
-    """SystemExit(1) after the summary and the parent's FAILED status if any point failed."""
-    failed = failed_points(ordered)
-    if not failed:
-        return
-    before = sum(o.state != "failed" for o in failed)
-    if before:
-        print(
-            f"sweep {name}: {before} point(s) FAILED in an earlier run and were skipped "
-            "(sweep.retry_failed=true retries them): the parent run is FAILED",
-            file=sys.stderr,
-            flush=True,
-        )
-    raise SystemExit(1)
-
-
-def _waves(todo, runs, outcomes, more, progress):
-    """The plan's waves, then (a tuned sweep) each stage `more(outcomes)` derives from the
-    finished ones, until it returns none; its runs join `runs` for the summary."""
-    yield from plan.waves(todo)
-    while more is not None and (stage := more(outcomes)):
-        runs.extend(stage)
-        for r in stage:
-            if r.skip:
-                outcomes[r.index] = _skipped(r)
-        wave = [r for r in stage if not r.skip]
-        progress.add(wave)
-        yield wave
-
-
-def failed_points(outcomes) -> list[Outcome]:
-    """The points without a result because their run FAILED: in this invocation, or before
-    (skipped, not retried). Any of them makes the sweep FAILED, not FINISHED."""
-    return [
-        o
-        for o in outcomes
-        if o.state == "failed" or (o.state == "skipped" and o.reason.startswith(FAILED_BEFORE))
-    ]
-
-
-def _outcome(run: plan.PlannedRun, ret: Any) -> Outcome:
-    if ret.status == JobStatus.COMPLETED:
-        return Outcome(run, "finished")
-    err = ret._return_value  # the exception the job raised
-    own = isinstance(err, (PointInterrupted, JobLost))  # messages that say what happened
-    line = str(err) if own else f"{type(err).__name__}: {err}"
-    line = line.splitlines()[0] if line.strip() else type(err).__name__
-    return Outcome(run, "failed", line)
-
-
-def _close_lost_run(uri: str, experiment_id: str, run: plan.PlannedRun, ret: Any) -> None:
-    """A job that ended without a result (sweeps.slurm.JobLost: SIGKILLed, node failure, state
-    unreadable) may leave its MLflow run RUNNING: mark it KILLED or FAILED with the reason, so
-    the record says what happened (the rerun resumes it from its last checkpoint)."""
-    err = getattr(ret, "_return_value", None)
-    if not isinstance(err, JobLost):
-        return
-    client = tracking.client(uri)
-    found = tracking.find_run_by_key(client, experiment_id, run.run_key)
-    if found is None or found.info.status != "RUNNING":
-        return  # never started, or train() already recorded how it ended
-    tracking.set_tags(client, found.info.run_id, {"failure_reason": str(err)[:1000]})
-    client.set_terminated(found.info.run_id, err.status)
-
-
 def _share_gpus(cfg: DictConfig, jobs: int) -> None:
     """Local launchers: one GPU slot per concurrent job, claimed by each job process (sweeps.job)."""
     launcher = str(OmegaConf.select(cfg, "hydra.launcher._target_", default=""))
@@ -697,54 +515,3 @@ def _share_gpus(cfg: DictConfig, jobs: int) -> None:
         slots = [pool[i % len(pool)] for i in range(max(jobs, 1))]
         os.environ[ENV_GPU_POOL] = ",".join(slots)
         os.environ[ENV_GPU_LOCKS] = str(Path(str(cfg.hydra.sweep.dir)) / ".gpu-locks")
-
-
-def answer(report: Path | None) -> tuple[str, ...]:
-    """The verdict lines of the report's summary (`analysis.verdicts.summary.answer_lines` of the
-    fit.json beside report.html): what an ablation sweep was run for, for the closing
-    summary. Empty without a report or an ablation in it."""
-    fit_json = None if report is None else report.parent / "fit.json"
-    if fit_json is None or not fit_json.is_file():
-        return ()
-    from analysis.verdicts.summary import answer_lines  # lazy: scipy, only after a report
-
-    try:
-        return tuple(answer_lines(json.loads(fit_json.read_text()).get("ablation")))
-    except (ValueError, KeyError, TypeError):  # a fit.json of another shape: no answer
-        return ()
-
-
-def _report(
-    cfg: DictConfig, uri: str, experiment: str, parent_run_id: str
-) -> tuple[Path | None, str]:
-    """Optional analysis step (`sweep.report`): `python -m analysis.report` on this sweep's
-    children (the parent run's), as a subprocess (analysis never imports sweeps); the report
-    and its fitted exponents go to the parent run. Returns (report.html's path when written,
-    the one line saying why it was not: empty when it was or none was asked for)."""
-    report = cfg.sweep.get("report")
-    if not report:
-        return None, ""
-    cmd = [sys.executable, "-m", "analysis.report"]
-    cmd += [str(a) for a in report.get("args") or []]
-    cmd += ["--tracking-uri", uri, "--experiment", experiment]
-    cmd += ["--sweep", parent_run_id, "--out", str(report.out)]
-    print(command_lines("report:", cmd), flush=True)
-    with tempfile.TemporaryFile("w+") as stderr:  # read after it exits: no pipe to fill
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # its lines as it prints them
-        with subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env
-        ) as done:
-            for line in done.stdout:  # as it goes, each line within 80 columns
-                print(fit_width(line.rstrip("\n")), flush=True)
-        stderr.seek(0)
-        lines = stderr.read().splitlines()
-    errors = [line for line in lines if line.startswith("error: ")]
-    for line in lines:  # its warnings; its error goes into ours
-        if not line.startswith("error: "):
-            print(fit_width(line), file=sys.stderr)
-    if done.returncode != 0:
-        why = errors[-1].removeprefix("error: ") if errors else "see above"
-        return None, f"sweep.report: analysis.report exited with {done.returncode} ({why})"
-    out = Path(str(report.out)).resolve()
-    sweep_records.log_report(uri, parent_run_id, out)
-    return out / "report.html", ""

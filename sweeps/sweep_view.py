@@ -345,7 +345,7 @@ def _print_arms(out: Console, arms) -> None:
 @dataclass(frozen=True)
 class Planned:
     """The whole plan's size, known before the first run: a tuned sweep's later stages
-    (its chosen runs and transfers) included (`sweeps.tuning.stage_estimates`)."""
+    (its chosen runs and transfers) included (`sweeps.tuning_view.stage_estimates`)."""
 
     runs: int
     est_s: float  # estimated seconds of every run together (the plan's FLOPs at its rate)

@@ -22,7 +22,7 @@ from analysis.tuning import curve_check, curve_tuning, tuning_check
 from analysis.tuning import curves as C
 from analysis.tuning import schedule_replay as R
 from sweeps import curve_tuning as sweeps_curve
-from sweeps import plan, tuning
+from sweeps import plan, tuning_view
 from sweeps.config import CurveSpec
 
 BT = 64  # tokens per step of the synthetic runs
@@ -90,7 +90,7 @@ def test_curve_strategy_plans_one_prefix_per_candidate_at_two_runs(comp, capsys)
     assert len(first) == 12 * 8 and {r.phase for r in first} == {"candidate"}
     assert "train.log_every=1" in first[0].overrides
     assert f"++tracking.tags.tune_budget={tp.arms[0].tokens}" in first[0].overrides
-    tuning.print_tuning(tp, 2, lambda r: "llama")
+    tuning_view.print_tuning(tp, 2, lambda r: "llama")
     out = capsys.readouterr().out
     assert "curve law from a prefix, 2 runs per arm" in out
     assert re.search(r"a tuned arm costs (1\.9\d|2\.00) runs for 8 candidates", out)
@@ -288,7 +288,7 @@ def test_staged_strategy_plans_doubling_rungs_and_decides_from_predictions(comp,
         spent, _, untuned, _ = tp.cost(arm)
         # the worst case: 3 runs, and a second decay where every survivor is on the plateau
         assert 3.0 < spent / untuned <= 3.0 + (arm.tokens - arm.rungs[-1]) / arm.tokens + 1e-9
-    tuning.print_tuning(tp, 2, lambda r: "llama")
+    tuning_view.print_tuning(tp, 2, lambda r: "llama")
     assert "staged curve law: rungs t, 2t, 4t, at most 3 runs per arm" in capsys.readouterr().out
     first = tp.first_stage()
     by_arm = {}

@@ -332,11 +332,11 @@ def test_a_failed_sweep_report_is_said_as_one_line(tmp_path):
     """The report's own error line is folded into the sweep's, which then exits 1."""
     from omegaconf import OmegaConf
 
-    from sweeps.driver import _report
+    from sweeps.sweep_report import run_report
 
     out = tmp_path / "report"
     cfg = OmegaConf.create({"sweep": {"report": {"out": str(out), "args": ["--bootstrap", "10"]}}})
-    path, error = _report(cfg, f"sqlite:///{tmp_path / 'none.db'}", "x", "abc")
+    path, error = run_report(cfg, f"sqlite:///{tmp_path / 'none.db'}", "x", "abc")
     assert path is None and not out.exists()
     assert error == (
         "sweep.report: analysis.report exited with 2 (--tracking-uri: no MLflow store at "

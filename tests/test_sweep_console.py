@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from train_helpers import compose, runs_df
 
-from sweeps import driver, sweep_records, sweep_view
+from sweeps import sweep_records, sweep_report, sweep_view
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_REPORT_CMD = [
@@ -59,7 +59,7 @@ def test_the_summary_fits_80_columns(tmp_path, capsys, log_output):
     out = tmp_path / "report"
     out.mkdir()
     (out / "fit.json").write_text((ROOT / "results" / "demo" / "fit.json").read_text())
-    answer = driver.answer(out / "report.html")
+    answer = sweep_report.answer(out / "report.html")
     assert answer and max(map(len, answer)) > 80  # the demo's verdicts, longer than a line
     name = "vanilla-N304K-D250K-lr0.001-wu0.02-finalist-seed1"
     arms = [sweep_records.RunRecord(name, "FINISHED", "", "demo", "p", name, 4.1, "")]

@@ -67,13 +67,13 @@ def test_arms_are_ordered_by_block_then_size_and_tokens_as_numbers():
 
 
 def test_the_closing_summary_gives_the_reports_verdict(tmp_path, capsys):
-    from sweeps import driver, sweep_view
+    from sweeps import sweep_report, sweep_view
 
     out = tmp_path / "report"
     out.mkdir()
     shutil.copy(ROOT / "results" / "demo" / "fit.json", out / "fit.json")
     ablation = json.loads((out / "fit.json").read_text())["ablation"]
-    answer = driver.answer(out / "report.html")
+    answer = sweep_report.answer(out / "report.html")
     (variant,) = [v for v in ablation["variants"] if v != ablation["baseline"]]
     assert any(line.startswith(f"{variant} against {ablation['baseline']}") for line in answer)
     arms = [_finished("vanilla-N305K-D250K", 4.1), _finished("vanilla-N102K-D250K", 4.5)]
@@ -84,4 +84,7 @@ def test_the_closing_summary_gives_the_reports_verdict(tmp_path, capsys):
     assert all(" ".join(line.split()) in printed for line in answer)
     assert printed.index("vanilla-N102K-D250K") < printed.index("vanilla-N305K-D250K")
     # no report, or a report without an ablation: no answer to give
-    assert driver.answer(None) == () and driver.answer(tmp_path / "none" / "report.html") == ()
+    assert (
+        sweep_report.answer(None) == ()
+        and sweep_report.answer(tmp_path / "none" / "report.html") == ()
+    )

@@ -506,13 +506,13 @@ def test_an_axis_overridden_from_the_command_line_keeps_the_other_axes(comp):
 def test_the_progress_total_is_the_whole_tuned_plan_from_the_start(comp):
     """The demo's first wave is its candidates; the bar's total counts its chosen runs, other
     seeds and transfers too: the runs and seconds its dry run prints for every stage."""
-    from sweeps import tuning
+    from sweeps import tuning_view
 
     args = ["sweep=demo"]
     runs, tuned = driver.Sweep.from_cli(comp(args), args, comp).make_plan()
     whole = driver.planned(runs, tuned)
     first = [r for r in runs if not r.skip]
-    stages = tuning.stage_estimates(tuned)
+    stages = tuning_view.stage_estimates(tuned)
     assert len(stages) > 1 and len(first) == len(stages[0])
     assert whole.runs == sum(tuned.cost(a)[3] for a in tuned.arms) > len(first)
     assert whole.est_s == pytest.approx(sum(max(s, 1.0) for st in stages for s in st))

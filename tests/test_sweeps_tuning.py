@@ -15,7 +15,7 @@ import mlflow
 import pytest
 from sweep_helpers import TINY, _corpus, _env, _tag, sweep_file, tuned_plan
 
-from sweeps import driver, plan, rules, tuning
+from sweeps import driver, plan, rules, tuning, tuning_view
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -66,22 +66,22 @@ def test_rungs_too_soon_after_warmup_are_warned_about_before_anything_trains(com
     # grid.yaml's arms train 61-488 steps: halving's default first rung (1/8 of the stable
     # phase) comes 5-38 steps after their warmup, where a higher lr looks better early on
     _, _, tp = tuned_plan(comp, TINY)
-    warning = tuning.early_rungs(tp)
+    warning = tuning_view.early_rungs(tp)
     assert warning.startswith("warning: 12 of 12 tuned arms rank their candidates fewer than 100")
     after = [a.rungs[0] // 8192 - a.warmup_steps for a in tp.arms]
-    assert max(after) < tuning.EARLY_RUNG_STEPS
+    assert max(after) < tuning_view.EARLY_RUNG_STEPS
     assert f"{min(after)} steps" in warning
     # one rung at half the stable phase: only the shorter budgets are still too early
     _, _, later = tuned_plan(comp, [*TINY, "+sweep.tune_halving={rungs:[0.5]}"])
     late_after = [a.rungs[0] // 8192 - a.warmup_steps for a in later.arms]
-    n_early = sum(x < tuning.EARLY_RUNG_STEPS for x in late_after)
+    n_early = sum(x < tuning_view.EARLY_RUNG_STEPS for x in late_after)
     assert 0 < n_early < 12
-    assert tuning.early_rungs(later).startswith(f"warning: {n_early} of 12 tuned arms")
+    assert tuning_view.early_rungs(later).startswith(f"warning: {n_early} of 12 tuned arms")
     args = [*TINY, "sweep.dry_run=true"]
     driver.drive(comp(args), args, comp, launch=None)
     assert "short-horizon bias" in capsys.readouterr().out
     full = tuned_plan(comp, [*TINY, "+sweep.tune_halving=false"])[2]
-    assert tuning.early_rungs(full) is None  # the full grid compares at the budget
+    assert tuning_view.early_rungs(full) is None  # the full grid compares at the budget
 
 
 def _seed(run) -> int:

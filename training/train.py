@@ -9,7 +9,8 @@ call `train()` many times in one process, so all state (the Accelerator, the MLf
 created inside it.
 
 The loop itself is `training.trainer.Trainer`; its parts live next to it: `step` (one optimizer
-step, evaluation), `run_record` (the MLflow run), `train_state` (what a checkpoint holds),
+step, evaluation), `run_record` (the MLflow run), `run_end` (the records of how it ends),
+`hardware` (threads, hardware params, torch.compile), `train_state` (what a checkpoint holds),
 `signals`, `ranks` (the processes). This module is the CLI and `train()`.
 """
 

@@ -12,6 +12,8 @@
 What a resume needs is in `self.state` (`training.train_state.TrainState`); the model,
 optimizer and sampler hold the rest, and `save()` checkpoints them together. A diverged run
 (a non-finite loss) ends FAILED with its result, not an exception.
+What `finish()` and `fail()` record, a reused run's result and the store-unwritable line are
+`training.run_end`; the thread count, hardware params and torch.compile, `training.hardware`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import contextlib
 import logging
 import math
 import os
-import platform
 import time
 import warnings
 from dataclasses import dataclass
@@ -34,13 +35,23 @@ from accelerate import Accelerator, PartialState
 
 from models import build_model
 from models.moe import moe_layers, routing_stats
-from training import checkpoint, hostmem, metric_log, objectives, parallel, run_record, tracking
+from training import (
+    checkpoint,
+    hostmem,
+    metric_log,
+    objectives,
+    parallel,
+    run_end,
+    run_record,
+    tracking,
+)
 from training.config import ConfigError
 from training.data import BatchSampler, Prefetcher, prepare_data, val_pairs, val_windows
+from training.hardware import compiled, hardware_params, use_recorded_threads
 from training.monitor import Progress, format_si, measured_peak_flops
 from training.ownership import Ownership
 from training.paths import default_cache_dir, default_runs_dir, resolve_dir
-from training.ranks import broadcast, end_process_group, lost_a_rank, reset_accelerate_state
+from training.ranks import broadcast, end_process_group, reset_accelerate_state
 from training.result import TrainResult
 from training.schedules import Schedule, warmup_steps, wsd_decay_start
 from training.signals import Interrupted, Signals
@@ -134,24 +145,12 @@ class Trainer:
             raise
 
     def _store_unwritable(self, why: str, e: Exception) -> tracking.StoreUnwritable:
-        uri = tracking.resolve_tracking_uri(self.spec.tracking.uri)
         state = getattr(self, "state", None)
         run_id = state.mlflow_run_id if state is not None else None
         if run_id is None and getattr(e, "run_id", None):  # run_record.open_run's
             run_id, self.ended = e.run_id, e.run_status
-        if run_id is None:
-            what = "no run was opened"
-        elif self.ended == "FAILED":
-            what = f"MLflow run {run_id} is FAILED"
-        else:
-            what = f"MLflow run {run_id} could not be marked FAILED and shows RUNNING"
-        at = f" at step {state.step}" if state is not None and state.mlflow_run_id else ""
-        fix = "make it writable" if "only" in why.lower() else "free space"
-        return tracking.StoreUnwritable(
-            f"tracking.uri={uri}: the store cannot be written ({why}){at}; {what}; {fix} and "
-            f"rerun the same command: run key {self.spec.run_key} resumes from its last "
-            "checkpoint"
-        )
+        step = state.step if state is not None and state.mlflow_run_id else None
+        return run_end.store_unwritable(self.spec, run_id, self.ended, step, why)
 
     # ------------------------------------------------------------ setup
     def setup(self) -> TrainResult | None:
@@ -159,7 +158,8 @@ class Trainer:
         self._start_processes()
         decision = self._decide()
         if decision["action"] == "reuse":
-            return self._reused(decision["run_id"])
+            run_id = decision["run_id"]
+            return run_end.reused(self.client, self.spec, self.rdir, run_id, self.main)
         use_recorded_threads(decision.get("torch_threads"), self.spec.run_key, self.stack)
         self._build(decision)
         self._start_monitor()
@@ -535,34 +535,21 @@ class Trainer:
             run_dir=str(self.rdir),
         )
         if self.main:
-            self._record_finished(result)
+            run_end.record_finished(
+                self.client,
+                self.metrics,
+                self.system,
+                result,
+                self.train_tokens,
+                self.rdir,
+                self.spec.train.save_final_checkpoint,
+            )
         self.progress.close()
         self.progress.message(
             f"done: final_val_loss {val_loss:.4f} | {result.tokens_consumed} tokens | "
             f"{wall:.1f}s | run {self.run_id}"
         )
         return result
-
-    def _record_finished(self, result: TrainResult) -> None:
-        """The final metrics, the checkpoint artifact (train.save_final_checkpoint), FINISHED."""
-        consumed = result.tokens_consumed
-        final = {
-            "final_val_loss": result.final_val_loss,
-            "final_train_loss": result.final_train_loss,
-            "wall_time_s": result.wall_time_s,
-            "tokens_consumed": consumed,
-            "epochs": consumed / self.train_tokens,
-        }
-        self.metrics.add(consumed, val_loss=result.final_val_loss, **final)
-        self.metrics.close()
-        metric_log.stop_system_metrics(self.system)
-        if self.spec.train.save_final_checkpoint:
-            self.client.log_artifact(result.run_id, str(self.rdir / checkpoint.LAST), "checkpoint")
-            shards = checkpoint.shards_of(self.rdir / checkpoint.LAST)
-            if shards is not None:  # the sharded weights the file names
-                folder = self.rdir / shards
-                self.client.log_artifacts(result.run_id, str(folder), f"checkpoint/{shards}")
-        run_record.end_run(self.client, result.run_id, "FINISHED")
 
     def _diverged(self, step: int, train_loss: float) -> TrainResult:
         """A non-finite loss at `step`: log it at its own step (tokens seen after it, with its
@@ -593,109 +580,12 @@ class Trainer:
         what was logged is kept."""
         self.signals.deferred = False  # a second signal now interrupts the clean-up
         self.progress.close()
-        if self.main and isinstance(e, tracking.TrackingLost):  # the run stays RUNNING
-            self.metrics.abandon()
-            metric_log.stop_system_metrics(self.system, store_lost=True)
-        elif (
-            self.main
-            and not isinstance(e, (OSError, ConfigError))
-            and tracking.store_write_error(e)
-        ):
-            # a full or read-only store: no last points; FAILED if it still takes that
-            self.metrics.abandon()
-            metric_log.stop_system_metrics(self.system, store_lost=True)
-            reason = f"{type(e).__name__}: {tracking.store_write_error(e)}"
-            if run_record.end_run_if_possible(self.client, self.run_id, "FAILED", reason):
-                self.ended = "FAILED"
-        elif self.main:
-            self.metrics.close()
-            metric_log.stop_system_metrics(self.system)
-            status = "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED"
-            reason = e.reason if isinstance(e, Interrupted) else f"{type(e).__name__}: {e}"
-            if self.world > 1 and lost_a_rank(e):  # stopped from outside, like a kill: resumable
-                status = "KILLED"
-                reason = f"another rank was lost (killed, or its node failed); rerun to resume: {e}"
-            run_record.end_run(self.client, self.run_id, status, reason[:1000])
+        if self.main:
+            ended = run_end.record_failure(
+                self.client, self.metrics, self.system, self.run_id, self.world, e
+            )
+            self.ended = ended or self.ended
         if isinstance(e, Interrupted) and self.main:
             log.warning(
                 "run %s %s (MLflow run %s KILLED)", self.spec.run_key, e.reason, self.run_id
             )
-
-    def _reused(self, run_id: str) -> TrainResult:
-        """The result of the run key's FINISHED run (nothing trained)."""
-        spec, rdir = self.spec, str(self.rdir)
-        if not self.main:
-            return TrainResult(spec.run_key, None, "FINISHED", run_dir=rdir, reused=True)
-        m = self.client.get_run(run_id).data.metrics
-        log.info(
-            "run key %s already FINISHED as MLflow run %s: nothing to do", spec.run_key, run_id
-        )
-        return TrainResult(
-            run_key=spec.run_key,
-            run_id=run_id,
-            status="FINISHED",
-            final_val_loss=m.get("final_val_loss"),
-            final_train_loss=m.get("final_train_loss"),
-            tokens_consumed=int(m.get("tokens_consumed", 0)),
-            steps=int(m.get("tokens_consumed", 0)) // spec.train.batch_tokens,
-            wall_time_s=m.get("wall_time_s", 0.0),
-            run_dir=rdir,
-            reused=True,
-        )
-
-
-def use_recorded_threads(recorded: str | None, run_key: str, stack: contextlib.ExitStack) -> None:
-    """Resume with the intra-op thread count the run started with (its `torch_threads` param):
-    reductions split differently across threads, so 1 and 2 threads differ in about the 9th
-    digit of the loss (docs/contracts.md). Restored when the run returns (sweeps train many)."""
-    now = torch.get_num_threads()
-    if recorded is None or int(recorded) == now:
-        return
-    log.warning(
-        "run %s started with %s threads: resuming with %s (this process had %d)",
-        run_key,
-        recorded,
-        recorded,
-        now,
-    )
-    stack.callback(torch.set_num_threads, now)
-    torch.set_num_threads(int(recorded))
-
-
-def hardware_params(device, mixed_precision: str, compile_on: bool) -> dict[str, Any]:
-    """What a run's throughput was measured on: the device's name, the precision and compile
-    actually used (`train.precision` / `train.compile` may say auto) and the host's CPUs."""
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-    else:
-        name = next(
-            (
-                line.split(":", 1)[1].strip()
-                for line in _read_lines("/proc/cpuinfo")
-                if line.startswith("model name")
-            ),
-            platform.processor() or platform.machine(),
-        )
-    return {
-        "hardware.device": f"{device.type}: {name}",
-        "hardware.precision": {"no": "fp32"}.get(mixed_precision, mixed_precision),
-        "hardware.compile": bool(compile_on),
-        "hardware.cpus": os.cpu_count(),
-    }
-
-
-def _read_lines(path: str) -> list[str]:
-    try:
-        return Path(path).read_text().splitlines()
-    except OSError:
-        return []
-
-
-def compiled(raw_model):
-    """torch.compile of the model. A sweep trains many shapes in one process: each compiles
-    once (a shape seen before reuses its code, a new model object of that shape too), but past
-    Dynamo's recompile_limit (8) new shapes would silently run eager."""
-    import torch._dynamo  # ~2 s, only when compiling
-
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
-    return torch.compile(raw_model)

@@ -79,8 +79,9 @@ class PlanSweeper(Sweeper):
     def sweep(self, arguments: list[str]) -> Any:
         # Lazy: Hydra imports every plugin module in every app (training jobs too), and these
         # are the sweep's own (rich, the MLflow client).
-        from sweeps.driver import WorkerLost, drive
+        from sweeps.driver import drive
         from sweeps.errors import PlanError
+        from sweeps.waves import WorkerLost
         from training.tracking import TrackingUnavailable
 
         assert self.config is not None
