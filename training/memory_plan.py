@@ -165,6 +165,9 @@ def verdict(cfg, train, micro_batch: int, precision: str, world: int, device_byt
 
 # The shapes of the docs' table (docs/training.md, "ddp or fsdp"): GPT-2 small, OLMo-1B's and
 # Llama-2-7B's, trained in bf16 at micro-batch 1 of 2048 tokens (GPT-2: its 1024).
+LLAMA_BLOCK = dict(
+    norm="rmsnorm", pos_encoding="rope", mlp="swiglu", tie_embeddings=False, bias=False
+)
 SHAPES = {
     "GPT-2 small": dict(d_model=768, n_layers=12, n_heads=12, vocab_size=50257, max_seq_len=1024),
     "1B (OLMo-1B)": dict(
@@ -174,11 +177,7 @@ SHAPES = {
         d_ff=8192,
         vocab_size=50304,
         max_seq_len=2048,
-        norm="rmsnorm",
-        pos_encoding="rope",
-        mlp="swiglu",
-        tie_embeddings=False,
-        bias=False,
+        **LLAMA_BLOCK,
     ),
     "7B (Llama-2-7B)": dict(
         d_model=4096,
@@ -187,11 +186,7 @@ SHAPES = {
         d_ff=11008,
         vocab_size=32000,
         max_seq_len=2048,
-        norm="rmsnorm",
-        pos_encoding="rope",
-        mlp="swiglu",
-        tie_embeddings=False,
-        bias=False,
+        **LLAMA_BLOCK,
     ),
 }
 DEVICES_GB = (80, 141)  # H100 / A100 80 GB, H200 141 GB
