@@ -21,7 +21,6 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn
 from rich.table import Table
 
@@ -307,23 +306,22 @@ def print_summary(name: str, outcomes, uri: str, parent_run_id: str, closing: Cl
 
 
 def _print_not_finished(out: Console, outcomes) -> None:
+    """The points that did not finish, then each one's reason below the table as plain text:
+    a table cell would cut a reason across its borders at 80 columns, and a log is grepped for
+    it ("interrupted by SIGTERM", a rerun hint)."""
     bad = [o for o in outcomes if o.state in ("failed", "skipped", "not-run")]
     if not bad:
         return
     d = Table(title="not finished in this invocation", title_justify="left")
-    for col in ("#", "variant", "N", "D", "state", "reason"):
+    for col in ("#", "variant", "N", "D", "state"):
         d.add_column(col, overflow="fold")
     for o in bad:
         r = o.run
-        d.add_row(
-            str(r.index),
-            r.variant,
-            plan.format_count(r.n),
-            plan.format_count(r.d),
-            o.state,
-            escape(o.reason),  # a reason may quote "[...]" (a gloo error's source location)
-        )
+        d.add_row(str(r.index), r.variant, plan.format_count(r.n), plan.format_count(r.d), o.state)
     out.print(d)
+    for o in bad:
+        # markup=False: a reason may quote "[...]" (a gloo error's source location)
+        out.print(f"#{o.run.index}: {o.reason}", highlight=False, markup=False)
 
 
 def _print_arms(out: Console, arms) -> None:
