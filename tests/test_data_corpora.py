@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from corpus_helpers import WORDS, text_config, write_corpus
 
 import training.data.build as build_mod
 import training.data.encode as encode_mod
@@ -21,36 +22,14 @@ from training.config import ConfigError, DataConfig
 from training.data import ShardedTokens, open_shard, prepare_data, source_fingerprint, write_bin
 
 ROOT = Path(__file__).resolve().parents[1]
-WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
-
-
-def _corpus(folder: Path, n_files: int = 8, docs: int = 40, seed: int = 0) -> Path:
-    rng = np.random.default_rng(seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    for f in range(n_files):
-        parts = [" ".join(rng.choice(WORDS, size=int(rng.integers(20, 200)))) for _ in range(docs)]
-        (folder / f"f{f:02d}.txt").write_text("<|endoftext|>".join(parts))
-    return folder
-
-
-def _text(path: Path, **kw) -> DataConfig:
-    return DataConfig.from_dict(
-        {
-            "source": "text",
-            "path": str(path),
-            "vocab_size": 300,
-            "tokenizer_train_chars": 20000,
-            **kw,
-        }
-    )
 
 
 def test_tokens_do_not_depend_on_the_batch_size_units_or_workers(tmp_path, monkeypatch):
-    corpus = _corpus(tmp_path / "c")
+    corpus = write_corpus(tmp_path / "c")
     with open(corpus / "g.jsonl", "w") as f:  # a large .jsonl file is cut into pieces
         for i in range(400):
             f.write(json.dumps({"text": f"record {i} " + " ".join(WORDS[: i % 12 + 1])}) + "\n")
-    cfg = _text(corpus)
+    cfg = text_config(corpus)
     want = prepare_data(cfg, tmp_path / "a", workers=1)
     assert len(want.meta["units"]) == 1
     for batch, unit, workers in [(997, 3000, 1), (1 << 20, 5000, 2), (4096, 1 << 20, 2)]:
@@ -66,7 +45,7 @@ def test_tokens_do_not_depend_on_the_batch_size_units_or_workers(tmp_path, monke
 
 
 def test_max_tokens_stops_at_the_same_document_whatever_the_batch_size(tmp_path, monkeypatch):
-    cfg = _text(_corpus(tmp_path / "c"), tokenizer="byte", max_tokens=50000)
+    cfg = text_config(write_corpus(tmp_path / "c"), tokenizer="byte", max_tokens=50000)
     want = prepare_data(cfg, tmp_path / "a")
     monkeypatch.setattr(encode_mod, "BATCH_CHARS", 997)  # the stop falls mid-stream
     monkeypatch.setattr(plan_mod, "UNIT_BYTES", 3000)  # and in a unit after others
@@ -76,7 +55,7 @@ def test_max_tokens_stops_at_the_same_document_whatever_the_batch_size(tmp_path,
     assert 50000 <= len(got.train) + len(got.val) < 50000 + 2000
 
 
-def test_preparation_memory_does_not_grow_with_the_corpus(tmp_path, monkeypatch):
+def test_preparation_memory_does_not_grow_with_thewrite_corpus(tmp_path, monkeypatch):
     """Python's peak allocations (numpy's included) while preparing a corpus ~70x and ~140x the
     batch size: the same, and under half the corpus."""
     import training.data.sources as sources
@@ -86,8 +65,8 @@ def test_preparation_memory_does_not_grow_with_the_corpus(tmp_path, monkeypatch)
     monkeypatch.setattr(plan_mod, "UNIT_BYTES", 1 << 18)
     peaks = []
     for n_files in (40, 80):
-        corpus = _corpus(tmp_path / f"c{n_files}", n_files=n_files, docs=200, seed=n_files)
-        cfg = _text(corpus, tokenizer="byte")
+        corpus = write_corpus(tmp_path / f"c{n_files}", n_files=n_files, docs=200, seed=n_files)
+        cfg = text_config(corpus, tokenizer="byte")
         size = sum(p.stat().st_size for p in corpus.iterdir())
         tracemalloc.start()
         prepare_data(cfg, tmp_path / "cache", workers=1)  # in this process: traced
@@ -102,8 +81,8 @@ def test_a_prepared_corpus_is_fingerprinted_by_stats_and_an_edit_is_seen(tmp_pat
 
     monkeypatch.setenv("SCALING_LAB_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(filehash, "RACY_S", -1.0)  # files just written count as settled
-    corpus = _corpus(tmp_path / "c")
-    cfg = _text(corpus, tokenizer="byte")
+    corpus = write_corpus(tmp_path / "c")
+    cfg = text_config(corpus, tokenizer="byte")
     source_fingerprint(cfg)
     assert not (tmp_path / "cache").exists()  # no cache folder yet (a dry run): nothing written
     (tmp_path / "cache").mkdir()  # what preparing makes
@@ -122,14 +101,14 @@ def test_a_prepared_corpus_is_fingerprinted_by_stats_and_an_edit_is_seen(tmp_pat
     monkeypatch.setenv("SCALING_LAB_CACHE_DIR", str(tmp_path / "cache"))
     moved = tmp_path / "elsewhere"
     corpus.rename(moved)
-    assert source_fingerprint(_text(moved, tokenizer="byte")) == first  # same files, same key
+    assert source_fingerprint(text_config(moved, tokenizer="byte")) == first  # same files, same key
     (moved / "f03.txt").write_text((moved / "f03.txt").read_text() + " omega")
-    assert source_fingerprint(_text(moved, tokenizer="byte")) != first
+    assert source_fingerprint(text_config(moved, tokenizer="byte")) != first
 
 
 def test_an_interrupted_build_is_never_read_and_is_finished_next_time(tmp_path, monkeypatch):
-    corpus = _corpus(tmp_path / "c")
-    cfg = _text(corpus, tokenizer="byte")
+    corpus = write_corpus(tmp_path / "c")
+    cfg = text_config(corpus, tokenizer="byte")
 
     def boom(*a, **k):
         raise KeyboardInterrupt
@@ -148,13 +127,13 @@ def test_jsonl_errors_name_the_file_and_line(tmp_path):
     path = tmp_path / "docs.jsonl"
     path.write_text('{"text": "fine"}\n{not json}\n')
     with pytest.raises(ConfigError, match=f"data.path: {path}:2 is not JSON"):
-        prepare_data(_text(path, tokenizer="byte"), tmp_path / "cache")
+        prepare_data(text_config(path, tokenizer="byte"), tmp_path / "cache")
 
 
 def test_non_utf8_text_becomes_replacement_characters(tmp_path):
     path = tmp_path / "latin1.txt"
     path.write_bytes(("caf\xe9\n" * 30000).encode("latin-1"))
-    data = prepare_data(_text(path, tokenizer="byte"), tmp_path / "cache")
+    data = prepare_data(text_config(path, tokenizer="byte"), tmp_path / "cache")
     tokens = np.concatenate([data.train, data.val]).astype(np.uint8).tobytes()
     assert tokens.count("\ufffd".encode()) == 30000
 
@@ -352,7 +331,7 @@ def test_train_on_tokens_end_to_end_and_bad_input_exits_2(tmp_path):
 
 
 def test_the_prepare_command_builds_the_cache_a_run_reads(tmp_path):
-    corpus = _corpus(tmp_path / "c")
+    corpus = write_corpus(tmp_path / "c")
     args = [
         "-m",
         "training.data",
@@ -400,7 +379,7 @@ def test_the_first_fingerprint_is_kept_once_a_cache_is_prepared(tmp_path, monkey
 
     monkeypatch.setenv("SCALING_LAB_CACHE_DIR", str(tmp_path / "default"))
     monkeypatch.setattr(filehash, "RACY_S", -1.0)
-    cfg = _text(_corpus(tmp_path / "c"), tokenizer="byte")
+    cfg = text_config(write_corpus(tmp_path / "c"), tokenizer="byte")
     first = source_fingerprint(cfg)
     assert not (tmp_path / "default").exists()
     prepare_data(cfg, tmp_path / "elsewhere")  # paths.cache_dir need not be the default
@@ -416,11 +395,11 @@ def test_a_run_right_after_preparing_reads_neither_corpus_nor_cache(tmp_path, mo
     import training.data.store as store
 
     monkeypatch.setenv("SCALING_LAB_CACHE_DIR", str(tmp_path / "memo"))
-    corpus = _corpus(tmp_path / "c")
+    corpus = write_corpus(tmp_path / "c")
     old = time.time() - 3600  # a corpus written before; the cache is brand new
     for p in corpus.iterdir():
         os.utime(p, (old, old))
-    cfg = _text(corpus, tokenizer="byte")
+    cfg = text_config(corpus, tokenizer="byte")
     prepared = prepare_data(cfg, tmp_path / "cache")
     filehash._hashed.clear()  # a new process
     store._verified.clear()

@@ -13,29 +13,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+from corpus_helpers import WORDS, text_config, write_corpus
 
 import training.data.build as build_mod
 import training.data.progress as progress_mod
-from training.config import DataConfig
 from training.data import prepare_data
 from training.data.progress import Progress
 
 ROOT = Path(__file__).resolve().parents[1]
-WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
-
-
-def _corpus(folder: Path, n_files: int = 6, docs: int = 40, seed: int = 0) -> Path:
-    rng = np.random.default_rng(seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    for f in range(n_files):
-        parts = [" ".join(rng.choice(WORDS, size=int(rng.integers(20, 200)))) for _ in range(docs)]
-        (folder / f"f{f:02d}.txt").write_text("<|endoftext|>".join(parts))
-    return folder
-
-
-def _cfg(corpus: Path, **kw) -> DataConfig:
-    fields = {"source": "text", "path": str(corpus), "vocab_size": 300}
-    return DataConfig.from_dict({**fields, "tokenizer_train_chars": 20000, **kw})
 
 
 def _rss_mb(pid: int) -> float:
@@ -101,11 +86,11 @@ def test_an_edit_outside_the_bpe_sample_reuses_the_tokenizer_and_leaves_one_cach
     """The BPE's sample is the first 20,000 training characters (the first file): an edit of
     the last file keeps it (the tokenizer is copied, not trained), an edit of the first file
     changes it (trained again); either way the superseded cache is removed."""
-    corpus, root = _corpus(tmp_path / "c"), tmp_path / "cache"
+    corpus, root = write_corpus(tmp_path / "c", n_files=6), tmp_path / "cache"
     trained = []
     train = build_mod.BPETokenizer.train
     monkeypatch.setattr(build_mod.BPETokenizer, "train", lambda *a: trained.append(1) or train(*a))
-    cfg = _cfg(corpus)
+    cfg = text_config(corpus)
     first = prepare_data(cfg, root, workers=1)
     assert len(trained) == 1 and first.meta["tokenizer_trained"]
     bpe = (first.cache_dir / "tokenizer.json").read_bytes()
@@ -133,11 +118,11 @@ def test_an_edit_outside_the_bpe_sample_reuses_the_tokenizer_and_leaves_one_cach
 def test_a_bpe_trained_in_a_process_of_its_own_is_the_same(tmp_path, monkeypatch):
     """A large sample is trained in a spawned process (its memory freed before the workers
     start): the same tokenizer and tokens as one trained in the builder."""
-    corpus = _corpus(tmp_path / "c")
-    here = prepare_data(_cfg(corpus), tmp_path / "here", workers=1)
+    corpus = write_corpus(tmp_path / "c", n_files=6)
+    here = prepare_data(text_config(corpus), tmp_path / "here", workers=1)
     monkeypatch.setattr(build_mod, "APART_MIN_CHARS", 0)
     monkeypatch.setattr(build_mod.BPETokenizer, "train", None)  # not in this process
-    apart = prepare_data(_cfg(corpus), tmp_path / "apart", workers=1)
+    apart = prepare_data(text_config(corpus), tmp_path / "apart", workers=1)
     assert apart.meta["tokenizer_trained"]
     assert (here.cache_dir / "tokenizer.json").read_bytes() == (
         apart.cache_dir / "tokenizer.json"
@@ -148,7 +133,7 @@ def test_a_bpe_trained_in_a_process_of_its_own_is_the_same(tmp_path, monkeypatch
 def test_progress_in_a_log_is_plain_lines(tmp_path):
     """stderr not a terminal (here a pipe): one plain line per stage and a last `done` line,
     each with MB, tokens, rate and ETA; no bar, no terminal escapes."""
-    corpus = _corpus(tmp_path / "c")
+    corpus = write_corpus(tmp_path / "c", n_files=6)
     out = subprocess.run(
         [sys.executable, "-m", "training.data", "prepare", "data=text", f"data.path={corpus}"]
         + ["data.vocab_size=300", "data.tokenizer_train_chars=20000"]
