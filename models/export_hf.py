@@ -8,9 +8,14 @@ and gives our logits (within float32 rounding), so trained models can be evaluat
 usual tools. Targets per family (``models.hf_layouts`` maps our weights onto each):
 
 - ``decoder`` -> ``GPT2LMHeadModel`` (Pre-LN, LayerNorm, learned positions, MHA, GELU),
-  ``LlamaForCausalLM`` (Pre-LN, RMSNorm, RoPE, SwiGLU, any MHA/GQA/MQA) or
-  ``Qwen3MoeForCausalLM`` (as Llama with QK-norm and ``mlp: moe``: SwiGLU experts, no shared
-  experts, softmax-then-top-k routing without aux-free biases): ``AutoModelForCausalLM``.
+  ``LlamaForCausalLM`` (Pre-LN, RMSNorm, RoPE, SwiGLU, any MHA/GQA/MQA), and for ``mlp: moe``
+  (SwiGLU experts, softmax-then-top-k routing, every ``moe_every``-th layer MoE) the first of
+  ``Qwen3MoeForCausalLM`` (as Llama with QK-norm; no shared experts, no aux-free bias),
+  ``Qwen2MoeForCausalLM`` (no QK-norm, no biases; shared experts behind an exact 0.5 gate),
+  ``Ernie4_5_MoeForCausalLM`` (no QK-norm, ``moe_norm_topk``; biases, shared experts and the
+  aux-free selection bias) that fits: ``AutoModelForCausalLM``. MoE models no layout fits (GELU
+  experts, QK-norm with shared experts or aux-free bias, aux-free without ``moe_norm_topk``)
+  are refused naming the field; see docs/models.md.
 - ``encoder`` -> ``BertForMaskedLM`` (Post-LN, LayerNorm, learned positions, MHA, GELU):
   ``AutoModelForMaskedLM``.
 - ``encoder_decoder`` -> ``MarianMTModel`` (Post-LN, LayerNorm with eps 1e-5, sinusoidal
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 
 import torch
@@ -74,6 +80,27 @@ _TARGETS = {
             "n_shared_experts": 0,
             "moe_balance": "aux_loss",  # no selection bias in Qwen3-MoE's router
         },
+        "qwen2_moe": {
+            "norm_position": "pre",
+            "pos_encoding": "rope",
+            "norm": "rmsnorm",
+            "mlp": "moe",
+            "scale_embeddings": False,
+            "qk_norm": False,  # Qwen2 has no QK-norm
+            "expert_mlp": "swiglu",  # every HF MoE expert is gated (GLU): none is a GELU MLP
+            "moe_balance": "aux_loss",  # no selection bias in Qwen2-MoE's router either
+            "bias": False,  # its o_proj and MLPs never have biases (q, k, v may)
+        },
+        "ernie4_5_moe": {  # what Qwen2-MoE lacks: biases and the aux-free selection bias
+            "norm_position": "pre",
+            "pos_encoding": "rope",  # interleaved pairs: q, k rows permuted (exact)
+            "norm": "rmsnorm",
+            "mlp": "moe",
+            "scale_embeddings": False,
+            "qk_norm": False,
+            "expert_mlp": "swiglu",
+            "moe_norm_topk": True,  # Ernie always renormalises the top-k gate weights
+        },
     },
     "encoder": {
         "bert": {
@@ -98,8 +125,10 @@ _TARGETS = {
 }
 _MHA_ONLY = {"gpt2", "bert", "marian"}
 _EXPORTABLE = {
-    "decoder": "gpt2 (pre, layernorm, learned, MHA, gelu), llama (pre, rmsnorm, rope, swiglu) "
-    "or qwen3_moe (pre, rmsnorm, rope, qk_norm, moe of swiglu experts, no shared, aux_loss)",
+    "decoder": "gpt2 (pre, layernorm, learned, MHA, gelu), llama (pre, rmsnorm, rope, swiglu), "
+    "qwen3_moe (pre, rmsnorm, rope, qk_norm, moe of swiglu experts, no shared, aux_loss), "
+    "qwen2_moe (pre, rmsnorm, rope, no qk_norm, no bias, moe of swiglu experts, aux_loss) or "
+    "ernie4_5_moe (pre, rmsnorm, rope, no qk_norm, moe of swiglu experts, moe_norm_topk)",
     "encoder": "bert (post, layernorm, learned, MHA, gelu)",
     "encoder_decoder": "marian (post, layernorm with eps 1e-5, sinusoidal, MHA, gelu)",
 }
@@ -110,13 +139,16 @@ class ExportError(ValueError):
 
 
 def hf_target(cfg: ModelConfig) -> str:
-    """``"gpt2"``, ``"llama"`` (decoder), ``"bert"`` (encoder) or ``"marian"``
-    (encoder_decoder): the HF architecture that represents ``cfg`` exactly."""
+    """``"gpt2"``, ``"llama"``, ``"qwen3_moe"``, ``"qwen2_moe"``, ``"ernie4_5_moe"`` (decoder),
+    ``"bert"`` (encoder) or ``"marian"`` (encoder_decoder): the HF architecture that represents
+    ``cfg`` exactly (the first in that order when several do)."""
     if cfg.parametrization != "sp":  # HF models have no output multiplier or 1/d attention
         raise ExportError(
             f"parametrization={cfg.parametrization!r} has no Hugging Face equivalent (its output "
             "multiplier and 1/head_dim attention scale); only 'sp' models are exportable"
         )
+    if cfg.mlp == "moe":
+        _check_moe_layout(cfg)
     targets = _TARGETS[cfg.family]
     best, best_misses, best_rank = None, None, None
     for name, needs in targets.items():
@@ -139,8 +171,33 @@ def hf_target(cfg: ModelConfig) -> str:
     )
 
 
+def _check_moe_layout(cfg: ModelConfig) -> None:
+    """MoE combinations no HF layout represents whatever the other fields, named up front (the
+    nearest-target search below would name a field whose change does not help)."""
+    if cfg.expert_mlp != "swiglu":
+        raise ExportError(
+            f"expert_mlp={cfg.expert_mlp!r} has no Hugging Face equivalent: the experts of every "
+            "HF MoE layout (Qwen2/3-MoE, Ernie 4.5-MoE, Mixtral, OLMoE, DeepSeek) are gated "
+            "(SwiGLU) MLPs; use expert_mlp='swiglu' to export"
+        )
+    if cfg.qk_norm and cfg.n_shared_experts:
+        raise ExportError(
+            f"n_shared_experts={cfg.n_shared_experts} with qk_norm=True has no Hugging Face "
+            "equivalent: qwen3_moe (QK-norm) has no shared experts, qwen2_moe and ernie4_5_moe "
+            "(shared experts) no QK-norm; set n_shared_experts=0 or qk_norm=false to export"
+        )
+    if cfg.moe_balance == "aux_free" and (cfg.qk_norm or not cfg.moe_norm_topk):
+        other = "qk_norm=True" if cfg.qk_norm else "moe_norm_topk=False"
+        raise ExportError(
+            f"moe_balance='aux_free' with {other} has no Hugging Face equivalent: the selection "
+            "bias of a softmax router exists in ernie4_5_moe only, which has no QK-norm and "
+            "always renormalises the top-k weights; export needs qk_norm=false and "
+            "moe_norm_topk=true (or moe_balance='aux_loss')"
+        )
+
+
 def hf_config(cfg: ModelConfig):
-    """The ``transformers`` config (GPT2, Llama, Bert or Marian) with exactly our shape."""
+    """The ``transformers`` config of ``hf_target(cfg)`` with exactly our shape."""
     return target_config(hf_target(cfg), cfg)
 
 
@@ -160,7 +217,9 @@ def to_hf(model: torch.nn.Module, cfg: ModelConfig | None = None):
 
     cfg = cfg or model.cfg
     target = hf_target(cfg)
-    hf = getattr(transformers, CLASSES[target])(target_config(target, cfg))
+    with warnings.catch_warnings():  # Qwen2-MoE without shared experts: an empty one
+        warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
+        hf = getattr(transformers, CLASSES[target])(target_config(target, cfg))
     missing, unexpected = hf.load_state_dict(hf_state_dict(cfg, model.state_dict()), strict=False)
     tied = {"lm_head.weight", "cls.predictions.decoder.weight"} if cfg.tie_embeddings else set()
     # Marian rebuilds its sinusoidal tables itself (never saved); they are ours permuted
@@ -213,7 +272,6 @@ def load_checkpoint_model(checkpoint: Path, config: Path | None = None) -> torch
 def _load_shards(model: torch.nn.Module, folder: Path) -> None:
     """The weights of a `train.parallel=fsdp` checkpoint: `torch.distributed.checkpoint` shards
     written by any number of ranks, read whole into `model` in this one process."""
-    import warnings
 
     import torch.distributed.checkpoint as dcp
 

@@ -30,6 +30,23 @@ config (``ExportError`` otherwise); here every target is assumed to fit.
   ``router``, ``gate_up`` and ``proj``; ``decoder_sparse_step`` is our ``moe_every``. Its
   dense MLPs have no biases; its attention biases (q, k, v and o) follow ``attention_bias``.
 
+- ``Qwen2MoeForCausalLM`` (decoder; Qwen3-MoE's names without QK-norm). Its MoE layer adds
+  ``sigmoid(shared_expert_gate(x)) * shared_expert(x)`` with ``shared_expert_gate`` a bias-free
+  Linear(d, 1); ours adds the shared experts ungated (DeepSeek). A zero gate weight gives
+  sigmoid(0) = 0.5 exactly and the shared down projection times 2 (a power of two, so exact in
+  floating point) undoes it. Our n_shared_experts experts are already one SwiGLU MLP of width
+  n_shared_experts x expert_d_ff (a sum of MLPs is one wider MLP), Qwen2-MoE's one shared
+  expert; with none, that MLP has width 0 (zero-size tensors). q, k, v may have biases in
+  Qwen2-MoE, o_proj and the MLPs never: bias-free models only.
+- ``Ernie4_5_MoeForCausalLM`` (decoder; Qwen2-MoE's names, ungated ``shared_experts``): its
+  router picks the top k of softmax probabilities plus ``e_score_correction_bias`` (our
+  ``select_bias``, DeepSeek-V3's aux-free bias: selection only) and always renormalises the
+  gate weights (divided by max(sum, 1e-12): the sum of k probabilities is far above that).
+  Its RoPE rotates interleaved pairs (2i, 2i+1): q and k rows are permuted within each head
+  (``ernie_rope_permutation``), which leaves every q.k product unchanged. ``use_bias`` puts
+  biases on every Linear including the output head and the shared experts: zero where ours
+  has none.
+
 GPT-2, BERT and Marian always have biases: a ``bias=False`` model is exported with zero biases
 (the same function).
 """
@@ -49,6 +66,8 @@ CLASSES = {
     "gpt2": "GPT2LMHeadModel",
     "llama": "LlamaForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM",
+    "qwen2_moe": "Qwen2MoeForCausalLM",
+    "ernie4_5_moe": "Ernie4_5_MoeForCausalLM",
     "bert": "BertForMaskedLM",
     "marian": "MarianMTModel",
 }
@@ -119,6 +138,44 @@ def _qwen3_moe_config(cfg: ModelConfig) -> dict:
         mlp_only_layers=[],
         router_aux_loss_coef=cfg.moe_aux_coef,
         use_sliding_window=False,
+    )
+
+
+def _qwen2_moe_config(cfg: ModelConfig) -> dict:
+    qwen3 = _qwen3_moe_config(cfg)
+    for llama_only in ("head_dim", "attention_bias"):  # Qwen2-MoE: head_dim = d / heads
+        del qwen3[llama_only]
+    return dict(
+        qwen3,
+        shared_expert_intermediate_size=cfg.n_shared_experts * cfg.expert_d_ff,
+        qkv_bias=False,  # its o_proj never has a bias: export_hf refuses bias=True
+    )
+
+
+def _ernie4_5_moe_config(cfg: ModelConfig) -> dict:
+    return dict(
+        hidden_size=cfg.d_model,
+        intermediate_size=cfg.ffn_dim,
+        num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads,
+        num_key_value_heads=cfg.kv_heads,
+        hidden_act="silu",
+        max_position_embeddings=cfg.max_seq_len,
+        initializer_range=cfg.init_std,
+        rms_norm_eps=cfg.norm_eps,
+        rope_parameters={"rope_type": "default", "rope_theta": float(cfg.rope_base)},
+        use_bias=cfg.bias,
+        moe_intermediate_size=cfg.expert_d_ff,
+        moe_k=cfg.top_k,
+        moe_num_experts=cfg.n_experts,
+        moe_num_shared_experts=cfg.n_shared_experts,
+        moe_layer_start_index=0,
+        moe_layer_end_index=cfg.n_layers - 1,
+        moe_layer_interval=cfg.moe_every,
+        router_aux_loss_coef=cfg.moe_aux_coef,
+        pad_token_id=None,  # else its embedding names a padding row (no effect on logits)
+        bos_token_id=None,
+        eos_token_id=None,
     )
 
 
@@ -236,6 +293,17 @@ def _llama_state(cfg: ModelConfig, sd: Tensors) -> Tensors:
 
 def _qwen3_moe_state(cfg: ModelConfig, sd: Tensors) -> Tensors:
     """Llama's mapping plus QK-norm gains; the MoE layers' router and experts as they are."""
+    return _moe_state(cfg, sd, qk_norm=True)
+
+
+def _qwen2_moe_state(cfg: ModelConfig, sd: Tensors) -> Tensors:
+    """Qwen3-MoE's mapping without QK-norm, plus each MoE layer's (gated) shared expert."""
+    return _moe_state(cfg, sd, qk_norm=False, gated_shared=True)
+
+
+def _moe_state(cfg: ModelConfig, sd: Tensors, qk_norm: bool, gated_shared: bool = False) -> Tensors:
+    """Qwen3-MoE / Qwen2-MoE / Ernie 4.5-MoE names; ``gated_shared``: Qwen2-MoE's shared expert
+    (always present, gated), else one ungated ``shared_experts`` MLP where ours has one."""
     q, kv, f = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.ffn_dim
     kinds = ("weight", "bias") if cfg.bias else ("weight",)
     out = {
@@ -246,24 +314,83 @@ def _qwen3_moe_state(cfg: ModelConfig, sd: Tensors) -> Tensors:
         a, h = f"blocks.{i}", f"model.layers.{i}"
         out[f"{h}.input_layernorm.weight"] = sd[f"{a}.attn_norm.weight"]
         out[f"{h}.post_attention_layernorm.weight"] = sd[f"{a}.mlp_norm.weight"]
-        out[f"{h}.self_attn.q_norm.weight"] = sd[f"{a}.attn.q_norm.weight"]
-        out[f"{h}.self_attn.k_norm.weight"] = sd[f"{a}.attn.k_norm.weight"]
+        if qk_norm:
+            out[f"{h}.self_attn.q_norm.weight"] = sd[f"{a}.attn.q_norm.weight"]
+            out[f"{h}.self_attn.k_norm.weight"] = sd[f"{a}.attn.k_norm.weight"]
         names = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"]
         for kind in kinds:
             for name, part in zip(names, sd[f"{a}.attn.qkv.{kind}"].split([q, kv, kv])):
                 out[f"{h}.{name}.{kind}"] = part
             out[f"{h}.self_attn.o_proj.{kind}"] = sd[f"{a}.attn.proj.{kind}"]
-        if cfg.is_moe_layer(i):
-            out[f"{h}.mlp.gate.weight"] = sd[f"{a}.mlp.router.weight"]
-            out[f"{h}.mlp.experts.gate_up_proj"] = sd[f"{a}.mlp.gate_up.weight"]
-            out[f"{h}.mlp.experts.down_proj"] = sd[f"{a}.mlp.proj.weight"]
-        else:  # a dense SwiGLU layer (bias-free: export_hf checks)
-            gate, up = sd[f"{a}.mlp.gate_up.weight"].split([f, f])
-            out[f"{h}.mlp.gate_proj.weight"], out[f"{h}.mlp.up_proj.weight"] = gate, up
-            out[f"{h}.mlp.down_proj.weight"] = sd[f"{a}.mlp.proj.weight"]
+        if not cfg.is_moe_layer(i):  # a dense SwiGLU layer (with biases: Ernie only)
+            _swiglu(out, f"{h}.mlp", sd, f"{a}.mlp", f)
+            continue
+        out[f"{h}.mlp.gate.weight"] = sd[f"{a}.mlp.router.weight"]
+        out[f"{h}.mlp.experts.gate_up_proj"] = sd[f"{a}.mlp.gate_up.weight"]
+        out[f"{h}.mlp.experts.down_proj"] = sd[f"{a}.mlp.proj.weight"]
+        width = cfg.n_shared_experts * cfg.expert_d_ff
+        if width and not gated_shared:  # Ernie: out = routed + shared(x), as ours
+            _swiglu(out, f"{h}.mlp.shared_experts", sd, f"{a}.mlp.shared", width)
+        if gated_shared:  # Qwen2-MoE: out = routed + sigmoid(gate . x) * shared(x)
+            shared = {k: v for k, v in sd.items() if k.startswith(f"{a}.mlp.shared.")}
+            if not width:  # no shared MLP in ours: an empty one, zero-size tensors
+                shared = {
+                    f"{a}.mlp.shared.gate_up.weight": torch.zeros(0, cfg.d_model),
+                    f"{a}.mlp.shared.proj.weight": torch.zeros(cfg.d_model, 0),
+                }
+            # The gate: a zero weight gives sigmoid(0) = 0.5 exactly, and the down projection
+            # times 2 (a power of two: exact) undoes it, so the shared expert is ungated as ours
+            shared[f"{a}.mlp.shared.proj.weight"] = 2 * shared[f"{a}.mlp.shared.proj.weight"]
+            _swiglu(out, f"{h}.mlp.shared_expert", shared, f"{a}.mlp.shared", width)
+            out[f"{h}.mlp.shared_expert_gate.weight"] = torch.zeros(1, cfg.d_model)
     if not cfg.tie_embeddings:
         out["lm_head.weight"] = sd["lm_head.weight"]
     return out
+
+
+def ernie_rope_permutation(head_dim: int) -> torch.Tensor:
+    """perm with ``ours[perm] == ernie`` over one head's dimensions: Ernie's RoPE rotates the
+    pairs (2i, 2i+1) at frequency i, ours (Llama's) the pairs (i, i + head_dim/2)."""
+    half = torch.arange(head_dim // 2)
+    return torch.stack([half, half + head_dim // 2], dim=-1).flatten()
+
+
+def _ernie4_5_moe_state(cfg: ModelConfig, sd: Tensors) -> Tensors:
+    """Qwen2-MoE's names without the shared-expert gate, q and k rows permuted per head to
+    Ernie's interleaved RoPE pairs, and the aux-free selection bias; zero biases where Ernie's
+    ``use_bias`` gives the (bias-free) shared experts one."""
+    out = _moe_state(cfg, sd, qk_norm=False, gated_shared=False)
+    dh, perm = cfg.head_dim, ernie_rope_permutation(cfg.head_dim)
+    kinds = ("weight", "bias") if cfg.bias else ("weight",)
+    for i in range(cfg.n_layers):
+        h = f"model.layers.{i}"
+        for name, heads in (("q_proj", cfg.n_heads), ("k_proj", cfg.kv_heads)):
+            for kind in kinds:
+                t = out[f"{h}.self_attn.{name}.{kind}"]
+                rows = t.reshape(heads, dh, *t.shape[1:])[:, perm]  # the head's dims reordered
+                out[f"{h}.self_attn.{name}.{kind}"] = rows.reshape(t.shape)
+        if cfg.is_moe_layer(i):
+            bias = sd[f"blocks.{i}.mlp.select_bias"]
+            out[f"{h}.mlp.gate.moe_statics.e_score_correction_bias"] = bias[None].float()
+            width = cfg.n_shared_experts * cfg.expert_d_ff
+            if width and cfg.bias:
+                for name, size in (
+                    ("gate_proj", width),
+                    ("up_proj", width),
+                    ("down_proj", cfg.d_model),
+                ):
+                    out[f"{h}.mlp.shared_experts.{name}.bias"] = torch.zeros(size)
+    if cfg.bias:  # ours never has an output-head bias
+        out["lm_head.bias"] = torch.zeros(cfg.vocab_size)
+    return out
+
+
+def _swiglu(out: Tensors, theirs: str, sd: Tensors, ours: str, width: int) -> None:
+    """A ``SwiGLUMLP`` (fused ``gate_up`` rows [gate | up]) as HF's three Linears."""
+    for kind in ("weight", "bias") if f"{ours}.gate_up.bias" in sd else ("weight",):
+        gate, up = sd[f"{ours}.gate_up.{kind}"].split([width, width])
+        out[f"{theirs}.gate_proj.{kind}"], out[f"{theirs}.up_proj.{kind}"] = gate, up
+        out[f"{theirs}.down_proj.{kind}"] = sd[f"{ours}.proj.{kind}"]
 
 
 def _bert_state(cfg: ModelConfig, sd: Tensors) -> Tensors:
@@ -345,6 +472,8 @@ _CONFIGS: dict[str, tuple[str, Callable[[ModelConfig], dict]]] = {
     "gpt2": ("GPT2Config", _gpt2_config),
     "llama": ("LlamaConfig", _llama_config),
     "qwen3_moe": ("Qwen3MoeConfig", _qwen3_moe_config),
+    "qwen2_moe": ("Qwen2MoeConfig", _qwen2_moe_config),
+    "ernie4_5_moe": ("Ernie4_5_MoeConfig", _ernie4_5_moe_config),
     "bert": ("BertConfig", _bert_config),
     "marian": ("MarianConfig", _marian_config),
 }
@@ -352,6 +481,8 @@ _STATES: dict[str, Callable[[ModelConfig, Tensors], Tensors]] = {
     "gpt2": _gpt2_state,
     "llama": _llama_state,
     "qwen3_moe": _qwen3_moe_state,
+    "qwen2_moe": _qwen2_moe_state,
+    "ernie4_5_moe": _ernie4_5_moe_state,
     "bert": _bert_state,
     "marian": _marian_state,
 }
