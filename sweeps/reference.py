@@ -23,7 +23,17 @@ import yaml
 
 from models import registry
 from models.config import ModelConfig
-from sweeps.config import CURVE_RULES, DEFAULT_RUNGS, FILE_FIELDS, SETTINGS, TUNE_AT, SweepConfig
+from sweeps.config import (
+    CURVE_RULES,
+    DEFAULT_RUNGS,
+    FILE_FIELDS,
+    SETTINGS,
+    TUNE_AT,
+    CurveSpec,
+    SweepConfig,
+    Throughput,
+    TuneSpec,
+)
 from sweeps.points import BUDGET_FLOPS, SIZE_KEY, TOKENS_KEY
 from sweeps.rules import FORMS, VARIABLES
 from training.config import SECTIONS
@@ -37,24 +47,6 @@ EXAMPLES = ("ablation", "isoflop", "wsd", "ref_moe")
 FILE_KEY = {"wsd_tokens": "wsd.tokens", "wsd_decay": "wsd.decay"}
 # Allowed values of the sweep keys that have a fixed set.
 SWEEP_CHOICES = {"budget_flops": BUDGET_FLOPS, "lr_rule": (FORMS,), "batch_rule": (FORMS,)}
-# The keys the parsers of `throughput`, `report`, `tune_*` and the rules accept beyond the
-# fields: (key, default, allowed, meaning).
-NESTED = (
-    ("throughput.flops_per_sec", "1.5e10", "", "effective training FLOP/s per job"),
-    ("throughput.overhead_s", "10.0", "", "seconds per run beyond its FLOPs (build, records)"),
-    ("report.out", "", "", "the report's folder"),
-    ("report.args", "[]", "", "further arguments of python -m analysis.report"),
-    ("tune_at", "every_arm", ", ".join(TUNE_AT), "where the grid is tried"),
-    ("tune_halving", "{}", "{rungs, decay} or false", "false: every candidate trains the arm"),
-    ("tune_halving.rungs", str(list(DEFAULT_RUNGS)), "", "successive-halving rungs (fractions)"),
-    ("tune_halving.decay", "0.2", "", "the WSD decay fraction every tuned run ends with"),
-    ("tune_curve.rule", "staged", ", ".join(CURVE_RULES), "curve-aware tuning (no halving)"),
-    ("tune_curve.runs", "3 (predicted: 2)", "> 1", "the most runs an arm costs"),
-    ("tune_curve.decay", "0.2", "(0, 1)", "the decay fraction of the chosen run"),
-    ("lr_rule.variable", "", ", ".join(VARIABLES), "the variable of a one-variable rule"),
-    ("lr_rule.exponents", "", "{N: a, D: b, C: c}", "a rule in several variables"),
-    ("lr_rule.fitted", "", "a fit.json path", "the rule an analysis fitted"),
-)
 # Model fields whose value picks a class: field -> registry.
 REGISTRIES = {
     "norm_position": registry.BLOCKS,
@@ -67,7 +59,9 @@ REGISTRIES = {
 
 def _yaml(value: Any) -> str:
     if dataclasses.is_dataclass(value):
-        value = dataclasses.asdict(value)
+        return "its keys below"
+    if isinstance(value, float):
+        return f"{value:g}"  # 1.5e+10, not 15000000000.0
     text = yaml.safe_dump(value, default_flow_style=True, width=1000)
     return text.removesuffix("...\n").strip()
 
@@ -143,6 +137,63 @@ def choice_rows(section: str, cls: type) -> list[tuple[str, str, str, str, str]]
     return rows
 
 
+def _default(cls: type, name: str) -> str:
+    return _yaml(next(f.default for f in dataclasses.fields(cls) if f.name == name))
+
+
+def nested_rows() -> list[tuple[str, str, str, str]]:
+    """(key, default, allowed, meaning) of the keys inside `throughput`, `report`, the tuning
+    blocks and the rules, with the defaults their parsers' dataclasses declare."""
+    comments = _comments(Throughput)
+    rows = [
+        (f"throughput.{f.name}", _yaml(f.default), "", comments[f.name])
+        for f in dataclasses.fields(Throughput)
+    ]
+    curve_runs = f"{_default(CurveSpec, 'runs')} (predicted: 2)"
+    return rows + [
+        ("report.out", "", "", "the report's folder"),
+        ("report.args", "[]", "", "further arguments of python -m analysis.report"),
+        ("tune_at", _default(TuneSpec, "at"), ", ".join(TUNE_AT), "where the grid is tried"),
+        ("tune_halving", "{}", "{rungs, decay} or false", "false: every candidate trains the arm"),
+        (
+            "tune_halving.rungs",
+            _yaml(list(DEFAULT_RUNGS)),
+            "",
+            "rungs, fractions of the stable phase",
+        ),
+        (
+            "tune_halving.decay",
+            _default(TuneSpec, "decay"),
+            "(0, 1)",
+            "the decay fraction of every tuned run",
+        ),
+        (
+            "tune_curve",
+            "",
+            "{rule, runs, decay} or true",
+            "tuning from partial curves (no halving)",
+        ),
+        (
+            "tune_curve.rule",
+            _default(CurveSpec, "rule"),
+            ", ".join(CURVE_RULES),
+            "staged rungs, or one predicted rung",
+        ),
+        ("tune_curve.runs", curve_runs, "> 1", "the most runs an arm costs"),
+        (
+            "tune_curve.decay",
+            _default(CurveSpec, "decay"),
+            "(0, 1)",
+            "the decay fraction of the chosen run",
+        ),
+        ("lr_rule.scale", "", "a number", "value = scale * N^a * D^b * C^c"),
+        ("lr_rule.exponent", "", "a number", "the exponent of a one-variable rule"),
+        ("lr_rule.variable", "", ", ".join(VARIABLES), "the variable of a one-variable rule"),
+        ("lr_rule.exponents", "", "{N: a, D: b, C: c}", "a rule in several variables"),
+        ("lr_rule.fitted", "", "a fit.json path", "the rule an analysis fitted (alone)"),
+    ]
+
+
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
@@ -182,7 +233,7 @@ def render() -> str:
         "",
         "`batch_rule` takes the same keys as `lr_rule`; a rule's forms: " + FORMS + ".",
         "",
-        *_table(("key", "default", "allowed", "what"), list(NESTED)),
+        *_table(("key", "default", "allowed", "what"), nested_rows()),
         "## Override keys with a fixed set of values",
         "",
         "What `axes`, `variants`, `fixed` and `tune` may set. Any field of the run config is an",
