@@ -83,10 +83,10 @@ class ModelConfig:
     n_kv_heads: int | None = None  # None = n_heads (MHA); 1 = MQA; a divisor in between = GQA
     d_ff: int | None = None  # MLP hidden width; None = default for `mlp` (see `ffn_dim`)
     norm_position: NormPosition = "pre"  # pre: x + F(LN(x)), final norm; post: LN(x + F(x))
-    norm: Norm = "layernorm"
-    pos_encoding: PosEncoding = "learned"
+    norm: Norm = "layernorm"  # every block's norm and the final one
+    pos_encoding: PosEncoding = "learned"  # how token positions enter the model
     rope_base: float = 10000.0  # RoPE theta; only used with pos_encoding=rope
-    mlp: Mlp = "gelu"
+    mlp: Mlp = "gelu"  # the feed-forward layer; moe: a mixture of experts (models/moe.py)
     tie_embeddings: bool = True  # output head shares the token embedding matrix
     # Multiply token embeddings by sqrt(d_model) (Vaswani et al. 2017, sec. 3.4): with a small
     # init_std this keeps the token signal comparable to the unit-amplitude sinusoidal table.
@@ -95,7 +95,7 @@ class ModelConfig:
     dropout: float = 0.0  # embedding, attention-probability and residual dropout (train only)
     norm_eps: float = 1e-5
     init_std: float = 0.02  # std of normal init; residual output projections / sqrt(2 n_layers)
-    family: Family = "decoder"
+    family: Family = "decoder"  # decoder-only LM, 2017 encoder-decoder, BERT-style masked LM
     n_encoder_layers: int | None = None  # encoder_decoder only; None = n_layers
     n_decoder_layers: int | None = None  # encoder_decoder only; None = n_layers
     # sp: the standard parametrization above. mup: the maximal update parametrization (Yang et

@@ -282,6 +282,13 @@ class Throughput:
     overhead_s: float = 10.0  # per run: model build, MLflow records, evaluations, checkpoints
 
 
+def _setting(default: Any, help: str, factory: bool = False) -> Any:
+    """A SweepConfig field with its one-line meaning (`help`) for the generated reference."""
+    if factory:
+        return field(default_factory=default, metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass(frozen=True)
 class SweepConfig:
     """A composed `sweep:` section, checked. The first seven fields are the settings every
@@ -289,25 +296,54 @@ class SweepConfig:
     from the file's keys (`FILE_FIELDS`: `wsd` gives wsd_tokens and wsd_decay, `tune` with
     `tune_at`, `tune_halving` and `tune_curve` gives `tune`)."""
 
-    name: str = "${hydra.runtime.choices.sweep}"  # the sweep file's name
-    jobs: int = 1  # points trained at once (local: processes, cores split between them)
-    dry_run: bool = False  # print the plan table and stop: nothing trained, no runs created
-    retry_failed: bool = False  # FAILED points are skipped unless true
-    interleave: bool = False  # start the variants' points in turn (A B, B A, ...): sweeps/order.py
-    throughput: Throughput = field(default_factory=Throughput)
-    report: dict[str, Any] | None = None  # {out: DIR, args: [...]}: analysis.report at the end
-    axes: dict[str, list[Any]] = field(default_factory=dict)
-    variants: dict[str, dict[str, Any]] = field(default_factory=lambda: {"base": {}})
-    budgets: list[float] = field(default_factory=list)
-    budget_flops: str = "6nd"
-    tokens_per_param: Any = None  # [lo, hi]; its shape is SweepSpec's to check (IsoFLOP only)
-    wsd_tokens: list[float] = field(default_factory=list)
-    wsd_decay: float = 0.2
-    fixed: dict[str, Any] = field(default_factory=dict)
-    tune: TuneSpec | None = None
-    lr_rule: Rule | None = None
-    batch_rule: Rule | None = None
-    seeds: int = 1
+    # Each field's `help` is its line in docs/sweep-reference.md (`python -m sweeps.reference`).
+    name: str = _setting("${hydra.runtime.choices.sweep}", "the sweep file's name")
+    jobs: int = _setting(1, "points trained at once (local: processes, cores split between them)")
+    dry_run: bool = _setting(
+        False, "print the plan table and stop: nothing trained, no runs created"
+    )
+    retry_failed: bool = _setting(False, "FAILED points are skipped unless true")
+    interleave: bool = _setting(
+        False, "start the variants' points in turn (A B, B A, ...): sweeps/order.py"
+    )
+    throughput: Throughput = _setting(
+        Throughput, "the rate the plan's estimated times divide by", factory=True
+    )
+    report: dict[str, Any] | None = _setting(
+        None, "{out: DIR, args: [...]}: python -m analysis.report on the sweep when it ends"
+    )
+    axes: dict[str, list[Any]] = _setting(
+        dict, "override key -> values; every combination is a point", factory=True
+    )
+    variants: dict[str, dict[str, Any]] = _setting(
+        lambda: {"base": {}},
+        "name -> overrides; every variant runs every point (ablation, one factor at a time)",
+        factory=True,
+    )
+    budgets: list[float] = _setting(
+        list, "IsoFLOP compute budgets C: each size trains D = C / (FLOPs per token)", factory=True
+    )
+    budget_flops: str = _setting(
+        "6nd", "the FLOPs a budget C counts: 6 N D, or the model's exact FLOPs per token"
+    )
+    tokens_per_param: Any = _setting(
+        None, "[lo, hi]: IsoFLOP points with D / N outside are skipped (budgets only)"
+    )
+    wsd_tokens: list[float] = _setting(
+        list, "token budgets from one stable WSD run per size and a decay branch each", factory=True
+    )
+    wsd_decay: float = _setting(0.2, "the fraction of each WSD budget spent decaying")
+    fixed: dict[str, Any] = _setting(
+        dict, "override key -> value, set on every point", factory=True
+    )
+    tune: TuneSpec | None = _setting(
+        None, "override key -> candidate values (their product), tried at each arm (tune_at)"
+    )
+    lr_rule: Rule | None = _setting(None, "sets each point's train.lr from a power law in N, D, C")
+    batch_rule: Rule | None = _setting(
+        None, "sets each point's train.batch_tokens from a power law in N, D, C"
+    )
+    seeds: int = _setting(1, "seeds 0..S-1 of every final cell (train.seed)")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> SweepConfig:

@@ -211,6 +211,7 @@ def check_tracking_uri(uri: str, name: str = "tracking.uri") -> None:
 @dataclass
 class DataConfig(_Section):
     _section: ClassVar[str] = "data"
+    # where the corpus comes from (docs/corpora.md)
     source: Literal["stdlib", "sitepackages", "text", "hf", "tokens"] = "stdlib"
     path: str | None = None  # text: a .txt/.jsonl file or a directory of them
     text_field: str = "text"  # jsonl / hf: the field holding the document text
@@ -345,7 +346,7 @@ class TrainConfig(_Section):
     lr: float = 1e-3  # peak learning rate
     min_lr_ratio: float = 0.1  # final lr = lr * min_lr_ratio
     warmup: float = 0.02  # < 1: fraction of the run's steps; >= 1: steps
-    schedule: Literal["cosine", "wsd", "constant"] = "cosine"
+    schedule: Literal["cosine", "wsd", "constant"] = "cosine"  # the lr after warmup
     decay_fraction: float = 0.2  # wsd: linear decay over the last fraction of the run (0: none)
     # wsd: explicit decay start (branches: the branch point); >= train.tokens: no decay
     decay_start_tokens: int | None = None
