@@ -33,6 +33,7 @@ from models.accounting import GB
 from sweeps import (
     batch_axis,
     curve_tuning,
+    decide,
     plan,
     rules,
     slurm,
@@ -51,6 +52,7 @@ from sweeps.sweep_view import (
     Planned,
     fit_width,
     plan_rows,
+    print_decide,
     print_plan,
     print_summary,
 )
@@ -135,6 +137,7 @@ def facts(cfg: DictConfig, world: int = 1) -> plan.RunFacts:
         d_model=spec.model.d_model,
         n_params=pc.total,
         n_params_nonembed=pc.non_embedding,
+        n_params_nonembed_active=pc.non_embedding_active,
         flops_per_token=float(per_token.flops_per_token_exact),
         flops_6nd_per_token=six_n,
         tokens=float(spec.train.tokens),
@@ -310,6 +313,7 @@ def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: L
             tuning_view.print_tuning(tuned, sweep.jobs, sweep.names.block)
             if line := batch_axis.describe(tuned):
                 print(line)
+        print_decide(decide_lines(sweep, runs, tuned))
         return []
     if tuned and (warning := tuning_view.early_rungs(tuned)):
         print(fit_width(warning), flush=True)  # also without a dry run: before anything trains
@@ -318,6 +322,20 @@ def drive(cfg: DictConfig, arguments: Sequence[str], compose: Compose, launch: L
         _prepare_data(cfg, sweep.base, list(sweep.datasets.values()))
     more = None if tuned is None else _next_stages(sweep, tuned)
     return _execute(sweep, runs, launch, more, planned(runs, tuned))
+
+
+def decide_lines(sweep: Sweep, runs, tuned: tuning.TuningPlan | None) -> list[str]:
+    """What the plan can decide (`sweeps.decide`): a tuned plan's cells are its arms, each
+    trained with every seed; an untuned plan's its points."""
+    report_args = (sweep.config.report or {}).get("args") or []
+    cells = runs if tuned is None else [arm.run for arm in tuned.arms]
+    return decide.lines(
+        cells,
+        variants=list(sweep.spec.variants),
+        block_of=sweep.names.block,
+        report_args=report_args,
+        seeds=sweep.spec.seeds if tuned else 1,
+    )
 
 
 def planned(runs: list[plan.PlannedRun], tuned: tuning.TuningPlan | None) -> Planned:

@@ -435,7 +435,7 @@ def _isoflop_tokens(
                 f"({shape.batch_tokens} tokens)"
             ),
         )
-    ratio = ideal_d / shape.n_params_nonembed
+    ratio = ideal_d / shape.n_active
     if spec.tokens_per_param and not (
         spec.tokens_per_param[0] <= ratio <= spec.tokens_per_param[1]
     ):

@@ -77,6 +77,14 @@ class RunFacts:
     device_memory_gb: float | None = None  # what it must fit: train.device_memory_gb or CUDA's
     seq_len: int = 0  # train.seq_len (a tuned batch must be whole sequences); 0: not known
     memory_note: str = ""  # training.memory_plan.Verdict.note: over the device, and what fits
+    # what one token passes through (MoE: top_k routed + shared experts); None: all of it
+    n_params_nonembed_active: int | None = None
+
+    @property
+    def n_active(self) -> int:
+        """N as a run's C = 6 N D counts it and `analysis` reads it: a MoE's active
+        non-embedding parameters, a dense model's non-embedding ones."""
+        return self.n_params_nonembed_active or self.n_params_nonembed
 
     @property
     def six_n(self) -> float:
@@ -112,7 +120,8 @@ class PlannedRun:
 
     @property
     def n(self) -> int:
-        return self.facts.n_params_nonembed if self.facts else 0
+        """Non-embedding N, a MoE's active count (`RunFacts.n_active`): the N of C = 6 N D."""
+        return self.facts.n_active if self.facts else 0
 
     @property
     def d(self) -> float:

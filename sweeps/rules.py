@@ -140,7 +140,7 @@ def _finite(value: Any, name: str) -> float:
 
 def inputs(budget: float | None, budget_flops: str, facts: RunFacts) -> tuple[float, float, float]:
     """(N, D, C) of a point: an IsoFLOP point's from its budget, any other's from train.tokens."""
-    n = float(facts.n_params_nonembed)
+    n = float(facts.n_active)  # a MoE's active N, as analysis fits a rule in N
     if budget is None:
         return n, facts.tokens, facts.six_n * facts.tokens
     per_token = facts.flops_per_token if budget_flops == "exact" else facts.six_n

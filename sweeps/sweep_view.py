@@ -97,7 +97,8 @@ def plan_rows(runs: list[plan.PlannedRun]) -> list[dict[str, Any]]:
                 "arch": f.arch if f else "",
                 "n_layers": f.n_layers if f else None,
                 "d_model": f.d_model if f else None,
-                "N": r.n,
+                "N": r.n,  # non-embedding, a MoE's active count (C = 6 N_active D)
+                "N_nonembed_total": f.n_params_nonembed if f else None,  # every expert
                 "D": int(r.d),
                 "C": r.c,  # 6 N D
                 "C_exact": r.c_exact,  # exact training FLOPs: flops_per_token x D
@@ -260,6 +261,19 @@ def print_plan(
             f"WSD branches: {wsd_spent:.3g} FLOPs (6ND) instead of {cosine:.3g} for independent cosine "
             f"runs of the same budgets: {100 * (1 - wsd_spent / cosine):.0f}% compute saved"
         )
+
+
+def print_decide(lines: Sequence[str]) -> None:
+    """The dry run's "what this plan can decide" block (`sweeps.decide`): its title, then each
+    line indented, in at most 80 columns ($COLUMNS off a terminal when narrower)."""
+    if not lines:
+        return
+    out = console()
+    width = min(out.width, WIDTH)
+    title, *rest = lines
+    out.print(fit_width(title, width), highlight=False, markup=False)
+    for line in rest:
+        out.print(fit_width("  " + line, width), highlight=False, markup=False)
 
 
 @dataclass(frozen=True)
