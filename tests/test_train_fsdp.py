@@ -52,29 +52,30 @@ def losses(overrides: list[str]) -> tuple[list[tuple[int, float]], float]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_fsdp_on_two_ranks_trains_the_losses_of_one_process(lab, tmp_path, family):
-    """50 steps in fp32: every step's train loss and the final val loss within 1e-5 of the
-    unsharded run's (the same global batch; only the reductions' rounding differs). For the
-    decoder that is one process. The encoder's and encoder-decoder's objectives corrupt each
-    rank's rows with the rank's own draw and average the ranks' per-token means (their
-    selected-token counts differ), so no 2-rank run of theirs, DDP either, is one process's:
-    there the unsharded run is DDP on the same 2 ranks."""
+def test_fsdp_and_ddp_on_two_ranks_train_the_losses_of_one_process(lab, tmp_path, family):
+    """50 steps in fp32: every step's train loss and the final val loss of FSDP, and of DDP, on
+    2 ranks within 1e-5 of one process's (the same global batch; only the reductions' rounding
+    differs). The encoder's masks and the encoder-decoder's corrupted spans are drawn per
+    window from its global index in the data order, so the 2 ranks corrupt one process's batch
+    exactly; and every row weighs the same in the loss, so the mean of the ranks' means is the
+    batch's mean."""
     from training.train import train
 
     base = [*lab, *FAMILIES[family], *FIFTY_STEPS, "train.precision=fp32"]
     plain = [*base, "tracking.experiment=plain", f"paths.runs_dir={tmp_path / 'p'}"]
-    if family == "decoder":
-        train(compose(*plain))
-    else:
-        torchrun(["-m", "training.train", *plain, "train.parallel=ddp"])
+    train(compose(*plain))
+    ddp = [*base, "tracking.experiment=ddp", f"paths.runs_dir={tmp_path / 'd'}"]
+    torchrun(["-m", "training.train", *ddp, "train.parallel=ddp"])
     sharded = [*base, "train.parallel=fsdp"]
     torchrun(["-m", "training.train", *sharded])
     row = runs_df(sharded).iloc[0]
     assert row["params.world_size"] == "2" and row["params.hardware.parallel"] == "fsdp"
-    (want, want_val), (got, got_val) = losses(plain), losses(sharded)
-    assert [s for s, _ in got] == [s for s, _ in want] and len(got) == 50
-    assert max(abs(a - b) for (_, a), (_, b) in zip(got, want, strict=True)) < 1e-5
-    assert abs(got_val - want_val) < 1e-5
+    assert runs_df(ddp).iloc[0]["params.hardware.parallel"] == "ddp"
+    want, want_val = losses(plain)
+    for got, got_val in (losses(sharded), losses(ddp)):
+        assert [s for s, _ in got] == [s for s, _ in want] and len(got) == 50
+        assert max(abs(a - b) for (_, a), (_, b) in zip(got, want, strict=True)) < 1e-5
+        assert abs(got_val - want_val) < 1e-5
     shards = list((tmp_path / "runs").glob("*/last.pt.shards-*"))
     assert len(shards) == 1 and len(list(shards[0].glob("*.distcp"))) == 2  # one file per rank
     if family == "decoder":  # the Hugging Face export reads the 2 ranks' shards whole
