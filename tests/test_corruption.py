@@ -27,9 +27,11 @@ def _within(count: int, n: int, p: float, sigmas: float = 5.0) -> bool:
 
 def test_bert_masking_statistics():
     tokens, inputs, labels = _masked()
-    n = tokens.numel()
     selected = labels != -100
-    assert _within(int(selected.sum()), n, 0.15)
+    assert selected.sum(1).tolist() == [round(4096 * 0.15)] * 64  # BERT's count per sequence
+    positions = selected.sum(0)  # every position equally likely: 64 * 0.15 per column
+    assert abs(positions.float().mean() - 64 * 0.15) < 0.05
+    assert _within(int((positions[:2048]).sum()), int(selected.sum()), 0.5)
     assert torch.equal(labels[selected], tokens[selected])  # labels: the original tokens
     assert torch.equal(inputs[~selected], tokens[~selected])  # the rest untouched
     k = int(selected.sum())
@@ -53,7 +55,12 @@ def test_masking_is_seeded_and_respects_eligibility():
     eligible[:, :100] = True  # e.g. padding after position 100
     tokens, inputs, labels = _masked(shape=(4, 256), eligible=eligible)
     assert (labels[:, 100:] == -100).all() and torch.equal(inputs[:, 100:], tokens[:, 100:])
-    assert (labels[:, :100] != -100).any()
+    assert (labels[:, :100] != -100).sum(1).tolist() == [15] * 4  # 15% of the eligible 100
+    eligible[1] = False  # a row with nothing eligible selects nothing
+    eligible[2, :3] = True  # round(15% of 3) = 0, but at least one
+    eligible[2, 3:] = False
+    _, _, labels = _masked(shape=(4, 256), eligible=eligible)
+    assert (labels != -100).sum(1).tolist() == [15, 0, 1, 15]
 
 
 @pytest.mark.parametrize(

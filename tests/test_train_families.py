@@ -85,6 +85,7 @@ def test_resumed_run_is_bit_identical(lab, tmp_path, monkeypatch, family):
     checkpoint and ends with the uninterrupted run's losses, bit for bit."""
     import training.train as loop
     import training.trainer as trainer
+    from training.checkpoint import load_checkpoint
 
     overrides = [*lab, *FAMILIES[family], "train.checkpoint_every=8"]
     real_step, calls = trainer.Trainer.take_step, []
@@ -100,6 +101,9 @@ def test_resumed_run_is_bit_identical(lab, tmp_path, monkeypatch, family):
         loop.train(compose(*overrides))
     monkeypatch.setattr(trainer.Trainer, "take_step", staticmethod(real_step))
     assert list(runs_df(lab)["status"]) == ["KILLED"]
+    saved = load_checkpoint(next((tmp_path / "runs").glob("*/last.pt")))
+    # the windows drawn, which seed the masks: what a checkpoint without them resumes from
+    assert saved["sampler"]["drawn"] == saved["step"] * 8 > 0  # 256 / 32 windows per step
     resumed = loop.train(compose(*overrides))
     clean = [*overrides, "tracking.experiment=clean", f"paths.runs_dir={tmp_path / 'clean'}"]
     uninterrupted = loop.train(compose(*clean))
@@ -118,16 +122,16 @@ def test_mlm_loss_counts_only_the_selected_tokens():
     model = build_model(cfg)
     mlm = objectives.build(cfg, 256, 32)
 
-    class Windows:  # a sampler of fixed windows (the objective's wrapper reads its generator)
-        rank, generator = 0, torch.Generator().manual_seed(0)
+    class Windows:  # a sampler of fixed windows (the wrapper reads its batch geometry)
+        rank, world_size, micro_batch = 0, 1, 4
 
         def next(self):
             x = torch.randint(256, (4, 33), generator=torch.Generator().manual_seed(1))
             return x[:, :-1], x[:, 1:]
 
-    inputs, labels = mlm.wrap(Windows()).next()
+    inputs, labels = mlm.wrap(Windows(), seed=0).next()
     selected = labels != -100
-    assert 0 < selected.sum() < labels.numel()
+    assert selected.sum(1).tolist() == [5] * 4  # round(15% of 32) in every row
     assert (inputs[~selected] == Windows().next()[0][~selected]).all()  # unselected untouched
     assert (inputs == 256).any()  # [MASK] is the id after the tokenizer's
     logits, _ = model(inputs)
@@ -177,15 +181,62 @@ def test_label_smoothing_is_refused_for_non_decoder_families(corpus):
 
 
 def test_a_masked_batch_always_selects_a_token():
-    """A one-token window is selected with probability 0.15: without a redraw, most batches
-    would have no label and a 0/0 loss."""
+    """round(15%) of a one-token window is 0: without selecting at least one, every batch of
+    such windows would have no label and a 0/0 loss."""
     from models import ModelConfig
 
     mlm = objectives.build(ModelConfig(family="encoder", vocab_size=257), 256, 1)
-    g = torch.Generator().manual_seed(0)
-    for _ in range(50):
-        _, labels = mlm.corrupt(torch.tensor([[7]]), g)
-        assert labels.tolist() == [[7]]
+    for i in range(50):
+        _, labels = mlm.corrupt(torch.tensor([[7], [8]]), [objectives.sample_generator(0, i)] * 2)
+        assert labels.tolist() == [[7], [8]]
+
+
+class _Windows:
+    """A BatchSampler's geometry over a numbered stream: window k of the data order holds the
+    tokens k*1000 .. k*1000+31 (k counted over all ranks, as the sampler draws)."""
+
+    def __init__(self, rank: int, world_size: int, micro_batch: int):
+        self.rank, self.world_size, self.micro_batch, self.calls = rank, world_size, micro_batch, 0
+
+    def next(self):
+        first = self.calls * self.world_size * self.micro_batch + self.rank * self.micro_batch
+        self.calls += 1
+        rows = torch.arange(first, first + self.micro_batch)[:, None] * 1000 + torch.arange(33)
+        return rows[:, :-1] % 256, rows[:, 1:] % 256  # the byte ids; row order is the index
+
+    def state_dict(self) -> dict:
+        return {"calls": self.calls}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.calls = state["calls"]
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_window_gets_the_same_corruption_on_any_rank_and_world_size(family):
+    """Each window's mask/corruption is a function of the seed and its global index: one
+    process (micro-batch 2, 4 micro-steps) and 2 ranks (micro-batch 2, 2 micro-steps each)
+    corrupt the 8 windows of a step identically; another seed corrupts them differently; and
+    the wrapper's state resumes the count."""
+    from models import ModelConfig
+
+    cfg = ModelConfig(family=family, vocab_size=256 + objectives.extra_ids(family, 32))
+    objective = objectives.build(cfg, 256, 32)
+
+    def step(world: int, seed: int = 3) -> list[torch.Tensor]:
+        """The step's 8 corrupted windows in global order, each part a (8, ...) tensor."""
+        ranks = [objective.wrap(_Windows(r, world, 2), seed) for r in range(world)]
+        calls = [[b.next() for _ in range(4 // world)] for b in ranks]  # [rank][call]
+        in_order = [calls[r][c] for c in range(4 // world) for r in range(world)]
+        return [torch.cat(parts) for parts in zip(*in_order, strict=True)]
+
+    one, two = step(1), step(2)
+    assert all(torch.equal(a, b) for a, b in zip(one, two, strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(one, step(1, seed=4), strict=True))
+    batches = objective.wrap(_Windows(0, 1, 2), 3)
+    batches.next()
+    resumed = objective.wrap(_Windows(0, 1, 2), 3)
+    resumed.load_state_dict(batches.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(batches.next(), resumed.next(), strict=True))
 
 
 @pytest.mark.slow

@@ -52,29 +52,30 @@ def losses(overrides: list[str]) -> tuple[list[tuple[int, float]], float]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_fsdp_on_two_ranks_trains_the_losses_of_one_process(lab, tmp_path, family):
-    """50 steps in fp32: every step's train loss and the final val loss within 1e-5 of the
-    unsharded run's (the same global batch; only the reductions' rounding differs). For the
-    decoder that is one process. The encoder's and encoder-decoder's objectives corrupt each
-    rank's rows with the rank's own draw and average the ranks' per-token means (their
-    selected-token counts differ), so no 2-rank run of theirs, DDP either, is one process's:
-    there the unsharded run is DDP on the same 2 ranks."""
+def test_fsdp_and_ddp_on_two_ranks_train_the_losses_of_one_process(lab, tmp_path, family):
+    """50 steps in fp32: every step's train loss and the final val loss of FSDP, and of DDP, on
+    2 ranks within 1e-5 of one process's (the same global batch; only the reductions' rounding
+    differs). The encoder's masks and the encoder-decoder's corrupted spans are drawn per
+    window from its global index in the data order, so the 2 ranks corrupt one process's batch
+    exactly; and every row weighs the same in the loss, so the mean of the ranks' means is the
+    batch's mean."""
     from training.train import train
 
     base = [*lab, *FAMILIES[family], *FIFTY_STEPS, "train.precision=fp32"]
     plain = [*base, "tracking.experiment=plain", f"paths.runs_dir={tmp_path / 'p'}"]
-    if family == "decoder":
-        train(compose(*plain))
-    else:
-        torchrun(["-m", "training.train", *plain, "train.parallel=ddp"])
+    train(compose(*plain))
+    ddp = [*base, "tracking.experiment=ddp", f"paths.runs_dir={tmp_path / 'd'}"]
+    torchrun(["-m", "training.train", *ddp, "train.parallel=ddp"])
     sharded = [*base, "train.parallel=fsdp"]
     torchrun(["-m", "training.train", *sharded])
     row = runs_df(sharded).iloc[0]
     assert row["params.world_size"] == "2" and row["params.hardware.parallel"] == "fsdp"
-    (want, want_val), (got, got_val) = losses(plain), losses(sharded)
-    assert [s for s, _ in got] == [s for s, _ in want] and len(got) == 50
-    assert max(abs(a - b) for (_, a), (_, b) in zip(got, want, strict=True)) < 1e-5
-    assert abs(got_val - want_val) < 1e-5
+    assert runs_df(ddp).iloc[0]["params.hardware.parallel"] == "ddp"
+    want, want_val = losses(plain)
+    for got, got_val in (losses(sharded), losses(ddp)):
+        assert [s for s, _ in got] == [s for s, _ in want] and len(got) == 50
+        assert max(abs(a - b) for (_, a), (_, b) in zip(got, want, strict=True)) < 1e-5
+        assert abs(got_val - want_val) < 1e-5
     shards = list((tmp_path / "runs").glob("*/last.pt.shards-*"))
     assert len(shards) == 1 and len(list(shards[0].glob("*.distcp"))) == 2  # one file per rank
     if family == "decoder":  # the Hugging Face export reads the 2 ranks' shards whole
@@ -148,6 +149,86 @@ def test_kill_9_of_one_rank_then_rerun_resumes_to_the_uninterrupted_losses(lab, 
     clean = [*long, "tracking.experiment=clean", f"paths.runs_dir={tmp_path / 'c'}"]
     torchrun(["-m", "training.train", *clean])
     assert losses(long) == losses(clean)  # every logged train loss and the final val loss
+
+
+def _ranks_as_srun_starts_them(args: list[str], log: Path) -> list[subprocess.Popen]:
+    """The 2 ranks of `python -m training.train *args` as SLURM's srun starts a multi-task
+    point (sweeps.job: each task exports the rendezvous, submitit's TorchDistributedEnvironment):
+    plain processes with RANK, WORLD_SIZE and MASTER_ADDR/PORT, and no launcher watching them,
+    so a rank that outlives a dead peer must end by itself. Their output goes to `log`."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    with open(log, "ab") as sink:
+        for rank in range(2):
+            env = {**ENV, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2"}
+            env |= {"LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "training.train", *args],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=sink,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+    return procs
+
+
+def _wait_all(procs: list[subprocess.Popen], timeout_s: float, log: Path) -> list[int]:
+    """The ranks' exit codes; fails (after stopping them) if any still runs after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        return [p.wait(timeout=max(0.0, deadline - time.monotonic())) for p in procs]
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"a rank still runs after {timeout_s} s:\n{log.read_text()[-3000:]}")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+@pytest.mark.slow
+def test_kill_9_of_rank_0_ends_the_other_rank_by_itself_and_the_rerun_resumes(lab, tmp_path):
+    """Rank 0 (the MLflow writer, the rendezvous' store) dies by kill -9 after the first
+    sharded checkpoint, its ranks started as srun starts them (no launcher to stop the other):
+    rank 1 ends by itself within 120 s, non-zero. The run is left RUNNING (no one was left to
+    mark it); the same command resumes it from the checkpoint, FINISHED in the same MLflow run
+    with every metric step once."""
+    from training.checkpoint import load_checkpoint
+
+    long = [*lab, *LONG, "train.parallel=fsdp"]
+    log = tmp_path / "killed.log"
+    ranks = _ranks_as_srun_starts_them(long, log)
+    try:
+        last = wait_for_file(tmp_path / "runs", "*/last.pt", ranks[1], log, HANG_DEADLINE_S)
+        ranks[0].kill()  # SIGKILL
+        t0 = time.monotonic()
+        codes = _wait_all(ranks, 120, log)  # rank 1 on its own: no hang
+    finally:
+        for p in ranks:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert time.monotonic() - t0 < 120 and codes[1] != 0, log.read_text()[-3000:]
+    killed_at = load_checkpoint(last)["step"]
+    assert 0 < killed_at < 200, "the job must be killed mid-way for this test to mean anything"
+    df = runs_df(long)
+    assert len(df) == 1 and df.iloc[0]["status"] == "RUNNING"
+    killed_run = df.iloc[0]["run_id"]
+
+    rerun = tmp_path / "rerun.log"
+    assert _wait_all(_ranks_as_srun_starts_them(long, rerun), HANG_DEADLINE_S, rerun) == [0, 0]
+    assert f"from step {killed_at}" in rerun.read_text()
+    df = runs_df(long)
+    assert len(df) == 1 and df.iloc[0]["run_id"] == killed_run
+    assert df.iloc[0]["status"] == "FINISHED"
+    steps = steps_once(uri_of(long), killed_run)
+    assert steps["train_loss"] == list(range(1024, 51201, 1024))  # each log step (tokens), once
 
 
 def _states(*args: str, ranks: int) -> str:

@@ -1,10 +1,13 @@
 """The input corruption of the non-decoder families' objectives, as pure functions of token ids.
 
-- ``mask_tokens``: BERT's masked LM (Devlin et al. 2019, sec. 3.1): each eligible position is
-  selected with probability 15%; a selected token becomes ``mask_id`` with probability 80%, a
-  uniformly random token with 10%, and stays itself with 10%. Labels hold the original token at
-  the selected positions and -100 elsewhere, so ``MaskedLM``'s loss covers the selected tokens
-  only (all three kinds, as in BERT).
+- ``mask_tokens``: BERT's masked LM (Devlin et al. 2019, sec. 3.1): in each row,
+  ``max(1, round(15% x its eligible positions))`` of them, uniformly at random, are selected
+  (a fixed count per sequence, as BERT's ``create_pretraining_data.py``, not an independent
+  coin per position); a selected token becomes ``mask_id`` with probability 80%, a uniformly
+  random token with 10%, and stays itself with 10%. Labels hold the original token at the
+  selected positions and -100 elsewhere, so ``MaskedLM``'s loss covers the selected tokens only
+  (all three kinds, as in BERT). The fixed count makes every row weigh the same in a batch's
+  per-token mean: the mean of ranks' (or micro-batches') means is the global batch's mean.
 - ``span_corruption``: T5's objective (Raffel et al. 2020, sec. 3.1.4): 15% of a sequence's
   tokens, in spans of mean length 3, are each replaced in the input by one sentinel token; the
   target lists every sentinel followed by the tokens it hid. ``reconstruct`` inverts it.
@@ -36,16 +39,21 @@ def mask_tokens(
     """tokens (B, T) -> (inputs, labels), both (B, T); see the module docstring.
 
     ``eligible`` (B, T) bool marks the positions that may be selected (False for padding or
-    other special tokens); default every position. Random replacements are uniform over
-    ``[0, vocab_size)``."""
+    other special tokens); default every position. A row selects
+    ``min(n, max(1, round(mask_prob * n)))`` of its ``n`` eligible positions (none if it has
+    none). Random replacements are uniform over ``[0, vocab_size)``."""
     if not 0.0 < mask_prob < 1.0:
         raise ValueError(f"mask_prob must be in (0, 1), got {mask_prob!r}")
     if not 0 <= mask_id < vocab_size:
         raise ValueError(f"mask_id must be in [0, vocab_size={vocab_size}), got {mask_id!r}")
     shape, device = tokens.shape, tokens.device
-    selected = torch.rand(shape, generator=generator, device=device) < mask_prob
-    if eligible is not None:
-        selected &= eligible.bool()
+    keys = torch.rand(shape, generator=generator, device=device)  # the smallest k are selected
+    eligible = torch.ones(shape, dtype=torch.bool, device=device) if eligible is None else eligible
+    keys = torch.where(eligible.bool(), keys, 2.0)  # ineligible positions sort last
+    n = eligible.bool().sum(-1, keepdim=True)
+    count = torch.minimum(torch.round(n * mask_prob).clamp(min=1), n)
+    order = keys.argsort(-1).argsort(-1)  # each position's place in its row's random order
+    selected = order < count
     labels = torch.where(selected, tokens, IGNORE_INDEX)
     kind = torch.rand(shape, generator=generator, device=device)  # < .8 mask, < .9 random
     random_ids = torch.randint(vocab_size, shape, generator=generator, device=device)

@@ -26,10 +26,15 @@ accounting (what D counts, FLOPs per token):
   span corruption, both stacks over ``src_len`` and ``tgt_len``. Pairs are drawn uniformly
   with replacement by the sampler's seeded generator (its state resumes them).
 
-Masking and corruption draw from a generator seeded by one draw of the sampler's own generator
-per micro-batch (plus the rank), so the checkpointed sampler state fixes them and a resumed run
-is bit-identical. Validation batches are corrupted once with ``VAL_SEED``, independent of
-``train.seed``: every run of a family on a corpus sees the same validation inputs.
+Masking and corruption draw each window's randomness from its own generator, seeded by the run's
+``train.seed`` and the window's GLOBAL index in the data order (``sample_generator``; the
+sampler draws every micro-step's windows for all ranks, so the k-th window drawn is the same on
+any number of ranks). A window therefore gets the same mask whatever the world size and
+whichever rank holds it: 2 ranks train on exactly one process's corrupted batch (as the
+decoder's plain windows), and FSDP and DDP reproduce one process's losses. The index counts
+windows drawn (``_Batches.drawn``, in the checkpointed sampler state), so a resumed run is
+bit-identical. Validation batches are corrupted once with ``VAL_SEED`` (window i: index i),
+independent of ``train.seed``: every run of a family on a corpus sees the same validation inputs.
 """
 
 from __future__ import annotations
@@ -48,6 +53,15 @@ from training.step import eval_starts, evaluate
 MASK_PROB = 0.15  # BERT (Devlin et al. 2019, sec. 3.1)
 NOISE_DENSITY, MEAN_SPAN = 0.15, 3.0  # T5 (Raffel et al. 2020, sec. 3.1.4)
 VAL_SEED = 1234  # the validation batches' masking/corruption: the same for every run
+TRAIN_STREAM, VAL_STREAM = 0, 1  # sample_generator's streams: no training window gets a val mask
+
+
+def sample_generator(seed: int, index: int, stream: int = TRAIN_STREAM) -> torch.Generator:
+    """The generator of the window at GLOBAL position `index` of the data order of a run seeded
+    `seed`: a pure function of the three (numpy's SeedSequence mixes them into a 64-bit seed,
+    so neighbouring indices get unrelated streams)."""
+    mixed = np.random.SeedSequence(seed, spawn_key=(stream, index)).generate_state(1, np.uint64)
+    return torch.Generator().manual_seed(int(mixed[0]))
 
 
 @dataclass(frozen=True)
@@ -75,7 +89,7 @@ class NextToken:
     def params(self) -> dict[str, Any]:
         return {}
 
-    def wrap(self, sampler):
+    def wrap(self, sampler, seed: int):
         return sampler  # (x, y) windows, used as they are
 
     def accounting(self, tokens: int) -> Accounting:
@@ -95,8 +109,9 @@ class _Objective:
 
     family = ""
 
-    def wrap(self, sampler) -> _Batches:
-        return _Batches(sampler, self)
+    def wrap(self, sampler, seed: int) -> _Batches:
+        """`sampler`'s windows corrupted, each by its own `sample_generator(seed, index)`."""
+        return _Batches(sampler, self, seed)
 
     def evaluate(self, model, val: list[torch.Tensor], micro_batch: int, accelerator) -> float:
         """Token-weighted mean loss over the fixed validation batches (split across
@@ -119,8 +134,8 @@ class _Objective:
         return (total[0] / total[1]).item()
 
     def val_batches(self, windows: np.ndarray) -> list[torch.Tensor]:
-        g = torch.Generator().manual_seed(VAL_SEED)
-        return list(self.corrupt(torch.from_numpy(windows[:, :-1]), g))
+        gens = [sample_generator(VAL_SEED, i, VAL_STREAM) for i in range(len(windows))]
+        return list(self.corrupt(torch.from_numpy(windows[:, :-1]), gens))
 
     def params(self) -> dict[str, Any]:
         return {f"objective.{k}": v for k, v in self.key_fields(self.seq_len).items()}
@@ -140,16 +155,15 @@ class MaskedLMObjective(_Objective):
     def key_fields(seq_len: int) -> dict[str, Any]:
         return {"name": "mlm", "mask_prob": MASK_PROB, "tokens_counted": "input"}
 
-    def corrupt(self, x: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, ...]:
-        """Random replacements are uniform over the model's vocabulary, as in BERT. A batch
-        with no token selected (0.85^(B T): likely over a long run of short windows) would
-        give a 0/0 loss: it is drawn again from the same generator (still deterministic)."""
-        while True:
-            inputs, labels = mask_tokens(
-                x, mask_id=self.mask_id, vocab_size=self.mask_id + 1, generator=g
-            )
-            if (labels != IGNORE_INDEX).any():  # on the host: the sampler's CPU tensors
-                return inputs, labels
+    def corrupt(self, x: torch.Tensor, gens: list[torch.Generator]) -> tuple[torch.Tensor, ...]:
+        """Row i masked from `gens[i]`. Random replacements are uniform over the model's
+        vocabulary, as in BERT. Every row selects the same count (>= 1: no 0/0 loss), so the
+        mean over a batch's selected tokens is the mean of its rows' means."""
+        rows = [
+            mask_tokens(row[None], mask_id=self.mask_id, vocab_size=self.mask_id + 1, generator=g)
+            for row, g in zip(x, gens, strict=True)
+        ]
+        return torch.cat([r[0] for r in rows]), torch.cat([r[1] for r in rows])
 
     def loss(self, model, inputs, labels):
         return model(inputs, labels, return_logits=False)[1]  # mean over selected tokens
@@ -200,8 +214,13 @@ class SpanCorruption(_EncoderDecoderObjective):
             "tgt_len": tgt_len,
         }
 
-    def corrupt(self, x: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, ...]:
-        pairs = [span_corruption(row, sentinel_ids=self.sentinel_ids, generator=g) for row in x]
+    def corrupt(self, x: torch.Tensor, gens: list[torch.Generator]) -> tuple[torch.Tensor, ...]:
+        """Row i corrupted from `gens[i]`; every row's source and target have the same lengths
+        (so the target tokens' mean is the mean of the rows' means, on any split of rows)."""
+        pairs = [
+            span_corruption(row, sentinel_ids=self.sentinel_ids, generator=g)
+            for row, g in zip(x, gens, strict=True)
+        ]
         src = torch.stack([p[0] for p in pairs])  # (B, src_len)
         tgt = torch.stack([p[1] for p in pairs])  # (B, tgt_len)
         return src, shift_right(tgt, self.start_id), tgt
@@ -311,23 +330,27 @@ class PairSampler:
 
 
 class _Batches:
-    """A `BatchSampler` whose windows come out corrupted by `objective`; its state (all a
-    checkpoint needs) is the sampler's."""
+    """A `BatchSampler` whose windows come out corrupted by `objective`, each window from
+    `sample_generator(seed, its global index)`. Its state (all a checkpoint needs) is the
+    sampler's plus `drawn`: the windows drawn so far by all ranks."""
 
-    def __init__(self, sampler, objective: _Objective):
-        self.sampler, self.objective = sampler, objective
+    def __init__(self, sampler, objective: _Objective, seed: int):
+        self.sampler, self.objective, self.seed = sampler, objective, seed
+        self.drawn = 0
 
     def next(self) -> tuple[torch.Tensor, ...]:
-        x, _ = self.sampler.next()  # (B, T): the window's first T tokens
-        seed = torch.randint(2**62, (1,), generator=self.sampler.generator).item()
-        g = torch.Generator().manual_seed(seed + self.sampler.rank)  # ranks mask differently
-        return self.objective.corrupt(x, g)
+        x, _ = self.sampler.next()  # (B, T): this rank's slice of the global micro-batch
+        first = self.drawn + self.sampler.rank * self.sampler.micro_batch  # its rows' indices
+        self.drawn += self.sampler.world_size * self.sampler.micro_batch
+        gens = [sample_generator(self.seed, first + i) for i in range(len(x))]
+        return self.objective.corrupt(x, gens)
 
     def state_dict(self) -> dict:
-        return self.sampler.state_dict()
+        return {**self.sampler.state_dict(), "drawn": self.drawn}
 
     def load_state_dict(self, state: dict) -> None:
         self.sampler.load_state_dict(state)
+        self.drawn = state["drawn"]
 
 
 OBJECTIVES: dict[str, type] = {

@@ -102,7 +102,10 @@ def restore(
         except RuntimeError as e:
             raise ConfigError(f"model: does not match the checkpoint's model ({e})") from None
         optimizer.load_state_dict(state["optimizer"])
-    sampler.load_state_dict(state["sampler"])
+    # windows drawn by all ranks (what the masks' seeds count, `objectives._Batches`): the
+    # step's, for checkpoints written before the sampler state held them
+    drawn = state["step"] * (train.batch_tokens // train.seq_len)
+    sampler.load_state_dict({"drawn": drawn, **state["sampler"]})
     torch.set_rng_state(state["torch_rng"])
     if torch.cuda.is_available() and state.get("cuda_rng") is not None:
         torch.cuda.set_rng_state_all(state["cuda_rng"])

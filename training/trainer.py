@@ -267,7 +267,7 @@ class Trainer:
             windows = BatchSampler(
                 self.data.train, tr.seq_len, self.geo.micro_batch, tr.seed, rank, self.world
             )
-            self.sampler = self.objective.wrap(windows)
+            self.sampler = self.objective.wrap(windows, tr.seed)  # masks: global index
         # the next batches made while a step runs, pinned for non-blocking copies to a GPU
         self.sampler = Prefetcher(self.sampler, tr.prefetch, pin=device.type == "cuda")
         self.stack.callback(self.sampler.close)
