@@ -19,8 +19,8 @@ width in log / (2 x 1.96). Every configuration's multiplier at one budget reads 
 baseline frontier, so its errors are shared within a budget: b is fitted on the contrasts within
 budgets (a free level per budget), then a and c on the budgets' levels, each level as uncertain
 as its points; intervals widen by the residual scatter where that exceeds the sigmas (reduced
-chi-square > 1, t quantile). Treating the points as independent gave c intervals that held the
-truth in 7 of 10 synthetic sweeps; this holds it in 19 of 20 (tests/test_analysis_leverage.py).
+chi-square > 1, t quantile). Treating the points as independent missed the true c in 2 of the first 3 synthetic sweeps;
+this fit's intervals hold a, b, c in 20, 20, 19 of 20 (tests/test_analysis_leverage.py).
 Identification: b needs >= 3 distinct activation ratios and a budget holding two of them, c
 >= 3 distinct budgets; a term not identified is left out of the fit and reported with its
 reason, never as a number. The law is checked against its own points (`analysis.fits.law_check`:
