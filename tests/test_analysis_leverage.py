@@ -126,7 +126,9 @@ def test_one_activation_ratio_leaves_its_coefficient_not_identified_with_no_numb
     assert law["why_not_identified"]["b"] == "1 distinct activation ratio(s) (needs 3)"
     assert "b" not in law["coefficients"] and "b" not in law["ci95"]
     assert "c" in law["coefficients"]  # the budgets still identify the compute trend
-    assert "b: not identified: 1 distinct activation ratio(s) (needs 3)" in el.law_sentence(law)
+    sentence = el.law_sentence(law)
+    assert "b: not identified: 1 distinct activation ratio(s) (needs 3)" in sentence
+    assert "a (log EL at C0, A = 0.333)" in sentence  # the configuration's own level
 
 
 def _report(runs: pd.DataFrame) -> tuple[list[tuple], dict]:

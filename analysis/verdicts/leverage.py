@@ -151,6 +151,7 @@ def fit_law(pts: list[dict]) -> dict:
         "n_points": len(use),
         "n_ratios": n_ratio,
         "n_budgets": n_budget,
+        "ratios": sorted({float(f"{p['A']:.3g}") for p in use}),
         "coefficients": {},
         "ci95": {},
         "not_identified": sorted(why),
@@ -210,7 +211,13 @@ def law_sentence(law: dict) -> str:
     if "a" in why:
         return f"No law of EL in A and C: {missing}."
     parts = []
-    for k, name in (("a", "a"), ("b", "b (1/A)"), ("c", "c (C)")):
+    # without b, a is the configurations' own log EL at C0, not an extrapolation to A = 1
+    at = (
+        "A = 1"
+        if "b" in law["coefficients"]
+        else "A = " + ", ".join(f"{r:.3g}" for r in law["ratios"])
+    )
+    for k, name in (("a", f"a (log EL at C0, {at})"), ("b", "b (1/A)"), ("c", "c (C)")):
         if k in law["coefficients"]:
             lo, hi = law["ci95"][k]
             parts.append(f"{name} = {law['coefficients'][k]:.3g} [{lo:.3g}, {hi:.3g}]")
