@@ -13,14 +13,21 @@ from pathlib import Path
 from analysis.report.ablation import Ablation
 from analysis.report.curves import Curves
 from analysis.report.laws import Laws
+from analysis.report.leverage import Leverage
 from analysis.report.runs import Runs
 from analysis.report.section import SUMMARY, Context, place
 from analysis.report.tuning import Tuning
 
 RUNS, TUNING, LAWS, ABLATION, CURVES = Runs(), Tuning(), Laws(), Ablation(), Curves()
-SECTIONS = (RUNS, TUNING, LAWS, ABLATION, CURVES)  # the details, in reading order
-HEADLINE = (ABLATION, LAWS, TUNING, RUNS)  # the summary: the answer first, then the notes
-FIT_JSON = (LAWS, TUNING, ABLATION)  # fit.json's order: the laws, the tuning, the verdicts
+LEVERAGE = Leverage()  # only with MoE variants
+SECTIONS = (RUNS, TUNING, LAWS, ABLATION, LEVERAGE, CURVES)  # the details, in reading order
+HEADLINE = (ABLATION, LEVERAGE, LAWS, TUNING, RUNS)  # the summary: the answer first, then the notes
+FIT_JSON = (
+    LAWS,
+    TUNING,
+    ABLATION,
+    LEVERAGE,
+)  # fit.json's order: the laws, the tuning, the verdicts
 DRAWN = (LAWS, CURVES, TUNING, ABLATION)  # the order figures are drawn in
 
 
