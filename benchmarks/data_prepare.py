@@ -56,7 +56,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from benchmarks.real_corpora import real_corpus, tree_pss_mb
+from benchmarks.real_corpora import real_corpus, tree_pss_parts_mb
 from training.config import DataConfig
 from training.data import (
     BatchSampler,
@@ -382,10 +382,15 @@ def _measured(cmd: list[str], log: Path) -> dict:
     with open(log, "w") as err:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err)
         samples, stop = [], threading.Event()
+        peak: dict = {"mb": 0.0}  # the sample of the largest sum: when, and each process's part
 
         def sample() -> None:
             while not stop.wait(0.5):
-                samples.append(tree_pss_mb(proc.pid))
+                parts = tree_pss_parts_mb(proc.pid)
+                samples.append(sum(parts.values()))
+                if samples[-1] > peak["mb"]:
+                    peak.update(mb=samples[-1], at_s=round(time.perf_counter() - t0, 1))
+                    peak["parts"] = {k: round(v) for k, v in parts.items()}
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -402,6 +407,8 @@ def _measured(cmd: list[str], log: Path) -> dict:
         "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
         "peak_pss_mb": round(max(samples, default=0)),
         "median_pss_mb": round(float(np.median(samples)) if samples else 0),
+        "peak_at_s": peak.get("at_s"),  # seconds into the command (its log's elapsed times)
+        "peak_parts_mb": peak.get("parts", {}),
         "stdout": out.strip(),
     }
 

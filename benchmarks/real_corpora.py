@@ -85,6 +85,12 @@ def real_corpus(kind: str, folder: Path, mb: int) -> Path:
 
 def tree_pss_mb(root: int) -> float:
     """The summed PSS (MB) of process `root` and its descendants."""
+    return sum(tree_pss_parts_mb(root).values())
+
+
+def tree_pss_parts_mb(root: int) -> dict[str, float]:
+    """The PSS (MB) of process `root` and of each descendant, keyed "pid command": where a
+    peak of the sum sits (the builder, the BPE trainer, a worker)."""
     parents = {}
     for d in os.listdir("/proc"):
         if d.isdigit():
@@ -98,11 +104,14 @@ def tree_pss_mb(root: int) -> float:
         pid = todo.pop()
         tree.add(pid)
         todo += [c for c, pp in parents.items() if pp == pid and c not in tree]
-    total = 0
+    parts = {}
     for pid in tree:
         try:
             with open(f"/proc/{pid}/smaps_rollup") as f:
-                total += sum(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+                kb = sum(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
-            pass
-    return total / 1024
+            continue
+        parts[f"{pid} {args[-60:]}"] = kb / 1024
+    return parts

@@ -114,9 +114,13 @@ def _heads_for_width(d_model: int, base: ModelConfig) -> tuple[int, int] | None:
 
 
 @functools.cache
-def _candidates(base: ModelConfig) -> tuple[tuple[int, ...], tuple[Shape, ...]]:
+def _candidates(
+    base: ModelConfig, granularity: int = 1
+) -> tuple[tuple[int, ...], tuple[Shape, ...]]:
     """All (non-embedding N, shape) pairs of rules 1-2, sorted by N. ``base`` is normalised
-    by the caller so that configs differing only in shape share one cache entry."""
+    by the caller so that configs differing only in shape share one cache entry. A MoE
+    ``granularity`` G > 1 keeps only the widths whose MLP width G divides (expert width
+    ffn_dim / G), each counted with its G."""
     rows = []
     min_layers = _min_layers(base)
     widths = [*range(MIN_D_MODEL, SMALL_D_MODEL, 4), *range(SMALL_D_MODEL, MAX_D_MODEL + 1, 8)]
@@ -127,6 +131,10 @@ def _candidates(base: ModelConfig) -> tuple[tuple[int, ...], tuple[Shape, ...]]:
         width = dataclasses.replace(
             base, n_layers=min_layers, d_model=d, n_heads=heads[0], n_kv_heads=heads[1]
         )
+        if granularity != 1:
+            if width.ffn_dim % granularity:
+                continue
+            width = dataclasses.replace(width, moe_granularity=granularity)
         count = _layer_count(width)
         lo = max(min_layers, math.ceil(d / (ASPECT * ASPECT_BAND)))
         hi = min(MAX_LAYERS, math.floor(d / (ASPECT / ASPECT_BAND)))
@@ -157,7 +165,9 @@ def _layer_count(width: ModelConfig):
     return lambda n_layers: fixed + (n_layers // k) * per_layer + (n_layers - n_layers // k) * dense
 
 
-def _candidates_for(base: ModelConfig) -> tuple[tuple[int, ...], tuple[Shape, ...]]:
+def _candidates_for(
+    base: ModelConfig, granularity: int | None = None
+) -> tuple[tuple[int, ...], tuple[Shape, ...]]:
     if base.d_ff is not None:
         raise ValueError(
             f"d_ff must be null when size is set (got {base.d_ff}): the ladder scales the MLP "
@@ -178,9 +188,21 @@ def _candidates_for(base: ModelConfig) -> tuple[tuple[int, ...], tuple[Shape, ..
     else:
         n_heads, n_kv = 2 * (base.n_heads // base.kv_heads), 2
     norm = dataclasses.replace(
-        base, n_layers=_min_layers(base), d_model=8 * n_heads, n_heads=n_heads, n_kv_heads=n_kv
+        base,
+        n_layers=_min_layers(base),
+        d_model=8 * n_heads,
+        n_heads=n_heads,
+        n_kv_heads=n_kv,
+        moe_granularity=1,  # G is applied per width (it must divide that width's MLP)
     )
-    return _candidates(norm)
+    g = base.moe_granularity if granularity is None else granularity
+    counts, shapes = _candidates(norm, g)
+    if not counts:
+        raise ValueError(
+            f"moe_granularity ({g}) divides the MLP width of no ladder shape; use 1, 2 or a "
+            "divisor of the widths the ladder gives"
+        )
+    return counts, shapes
 
 
 def _aspect_error(shape: Shape) -> float:
@@ -212,8 +234,12 @@ def _check_size(size: float) -> None:
 def shape_for_size(size: float, base: ModelConfig) -> Shape:
     """The ladder's shape for a target non-embedding parameter count (see module docstring)."""
     _check_size(size)
-    counts, shapes = _candidates_for(base)
-    return shapes[_choose(float(size), counts, shapes)]
+    return _shape(float(size), _candidates_for(base))
+
+
+def _shape(size: float, candidates: tuple[tuple[int, ...], tuple[Shape, ...]]) -> Shape:
+    counts, shapes = candidates
+    return shapes[_choose(size, counts, shapes)]
 
 
 def apply_shape(base: ModelConfig, shape: Shape) -> ModelConfig:
@@ -232,16 +258,27 @@ def model_config(d: Mapping[str, Any]) -> ModelConfig:
     grouping (MHA / GQA ratio / MQA) to keep. Raises ``ValueError`` naming the field."""
     d = dict(d)
     size = d.pop("size", None)
-    cfg = ModelConfig.from_dict(d)
     if size is None:
-        return cfg
+        return ModelConfig.from_dict(d)
     _check_size(size)
-    return config_for_size(float(size), cfg)
+    # A MoE granularity G must divide the MLP width of the shape the ladder chooses, not the
+    # preset's own (G = 2 does not divide llama's 341-wide MLP at d_model 128, and the ladder
+    # replaces that width): the base is checked at G = 1, the ladder offers only widths G
+    # divides, and G is set on the chosen shape.
+    g = d.get("moe_granularity", 1)
+    staged = d.get("mlp") == "moe" and isinstance(g, int) and not isinstance(g, bool) and g > 1
+    cfg = ModelConfig.from_dict({**d, "moe_granularity": 1} if staged else d)
+    return config_for_size(float(size), cfg, granularity=g if staged else None)
 
 
-def config_for_size(size: float, base: ModelConfig) -> ModelConfig:
-    """``base`` with n_layers, d_model, n_heads, n_kv_heads chosen by the ladder for ``size``."""
-    return apply_shape(base, shape_for_size(size, base))
+def config_for_size(size: float, base: ModelConfig, granularity: int | None = None) -> ModelConfig:
+    """``base`` with n_layers, d_model, n_heads, n_kv_heads chosen by the ladder for ``size``
+    (and, given, the MoE ``granularity`` set on that shape, the ladder's widths those it
+    divides)."""
+    if granularity is None:
+        return apply_shape(base, shape_for_size(size, base))
+    shape = _shape(size, _candidates_for(base, granularity))
+    return dataclasses.replace(apply_shape(base, shape), moe_granularity=granularity)
 
 
 def size_ladder(lo: float, hi: float, base: ModelConfig, per_decade: int = 5) -> list[Rung]:

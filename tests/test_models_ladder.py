@@ -128,3 +128,22 @@ def test_a_moe_size_is_its_active_count(base):
         r.n_params == count_params(config_for_size(r.target, base)).non_embedding_active
         for r in rungs
     )
+
+
+@pytest.mark.parametrize("granularity", [2, 4])
+def test_a_granularity_is_checked_on_the_shape_the_ladder_chooses(granularity):
+    """G must divide the chosen shape's MLP width, not the preset's: llama's d_model 128 has a
+    341-wide SwiGLU MLP that G = 2 does not divide, yet with `size` the ladder replaces that
+    width, offers only widths G divides, and matches the active count as for G = 1."""
+    preset = {**BASES[2].to_dict(), "d_model": 128, "n_heads": 4, "n_layers": 2}
+    moe = {**preset, "mlp": "moe", "n_experts": 8, "top_k": 2, "n_shared_experts": 1}
+    with pytest.raises(ValueError, match="moe_granularity .* must divide the MLP width"):
+        model_config({**moe, "moe_granularity": 2})  # no size: the preset's own width
+    for lo, hi, bound in MOE_BOUNDS:
+        for target in _targets(lo, hi, n=6):
+            cfg = model_config({**moe, "moe_granularity": granularity, "size": target})
+            assert cfg.moe_granularity == granularity
+            assert cfg.expert_d_ff * granularity == cfg.ffn_dim
+            assert abs(count_params(cfg).non_embedding_active / target - 1) <= bound, (target, cfg)
+    with pytest.raises(ValueError, match="applies to mlp='moe' only"):
+        model_config({**preset, "moe_granularity": 2, "size": 1e6})  # dense: still refused
