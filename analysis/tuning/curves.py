@@ -247,21 +247,42 @@ def section(cf: CurveFit) -> dict:
     }
 
 
+def seen_key(law: Law, cols: dict, loss: np.ndarray, owner: np.ndarray, n_boot: int) -> tuple:
+    """What a `fit_curves` result depends on, exactly (the seen points' bytes): equal keys give
+    equal fits, so callers may reuse one (runs of a group sharing a length see the same points)."""
+    parts = tuple((k, np.asarray(v).tobytes()) for k, v in sorted(cols.items()))
+    return (law.name, parts, loss.tobytes(), owner.tobytes(), n_boot)
+
+
 def predict_final(
-    law: Law, group: list[Curve], target: Curve, k: float, n_boot=0, other=None, at=None
+    law: Law,
+    group: list[Curve],
+    target: Curve,
+    k: float,
+    n_boot=0,
+    other=None,
+    at=None,
+    memo: dict | None = None,
 ):
     """The target's final loss from its group's points up to k of its tokens: (estimate,
     interval) under its own schedule, or under `other` (a runs.csv row, e.g. from
     `schedule_replay.with_schedule`); None when too few points are seen. `at`: the mean
-    over these steps instead of the loss after the last one (`final_train_points`)."""
+    over these steps instead of the loss after the last one (`final_train_points`). `memo`: a
+    dict of fits already made (`seen_key`), reused and filled."""
     upto = k * target.total * float(target.row["train.batch_tokens"])
     row = target.row if other is None else other
     lrs = lrs_of(row)
     warm = warmup_steps(float(row.get("train.warmup", 0.0)), lrs.size)
-    cols, _, _ = seen(law, group, upto)
+    cols, loss, owner = seen(law, group, upto)
     if cols is None or (anneals(features(law.name, lrs, [lrs.size], warm)) and not anneals(cols)):
         return None  # the annealing term is fitted only where some seen point annealed
-    cf = fit_curves(law, group, upto, n_boot)
+    key = None if memo is None else seen_key(law, cols, loss, owner, n_boot)
+    if key is not None and key in memo:
+        cf = memo[key]
+    else:
+        cf = fit_curves(law, group, upto, n_boot)
+        if key is not None:
+            memo[key] = cf
     if cf is None or not np.all(np.isfinite(cf.theta)):
         return None
     return cf.predict(lrs, lrs.size if at is None else at, warm)
@@ -293,14 +314,14 @@ def prediction_errors(
     points (`final_train_points`), against the law's mean there."""
     curves, members = curves_by_group(runs, points, metric)
     group_of = {c.run_id: group for group in members.values() for c in group}
-    rows = []
+    rows, memo = [], {}  # a group's runs of one length see the same points at each k
     for c in curves.values():
         final, at = float(c.row["loss"]), None
         if metric == "train_loss":
             at = final_train_points(c)
             final = float(c.loss[-at.size :].mean())
         for k in ks:
-            got = predict_final(law, group_of[c.run_id], c, k, at=at)
+            got = predict_final(law, group_of[c.run_id], c, k, at=at, memo=memo)
             pred = np.nan if got is None else got[0]
             rows.append({"run_id": c.run_id, "k": k, "loss": final, "pred": pred})
     out = pd.DataFrame(rows, columns=["run_id", "k", "loss", "pred"])
