@@ -12,14 +12,17 @@ report() {  # folder, extra args...
   python -m analysis.report --csv "$dir/runs.csv" --curves "$dir/curves.csv" "$@" --out "$dir"
 }
 
+# the demo's blocks by the names its sweep file and run names use (the sweep passes these itself)
+demo_labels=(--label pre-rmsnorm-rope-gqa2-swiglu=llama --label post-layernorm-sinusoidal-mha-gelu=vanilla)
+
 sel=("$@")
 run() { local name=$1; shift; if [ ${#sel[@]} -eq 0 ] || [[ " ${sel[*]} " == *" $name "* ]]; then "$@"; fi; }
 
-run demo report demo --compare arch --baseline pre-rmsnorm-rope-gqa2-swiglu --tune train.lr --tune train.warmup \
+run demo report demo --compare arch --baseline pre-rmsnorm-rope-gqa2-swiglu "${demo_labels[@]}" --tune train.lr --tune train.warmup \
   --title scaling-lab
-run demo report demo/previous_plan --compare arch --baseline pre-rmsnorm-rope-gqa2-swiglu --tune train.lr \
+run demo report demo/previous_plan --compare arch --baseline pre-rmsnorm-rope-gqa2-swiglu "${demo_labels[@]}" --tune train.lr \
   --tune train.warmup --title "scaling-lab demo, the previous plan (3 sizes from 3e4, one seed)"
-run demo report demo/full_grid --compare arch --baseline pre-rmsnorm-rope-gqa2-swiglu --tune train.lr \
+run demo report demo/full_grid --compare arch --baseline pre-rmsnorm-rope-gqa2-swiglu "${demo_labels[@]}" --tune train.lr \
   --tune train.warmup --title "scaling-lab demo, tuned by the full grid (the check of results/demo)"
 run ref_ladder report ref_ladder \
   --title "Reference scaling ladder: llama block, IsoFLOP, stdlib corpus, CPU"

@@ -46,7 +46,7 @@ from sweeps.config import SweepConfig
 from sweeps.job import ENV_GPU_LOCKS, ENV_GPU_POOL, training_config
 from sweeps.names import RunNames
 from sweeps.stopping import SweepStopped, stop_on_sigterm
-from sweeps.sweep_report import answer, run_report
+from sweeps.sweep_report import answer, arch_labels, run_report
 from sweeps.sweep_view import (
     Closing,
     Planned,
@@ -490,7 +490,8 @@ def _execute(
         sweep_records.close_parent(sweep.uri, parent.run_id, status, reason)
     ordered = [outcomes[r.index] if r.index in outcomes else Outcome(r, "not-run") for r in runs]
     arms = _log_outcome(sweep, parent)
-    report, report_error = run_report(sweep.cfg, sweep.uri, sweep.experiment, parent.run_id)
+    labels = arch_labels(runs, sweep.names.block) if sweep.names else {}
+    report, report_error = run_report(sweep.cfg, sweep.uri, sweep.experiment, parent.run_id, labels)
     closing = Closing(arms, report, ui.command(sweep.uri, sweep.experiment), answer(report))
     print_summary(sweep.spec.name, ordered, sweep.uri, parent.run_id, closing)
     exit_if_failed(sweep.spec.name, ordered)

@@ -9,11 +9,13 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from sweeps import sweep_records
+from sweeps.points import PlannedRun
 from sweeps.sweep_view import command_lines, fit_width
 
 
@@ -32,18 +34,55 @@ def answer(report: Path | None) -> tuple[str, ...]:
         return ()
 
 
+def arch_labels(runs: Iterable[PlannedRun], block: Callable[[PlannedRun], str]) -> dict[str, str]:
+    """{architecture: block name} for the planned runs (`sweeps.names.block`: `vanilla`,
+    `llama`), where each architecture is planned under exactly one name and each name covers
+    exactly one architecture; a name that would be ambiguous is left out (the report then
+    shows that architecture as it is)."""
+    names: dict[str, set[str]] = {}
+    for run in runs:
+        if run.facts is not None and not run.skip:
+            names.setdefault(run.facts.arch, set()).add(block(run))
+    one = {arch: next(iter(n)) for arch, n in names.items() if len(n) == 1}
+    shared = {n for n in one.values() if list(one.values()).count(n) > 1}
+    return {arch: n for arch, n in sorted(one.items()) if n not in shared and n != arch}
+
+
+def report_args(args: list[str], labels: dict[str, str]) -> list[str]:
+    """`sweep.report.args`, with `--label ARCH=NAME` appended for every architecture of
+    `labels` the user has not labelled, when the report compares architectures (`--compare
+    arch`): its tables and figures then name variants as the sweep file and run names do."""
+    compares_arch = (
+        any(a == "--compare" and b == "arch" for a, b in zip(args, args[1:]))
+        or "--compare=arch" in args
+    )
+    if not compares_arch:
+        return list(args)
+    given = [b for a, b in zip(args, args[1:]) if a == "--label"]
+    given += [a.removeprefix("--label=") for a in args if a.startswith("--label=")]
+    labelled = {g.split("=", 1)[0] for g in given}
+    extra = [["--label", f"{arch}={name}"] for arch, name in labels.items() if arch not in labelled]
+    return [*args, *(a for pair in extra for a in pair)]
+
+
 def run_report(
-    cfg: DictConfig, uri: str, experiment: str, parent_run_id: str
+    cfg: DictConfig,
+    uri: str,
+    experiment: str,
+    parent_run_id: str,
+    labels: dict[str, str] | None = None,
 ) -> tuple[Path | None, str]:
     """Optional analysis step (`sweep.report`): `python -m analysis.report` on this sweep's
     children (the parent run's), as a subprocess (analysis never imports sweeps); the report
-    and its fitted exponents go to the parent run. Returns (report.html's path when written,
-    the one line saying why it was not: empty when it was or none was asked for)."""
+    and its fitted exponents go to the parent run. `labels` ({architecture: block name},
+    `arch_labels`) name the variants of a `--compare arch` report. Returns (report.html's path
+    when written, the one line saying why it was not: empty when it was or none was asked
+    for)."""
     report = cfg.sweep.get("report")
     if not report:
         return None, ""
     cmd = [sys.executable, "-m", "analysis.report"]
-    cmd += [str(a) for a in report.get("args") or []]
+    cmd += report_args([str(a) for a in report.get("args") or []], labels or {})
     cmd += ["--tracking-uri", uri, "--experiment", experiment]
     cmd += ["--sweep", parent_run_id, "--out", str(report.out)]
     print(command_lines("report:", cmd), flush=True)

@@ -173,6 +173,10 @@ def extrapolation_section(
             test["run_id"], test["N"], test["D"], test["C"], test["loss"], pred, rel
         )
     ]
+    for row, (_, run) in zip(section["runs"], test.iterrows()):  # what the report names it by
+        for col in ("variant", "seed"):
+            if col in test.columns and pd.notna(run[col]):
+                row[col] = int(run[col]) if col == "seed" else str(run[col])
     section["mean_abs_rel_error"] = float(np.mean(np.abs(rel)))
     return section
 

@@ -13,6 +13,7 @@ from analysis.fits.estimate import cell, fmt, interval
 from analysis.fits.fit import convention
 from analysis.fits.laws import law_of
 from analysis.tuning import hparam_report
+from analysis.tuning.arms import arm_name
 
 
 def summary(result: dict, title: str = "") -> str:
@@ -90,7 +91,7 @@ def tuning_summary(section: dict, rule: dict | None) -> list[str]:
         f"{len(edge)} at the edge of the grid"
     ]
     lines += [
-        f"  widen the grid: {a['arm']} best at the {', '.join(f'{v} {k}' for k, v in a['edge'].items())}"
+        f"  widen the grid: {arm_name(a)} best at the {', '.join(f'{v} {k}' for k, v in a['edge'].items())}"
         for a in edge
     ]
     if rule is not None:

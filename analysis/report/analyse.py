@@ -38,12 +38,17 @@ class Comparison:
 
 
 def choose_variants(
-    runs: pd.DataFrame, compare: str = "variant", baseline: str = "base", compute: str = "6nd"
+    runs: pd.DataFrame,
+    compare: str = "variant",
+    baseline: str = "base",
+    compute: str = "6nd",
+    labels: dict[str, str] | None = None,
 ) -> Comparison:
-    """Label every run with its value of `compare`, pick the `baseline` variant's runs, and
-    decide whether they support a law fit. InputError (one line) for a missing column, an
-    unknown baseline, a baseline that mixes architectures, or unfittable baseline runs."""
-    runs = label_variants(runs, compare, baseline)
+    """Label every run with its value of `compare` (its display name where `labels` gives one),
+    pick the `baseline` variant's runs, and decide whether they support a law fit. InputError
+    (one line) for a missing column, an unknown baseline, a baseline that mixes architectures,
+    or unfittable baseline runs."""
+    runs = label_variants(runs, compare, baseline, labels)
     variants = sorted(runs["variant"].unique())
     if baseline not in variants:
         raise InputError(f"--baseline: no variant '{baseline}'; variants: {variants}")
@@ -101,9 +106,13 @@ def fill_defaults(args, frame: pd.DataFrame) -> list[str]:
 
 
 def label_variants(
-    runs: pd.DataFrame, compare: str = "variant", baseline: str = "base"
+    runs: pd.DataFrame,
+    compare: str = "variant",
+    baseline: str = "base",
+    labels: dict[str, str] | None = None,
 ) -> pd.DataFrame:
-    """Every run's `variant` as text: its value of `compare`; the baseline where it has none."""
+    """Every run's `variant` as text: its value of `compare` (the baseline where it has none),
+    shown by its display name where `labels` ({value: name}, --label) gives one."""
     if compare != "variant":
         if compare not in runs.columns:
             raise InputError(f"--compare: no column '{compare}' in the runs")
@@ -113,7 +122,55 @@ def label_variants(
     elif compare == "variant" and runs["variant"].isna().any():
         # a source without the column (its rows are NaN after concatenation): baseline runs
         runs = runs.assign(variant=runs["variant"].fillna(baseline))
-    return runs.assign(variant=runs["variant"].astype(str))
+    variant = runs["variant"].astype(str)
+    return runs.assign(variant=variant.map(lambda v: labels.get(v, v)) if labels else variant)
+
+
+def parse_labels(items: list[str] | None) -> dict[str, str]:
+    """--label VALUE=NAME (repeatable) as {value: name}; InputError (one line) for an item
+    without '=', an empty side, a value named twice or one name for two values."""
+    labels: dict[str, str] = {}
+    for item in items or []:
+        value, sep, name = item.partition("=")
+        value, name = value.strip(), name.strip()
+        if not sep or not value or not name:
+            raise InputError(f"--label {item!r}: expected VALUE=NAME, e.g. --label {LLAMA}=llama")
+        if labels.get(value, name) != name:
+            raise InputError(f"--label {value}: given two names ({labels[value]}, {name})")
+        if name in labels.values() and labels.get(value) != name:
+            raise InputError(f"--label {value}={name}: '{name}' already names another value")
+        labels[value] = name
+    return labels
+
+
+def apply_labels(args, frame: pd.DataFrame) -> None:
+    """Check args.labels against the values of the --compare column (InputError, one line,
+    before any fit) and name the baseline by its label: --baseline may be given as the value
+    or as its label."""
+    labels = args.labels
+    if not labels:
+        return
+    inverse = {name: value for value, name in labels.items()}
+    baseline = inverse.get(args.baseline, args.baseline) or "base"
+    values = sorted(label_variants(frame, args.compare, baseline)["variant"].unique())
+    for value, name in labels.items():
+        if value not in values:
+            raise InputError(
+                f"--label {value}={name}: no variant '{value}' in the --compare column "
+                f"'{args.compare}'; its values: {values}"
+            )
+        if name in values and name not in labels:  # two variants would read the same
+            raise InputError(f"--label {value}={name}: '{name}' is already another variant")
+    args.baseline = labels.get(baseline, baseline)
+
+
+def unlabel(runs: pd.DataFrame, labels: dict[str, str] | None) -> pd.DataFrame:
+    """The runs with `variant` back at its value (runs.csv keeps the data: a report from it
+    takes the same --label)."""
+    if not labels or "variant" not in runs.columns:
+        return runs
+    inverse = {name: value for value, name in labels.items()}
+    return runs.assign(variant=runs["variant"].map(lambda v: inverse.get(v, v)))
 
 
 @dataclass(frozen=True)
@@ -130,11 +187,12 @@ class Analysis:
     tuned: dict | None  # --tune: the tuning section of every arm
     rule: dict | None  # --tune: the baseline's lr rule
     hparams: dict | None = None  # --tune: the baseline's lr and batch-size laws
+    labels: dict | None = None  # --label: {value of --compare: the name the report shows}
 
     @property
     def exported(self) -> pd.DataFrame:
-        """The runs runs.csv holds: the grid's every run when tuned."""
-        return self.runs if self.grid_runs is None else self.grid_runs
+        """The runs runs.csv holds: the grid's every run when tuned, `variant` at its value."""
+        return unlabel(self.runs if self.grid_runs is None else self.grid_runs, self.labels)
 
     @property
     def result(self) -> dict | None:
@@ -147,11 +205,11 @@ def analyse(
     """Every fit of one family's runs (InputError before any file is written). `budgets`
     replaces --budget (a families report states every family's allocation at the same C);
     `curves_of(runs)` the curves of those runs (default: --curves or the store)."""
-    tuned, grid_runs = None, None
+    tuned, grid_runs, labels = None, None, getattr(args, "labels", None) or {}
     if args.tune:  # the arms' results are the report's runs; every run goes into runs.csv
-        grid_runs = label_variants(frame, args.compare, args.baseline)
+        grid_runs = label_variants(frame, args.compare, args.baseline, labels)
         frame, tuned = tuning.select(grid_runs, args.tune)
-    chosen = choose_variants(frame, args.compare, args.baseline, args.compute)
+    chosen = choose_variants(frame, args.compare, args.baseline, args.compute, labels)
     runs, base = chosen.runs, chosen.base
     curves = (curves_of or (lambda r: read_curves(args, r)))(
         runs if grid_runs is None else grid_runs
@@ -196,6 +254,7 @@ def analyse(
         tuned=tuned,
         rule=rule,
         hparams=hparams,
+        labels=labels,
     )
 
 

@@ -29,7 +29,16 @@ from analysis.fits.cli import add_fit_args, check_fit_args
 from analysis.fits.fit import default_budgets, dumps
 from analysis.fits.summary import summary
 from analysis.report import families
-from analysis.report.analyse import Analysis, analyse, fill_defaults, label_variants, read_curves
+from analysis.report.analyse import (
+    Analysis,
+    analyse,
+    apply_labels,
+    fill_defaults,
+    label_variants,
+    parse_labels,
+    read_curves,
+    unlabel,
+)
 from analysis.report.compose import fit_json, report_blocks
 from analysis.report.render import render_html, render_md
 from analysis.verdicts import decision
@@ -58,8 +67,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--baseline",
-        help="baseline value of --compare (default: base; else the only value, or the llama "
-        "block's architecture when it is one of them)",
+        help="baseline value of --compare, or its --label name (default: base; else the only "
+        "value, or the llama block's architecture when it is one of them)",
+    )
+    parser.add_argument(
+        "--label",
+        action="append",
+        metavar="VALUE=NAME",
+        help="show the --compare value VALUE as NAME in every table, sentence and figure "
+        "(repeatable; e.g. --label post-layernorm-sinusoidal-mha-gelu=vanilla, as a sweep "
+        "names its blocks). runs.csv keeps VALUE; fit.json names the variant NAME and maps "
+        "each VALUE to its NAME under `labels`",
     )
     parser.add_argument(
         "--group",
@@ -93,11 +111,13 @@ def write_report(out: Path, blocks: list[tuple], title: str, content: dict) -> N
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        args.labels = parse_labels(args.label)
         check_fit_args(args)
         check_out_dir(args.out)
         loaded = load_selected(args)
         for note in fill_defaults(args, loaded.frame):
             print(f"note: {note}")
+        apply_labels(args, loaded.frame)
         if args.export_only:
             return export_only(args, loaded.frame)
         if args.group == "family":
@@ -220,7 +240,8 @@ def default_title(args) -> str:
 
 def export_only(args, frame: pd.DataFrame) -> int:
     """--export-only: the selection's runs (variants labelled) and their curves, no fit."""
-    runs = label_variants(frame, args.compare, args.baseline or "base")
+    runs = label_variants(frame, args.compare, args.baseline or "base", args.labels)
+    runs = unlabel(runs, args.labels)  # runs.csv keeps the values (a labelled baseline's too)
     curves = read_curves(args, runs)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

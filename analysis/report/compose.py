@@ -36,6 +36,8 @@ def fit_json(an) -> dict:
     out: dict = {}
     for section in FIT_JSON:
         out.update(section.fit_json(an))
+    if an.labels:  # every variant above is named by its label; its value of --compare here
+        out["labels"] = dict(sorted(an.labels.items()))
     return out
 
 

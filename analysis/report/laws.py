@@ -319,6 +319,18 @@ def _kaplan_blocks(result) -> list[tuple]:
     return b
 
 
+SHORT_ID = 8  # a run id's first 8 characters: unique among a report's runs, found by grep
+
+
+def run_name(row: dict) -> str:
+    """A held-out run as people name it: its variant and seed ('llama, seed 1'; the variant
+    left out where it is the unnamed `base`); fit.json keeps the full run id."""
+    parts = [str(row["variant"])] if row.get("variant") not in (None, "base") else []
+    if row.get("seed") is not None:
+        parts.append(f"seed {row['seed']}")
+    return ", ".join(parts) or "-"
+
+
 def _extrapolation_blocks(result) -> list[tuple]:
     """Approach 3 fitted below a compute threshold, checked on the larger runs."""
     b: list[tuple] = []
@@ -339,15 +351,16 @@ def _extrapolation_blocks(result) -> list[tuple]:
         b.append(
             (
                 "table",
-                ["run", "N", "D", "loss", "predicted", "relative error"],
+                ["run", "N", "D", "loss", "predicted", "relative error", "run id"],
                 [
                     [
-                        r["run_id"],
+                        run_name(r),
                         fmt(r["N"], ".3g"),
                         fmt(r["D"], ".3g"),
                         fmt(r["loss"]),
                         fmt(r["predicted"]),
                         f"{100 * r['rel_error']:+.2f}%",
+                        str(r["run_id"])[:SHORT_ID],
                     ]
                     for r in ext["runs"]
                 ],

@@ -84,6 +84,11 @@ def arm_labels(runs: pd.DataFrame, variant: str = "variant") -> pd.Series:
     return names + runs["N"].map(lambda n: f" N={n:.6g}") + runs["D"].map(lambda d: f" D={d:.6g}")
 
 
+def arm_name(arm: dict) -> str:
+    """An arm as the report names it: 'llama N 1.02e+05 D 2.51e+05' (its id is a hash)."""
+    return f"{arm['variant']} N {arm['N']:.3g} D {arm['D']:.3g}"
+
+
 def _numeric(values) -> bool:
     return all(isinstance(v, int | float | np.number) and math.isfinite(float(v)) for v in values)
 
@@ -184,6 +189,7 @@ def select(
         arms.append(entry)
         chosen.extend(ids)
     arms.sort(key=lambda a: (a["variant"], a["N"], a["D"], a["arm"]))
+    _mark_transfers(arms, runs, labels)
     selected = runs[runs["run_id"].isin(chosen)]
     section = {
         "keys": list(keys),
@@ -195,6 +201,25 @@ def select(
         "arms": arms,
     }
     return selected.reset_index(drop=True), section
+
+
+def _mark_transfers(arms: list[dict], runs: pd.DataFrame, labels: pd.Series) -> None:
+    """`transferred_from`: the token budget whose choice an arm trained (`sweep.tune_at:
+    smallest_budget`: its runs are all tagged tune_role `transfer`), the nearest tuned budget
+    below it of the same variant and size (else the smallest; None when none is among the
+    runs); absent from arms that were tuned."""
+    if "tune_role" not in runs.columns:
+        return
+    roles = runs.groupby(labels, sort=False)["tune_role"].agg(lambda r: set(r.dropna()))
+    moved = [a for a in arms if roles.get(a["arm"]) == {"transfer"}]
+    for a in moved:
+        tuned = sorted(
+            b["D"]
+            for b in arms
+            if b not in moved and b["variant"] == a["variant"] and b["N"] == a["N"]
+        )
+        below = [d for d in tuned if d < a["D"]]
+        a["transferred_from"] = below[-1] if below else (tuned[0] if tuned else None)
 
 
 def lr_key(keys: list[str]) -> str | None:
@@ -269,7 +294,12 @@ def lr_rule(section: dict, n_boot: int, seed: int, k: float = 1.0) -> dict | Non
     points, left_out = [], {}
     for a in section["arms"]:
         grid = a["grid"][key]
-        if len(grid) < 3:
+        if len(grid) < 3 and a.get("transferred_from") is not None:
+            left_out[a["arm"]] = (
+                f"one value of {key}, transferred from D {a['transferred_from']:.3g}: "
+                "not tuned at this arm"
+            )
+        elif len(grid) < 3:
             left_out[a["arm"]] = f"{len(grid)} value(s) of {key}: not tuned at this arm"
         elif key in a["edge"]:
             left_out[a["arm"]] = f"best {key} at the {a['edge'][key]} grid value: only a bound"

@@ -16,8 +16,9 @@ intervals resampling cells, in the forms the field uses:
 Each law says what it does not identify (`identification.lr_rule`, `identification.plane_rule`,
 `identification.compute_rule`: too few cells, one value of a variable, N and D collinear, an
 exponent interval wider than 1, a law in C whose optima all sit at one D or one N);
-cells whose optimum sits on the grid's edge, on a flat surface or on an untuned key are left
-out with the reason. `rules` picks, per key, the first identified law in RULE_PREFERENCE: the
+cells whose optimum sits on the grid's edge, on a flat surface or on a key with fewer than 3
+full-budget values (untuned, chosen from shorter runs or transferred: `hparam_surface`) are
+left out with the reason. `rules` picks, per key, the first identified law in RULE_PREFERENCE: the
 form a sweep can read (fit.json's `batch_rule`; `lr_rule` stays the lr-in-N rule of
 `analysis.tuning.arms`). The critical batch size per cell and its law in D: `analysis.tuning.critical_batch`.
 """

@@ -4,6 +4,7 @@ from fit.json's `hparam_laws` (analysis.tuning.hparam_laws)."""
 from __future__ import annotations
 
 from analysis.fits.estimate import fmt, interval
+from analysis.tuning.hparam_surface import status_text
 
 HEADING = "Hyperparameter laws"
 NAMES = {"lr": "learning rate", "batch": "batch size (tokens)"}
@@ -25,6 +26,31 @@ def law_text(law: dict, name: str) -> str:
     return text
 
 
+OTHERS = {  # why a cell's optimum is not in a law, as the summary counts them
+    "edge": "at an edge of its grid",
+    "flat": "flat over its grid",
+    "untuned": "untuned (fewer than 3 values)",
+    "chosen": "chosen from shorter runs",
+    "transferred": "transferred from another budget",
+}
+
+
+def _others(cells: list[dict], role: str) -> str:
+    """'; the others: 2 chosen from shorter runs, 4 transferred from another budget (one
+    full-budget value: no curvature)' for the cells whose optimum is not identified."""
+    counts: dict[str, int] = {}
+    for c in cells:
+        status = c["status"].get(role)
+        if status not in (None, "identified"):
+            counts[status] = counts.get(status, 0) + 1
+    if not counts:
+        return ""
+    text = ", ".join(f"{n} {OTHERS.get(s, s)}" for s, n in counts.items())
+    if counts.keys() & {"chosen", "transferred"}:
+        text += " (fewer than 3 values trained the full budget: no curvature to place an optimum)"
+    return f"; the others: {text}"
+
+
 def summary_sentences(hparams: dict | None) -> list[str]:
     """The identified laws (or that none is), and the critical batch law, in one line each."""
     if not hparams:
@@ -41,9 +67,7 @@ def summary_sentences(hparams: dict | None) -> list[str]:
             # the first form's reason: with every cell usable it is why the law fails
             first, law = next(iter(forms.items()))
             why = next(iter(law["why_not_identified"].values()), "")
-            others = (
-                "; the others are at an edge, flat or untuned" if n < hparams["n_cells"] else ""
-            )
+            others = _others(hparams["cells"], role)
             out.append(
                 f"Optimal {NAMES[role]}: no law identified ({n} of {hparams['n_cells']} cells "
                 f"place their optimum inside a grid that is not flat{others}; in {first}: "
@@ -73,7 +97,7 @@ def _cells_table(hparams: dict) -> tuple:
                 fmt(c["best"]["loss"]),
                 *[fmt(c["optimum"][r], ".3g") for r in roles],
                 *[f"{fmt(near[r][0], '.3g')} - {fmt(near[r][1], '.3g')}" for r in roles],
-                ", ".join(f"{r}: {s}" for r, s in c["status"].items()),
+                ", ".join(f"{r}: {status_text(c, r)}" for r in c["status"]),
                 c["method"],
             ]
         )
@@ -92,8 +116,10 @@ def blocks(hparams: dict | None) -> list[tuple]:
             "Per cell (arm: variant x size x token budget): the optimum (a quadratic in "
             "(log lr, log B) through the best grid point and its neighbours, or a parabola "
             f"per key), and the near-optimal region: the grid points within {tol:g}% of the "
-            "best loss. A key's optimum enters a law only where it lies inside the grid and "
-            f"the surface is not flat over it. {hparams['compute']}.",
+            "best loss. A key's optimum enters a law only where 3+ values trained the cell's "
+            "full budget (a value chosen from shorter runs or transferred from another budget "
+            "has no curvature to place it), it lies inside the grid and the surface is not "
+            f"flat over it. {hparams['compute']}.",
         ),
         _cells_table(hparams),
     ]

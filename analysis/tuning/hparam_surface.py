@@ -14,7 +14,9 @@ keys held at the arm's best values. Per cell:
   best, reported as its lr and B ranges. DeepSeek LLM (sec. 3.1) fits its laws to such a band
   rather than to one point, because the optimum is broad.
 - per key, whether the cell identifies its optimum: `untuned` (fewer than 3 values: no
-  neighbourhood on both sides), `edge` (the best value is the grid's lowest or highest: only a
+  neighbourhood on both sides), `chosen` (fewer than 3 trained the full budget because the
+  others were ranked on curve prefixes or stopped by halving) or `transferred` (the value
+  chosen at another token budget; both: one full-budget value, no curvature), `edge` (the best value is the grid's lowest or highest: only a
   bound), `flat` (the near-optimal region reaches both ends of the key's grid: the grid cannot
   locate it), else `identified`. Only identified optima enter a law.
 """
@@ -82,6 +84,38 @@ def _status(grid: list[float], best: float, near: set[float]) -> tuple[str, str 
             "tolerance: the surface is flat over the grid, which cannot place the optimum"
         )
     return "identified", None
+
+
+def _how_tuned(arm: dict, key: str, full: int) -> tuple[str, str, str] | None:
+    """Why a cell with fewer than 3 full-budget values of `key` has them, where it was tuned
+    all the same: `transferred` (the value chosen at another token budget of its variant and
+    size, `analysis.tuning.arms`) or `chosen` (the others stopped early: curve-law prefixes or
+    successive halving's losers, ranked on fewer tokens). Either way its full-budget loss has
+    no curvature in `key` to place an optimum by, which keeps it out of a law. (status, why,
+    what the report prints); None: untuned."""
+    tried = len(arm["grid"].get(key, []))
+    nothing = f"{full} value(s) trained the full budget here: no curvature to place an optimum"
+    if "transferred_from" in arm:
+        source = arm["transferred_from"]
+        at = f"D {source:.3g}" if source is not None else "another token budget"
+        return "transferred", f"the value chosen at {at}; {nothing}", f"transferred from {at}"
+    if tried > full:
+        curve = any(s.get("curve") for s in arm.get("stopped_early", []))
+        how = "curve prefixes" if curve else "successive halving"
+        return (
+            "chosen",
+            f"{full} of {tried} values trained the full budget ({how} ranked the others on "
+            "fewer tokens): no curvature to place an optimum",
+            f"chosen from {tried} by {how}",
+        )
+    return None
+
+
+def status_text(cell: dict, role: str) -> str:
+    """A cell's status of `role` as the report prints it: how it was tuned where no optimum
+    can be placed (`chosen from 5 by curve prefixes`, `transferred from D 2.51e+05`), else
+    the status (`identified`, `edge`, `flat`, `untuned`)."""
+    return cell.get("how_tuned", {}).get(role, cell["status"][role])
 
 
 def _neighbours(points: pd.DataFrame, grids: dict, best: dict, tuned: list[str]) -> pd.DataFrame:
@@ -154,15 +188,12 @@ def cell(runs: pd.DataFrame, arm: dict, roles: dict, variant: str, tolerance: fl
     best_loss = float(row["loss"])
     near = points[points["loss"] <= best_loss * (1 + tolerance)]
     refined, method = optimum(points, grids, best, tuned)
-    status, why = {}, {}
+    status, why, how_tuned = {}, {}, {}
     for r in tuned:
         status[r], reason = _status(grids[r], best[r], set(near[r]))
-        tried = len(arm["grid"].get(roles[r], grids[r]))
-        if status[r] == "untuned" and tried > len(grids[r]):
-            reason = (
-                f"{len(grids[r])} of {tried} values trained the full budget (successive "
-                "halving stopped the others early: their losses are at fewer tokens)"
-            )
+        how = _how_tuned(arm, roles[r], len(grids[r])) if status[r] == "untuned" else None
+        if how:
+            status[r], reason, how_tuned[r] = how
         if reason:
             why[r] = reason
     return {
@@ -178,6 +209,7 @@ def cell(runs: pd.DataFrame, arm: dict, roles: dict, variant: str, tolerance: fl
         "method": method,
         "status": status,
         "why": why,
+        **({"how_tuned": how_tuned} if how_tuned else {}),
         "near_optimal": {
             "tolerance": tolerance,
             "n_points": int(len(near)),

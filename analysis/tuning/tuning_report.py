@@ -4,14 +4,17 @@ fit.json's `tuning` and `lr_rule` sections (analysis.tuning.arms)."""
 from __future__ import annotations
 
 from analysis.fits.estimate import cell, fmt
-from analysis.tuning.arms import lr_key, value_text
+from analysis.tuning.arms import arm_name, lr_key, value_text
 
 HEADING = "Tuning"
 
 
 def _edge_text(arm: dict) -> str:
     if all(len(values) < 2 for values in arm["grid"].values()):
-        return "one value (not tuned here)"  # e.g. values transferred from another arm
+        source = arm.get("transferred_from")  # a choice made at another token budget
+        if source is not None:
+            return f"one value (transferred from D {source:.3g})"
+        return "one value (not tuned here)"
     if not arm["at_edge"]:
         return "inside the grid"
     where = "; ".join(f"best at the {side} {k}" for k, side in arm["edge"].items())
@@ -162,11 +165,14 @@ def _rule_blocks(rule: dict, section: dict) -> list[tuple]:
         )
     ]
     if rule["left_out"]:
+        names = {a["arm"]: arm_name(a) for a in section["arms"]}  # an arm id is a hash
         b.append(
             (
                 "p",
                 "Left out of the rule: "
-                + "; ".join(f"{arm}: {why}" for arm, why in rule["left_out"].items())
+                + "; ".join(
+                    f"{names.get(arm, arm)}: {why}" for arm, why in rule["left_out"].items()
+                )
                 + ".",
             )
         )
