@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from corpus_helpers import write_corpus
 
 import training.data.encode as encode_mod
 import training.data.plan as plan_mod
@@ -19,7 +20,6 @@ from training.config import DataConfig
 from training.data import prepare_data
 
 ROOT = Path(__file__).resolve().parents[1]
-WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
 UNIT = 4000
 
 # Prepares with small units in one worker, printing each unit it logs and then pausing, so
@@ -47,15 +47,6 @@ print("finished", flush=True)
 """
 
 
-def _corpus(folder: Path, n_files: int = 6, docs: int = 40, seed: int = 0) -> Path:
-    rng = np.random.default_rng(seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    for f in range(n_files):
-        parts = [" ".join(rng.choice(WORDS, size=int(rng.integers(20, 200)))) for _ in range(docs)]
-        (folder / f"f{f:02d}.txt").write_text("<|endoftext|>".join(parts))
-    return folder
-
-
 def _cfg(corpus: Path) -> dict:
     return {
         "source": "text",
@@ -81,7 +72,7 @@ def _killed_after(cfg: dict, cache: Path, n_logged: int) -> None:
 
 
 def test_a_build_killed_with_sigkill_resumes_and_writes_the_same_tokens(tmp_path, monkeypatch):
-    corpus = _corpus(tmp_path / "c")
+    corpus = write_corpus(tmp_path / "c", n_files=6)
     cfg = _cfg(corpus)
     monkeypatch.setattr(plan_mod, "UNIT_BYTES", UNIT)
     want = prepare_data(DataConfig.from_dict(cfg), tmp_path / "whole", workers=1)
@@ -109,7 +100,7 @@ def test_a_build_killed_with_sigkill_resumes_and_writes_the_same_tokens(tmp_path
 
 
 def test_a_torn_log_and_a_spoiled_shard_are_redone(tmp_path, monkeypatch):
-    corpus = _corpus(tmp_path / "c")
+    corpus = write_corpus(tmp_path / "c", n_files=6)
     cfg = DataConfig.from_dict(_cfg(corpus))
     monkeypatch.setattr(plan_mod, "UNIT_BYTES", UNIT)
     want = prepare_data(cfg, tmp_path / "whole", workers=1)
@@ -129,7 +120,7 @@ def test_a_torn_log_and_a_spoiled_shard_are_redone(tmp_path, monkeypatch):
 
 
 def test_a_partial_build_of_another_plan_starts_over(tmp_path, monkeypatch):
-    corpus = _corpus(tmp_path / "c")
+    corpus = write_corpus(tmp_path / "c", n_files=6)
     cfg = DataConfig.from_dict(_cfg(corpus))
     cache = tmp_path / "cache"
     _killed_after(_cfg(corpus), cache, 3)
@@ -145,7 +136,7 @@ def test_after_an_edit_only_the_units_it_touched_are_encoded_again(tmp_path, mon
     """The cache of the edited corpus takes the unchanged units' tokens from the cache of the
     corpus before the edit (same bytes, same tokenizer: BPE sampled from the first file), and
     holds the tokens a build from scratch writes."""
-    corpus = _corpus(tmp_path / "c")
+    corpus = write_corpus(tmp_path / "c", n_files=6)
     cfg = DataConfig.from_dict(_cfg(corpus))
     monkeypatch.setattr(plan_mod, "UNIT_BYTES", UNIT)
     before = prepare_data(cfg, tmp_path / "cache", workers=1)
@@ -176,7 +167,7 @@ def test_a_rebuild_after_an_edit_reads_only_the_edited_file_to_find_its_units(
     import training.data.build as build_mod
 
     monkeypatch.setenv("SCALING_LAB_CACHE_DIR", str(tmp_path / "memo"))
-    corpus = _corpus(tmp_path / "c")
+    corpus = write_corpus(tmp_path / "c", n_files=6)
     old = os.stat(corpus / "f00.txt").st_mtime - 3600  # settled files: their hashes are kept
     for p in corpus.iterdir():
         os.utime(p, (old, old))
